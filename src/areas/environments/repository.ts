@@ -1,0 +1,67 @@
+import { randomUUID } from 'node:crypto';
+import type { Executor } from '../../core/db/database.ts';
+import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { conflict, notFound } from '../../core/problems.ts';
+import { offsetOf, type PageQuery } from '../../core/paging.ts';
+import type { EnvironmentTable } from './tables.ts';
+import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
+
+function toEnvironment(row: Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'createdAt'>): Environment {
+  return {
+    name: row.name,
+    ...(row.description !== null && { description: row.description }),
+    ...(row.defaultAgentId !== null && { defaultAgentId: row.defaultAgentId }),
+    createdAt: row.createdAt,
+  };
+}
+
+export async function createEnvironment(db: Executor, projectId: string, request: CreateEnvironmentRequest): Promise<Environment> {
+  const row = {
+    id: randomUUID(),
+    projectId,
+    name: request.name,
+    description: request.description ?? null,
+    defaultAgentId: request.defaultAgentId ?? null,
+    createdAt: now(),
+  };
+  try {
+    await db.insertInto('environments').values(row).execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw conflict(`An environment named "${request.name}" already exists in this project.`);
+    throw error;
+  }
+  return toEnvironment(row);
+}
+
+export async function listEnvironments(db: Executor, projectId: string, query: PageQuery) {
+  const [rows, count] = await Promise.all([
+    db
+      .selectFrom('environments')
+      .select(['name', 'description', 'defaultAgentId', 'createdAt'])
+      .where('projectId', '=', projectId)
+      .orderBy('name')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    db.selectFrom('environments').select((eb) => eb.fn.countAll<number>().as('total')).where('projectId', '=', projectId).executeTakeFirstOrThrow(),
+  ]);
+  return { results: rows.map(toEnvironment), total: Number(count.total) };
+}
+
+/** The id of environment `name` of the project, or a 404. */
+export async function requireEnvironmentId(db: Executor, projectId: string, name: string): Promise<string> {
+  const row = await db
+    .selectFrom('environments')
+    .select('id')
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
+  return row.id;
+}
+
+/** Removes environment `name`; what is set per environment goes with it (foreign keys cascade). */
+export async function deleteEnvironment(db: Executor, projectId: string, name: string): Promise<void> {
+  const result = await db.deleteFrom('environments').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  if (result.numDeletedRows === 0n) throw notFound(`Environment "${name}" does not exist in this project.`);
+}

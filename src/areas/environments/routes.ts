@@ -1,0 +1,77 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject } from '../projects/repository.ts';
+import { Type } from 'typebox';
+import { CreateEnvironmentRequest, Environment, EnvironmentName } from './schemas.ts';
+import { createEnvironment, deleteEnvironment, listEnvironments } from './repository.ts';
+
+const EnvironmentParams = Type.Object({ projectId: ProjectParams.properties.projectId, environmentName: EnvironmentName });
+
+const tags = ['Environments'];
+
+export async function environmentRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/projects/:projectId/environments',
+    {
+      schema: {
+        summary: 'Create an environment of a project',
+        tags,
+        params: ProjectParams,
+        body: CreateEnvironmentRequest,
+        response: { 201: Environment, ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const { accountId } = request.principal;
+      const environment = await app.store.db.transaction().execute(async (trx) => {
+        await requireProject(trx, accountId, request.params.projectId);
+        return createEnvironment(trx, request.params.projectId, request.body);
+      });
+      request.auditIds.environmentName = environment.name;
+      return reply.code(201).send(environment);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/environments',
+    {
+      schema: {
+        summary: 'List the environments of a project',
+        tags,
+        params: ProjectParams,
+        querystring: PageQuery,
+        response: { 200: Page(Environment) },
+      },
+    },
+    async (request) => {
+      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
+      const { results, total } = await listEnvironments(app.store.db, request.params.projectId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.delete(
+    '/projects/:projectId/environments/:environmentName',
+    {
+      schema: {
+        summary: 'Delete an environment and everything set for it (overrides, artifacts)',
+        tags,
+        params: EnvironmentParams,
+        response: { 204: { type: 'null', description: 'The environment is deleted.' } },
+      },
+    },
+    async (request, reply) => {
+      const { projectId, environmentName } = request.params;
+      await app.store.db.transaction().execute(async (trx) => {
+        await requireProject(trx, request.principal.accountId, projectId);
+        await deleteEnvironment(trx, projectId, environmentName);
+      });
+      return reply.code(204).send(null);
+    },
+  );
+}

@@ -1,0 +1,36 @@
+import { Type, type Static } from 'typebox';
+
+/** The specification's environmentName: 1 to 255 word characters, parentheses, spaces or dashes, not starting or ending with a dash. */
+export const ENVIRONMENT_NAME_PATTERN = '^(?!-)[\\w() -]{1,255}(?<!-)$';
+
+export const EnvironmentName = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: ENVIRONMENT_NAME_PATTERN,
+  examples: ['production'],
+});
+
+export const CreateEnvironmentRequest = Type.Object(
+  {
+    name: EnvironmentName,
+    description: Type.Optional(Type.String({ maxLength: 4000 })),
+    defaultAgentId: Type.Optional(Type.String({ format: 'uuid' })),
+  },
+  { examples: [{ name: 'production', description: 'Live data', defaultAgentId: '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10' }] },
+);
+export type CreateEnvironmentRequest = Static<typeof CreateEnvironmentRequest>;
+
+export const Environment = Type.Object(
+  {
+    name: Type.String(),
+    description: Type.Optional(Type.String()),
+    defaultAgentId: Type.Optional(Type.String({ format: 'uuid' })),
+    createdAt: Type.String({ format: 'date-time' }),
+  },
+  {
+    examples: [
+      { name: 'production', description: 'Live data', defaultAgentId: '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10', createdAt: '2026-11-22T09:30:00.000Z' },
+    ],
+  },
+);
+export type Environment = Static<typeof Environment>;

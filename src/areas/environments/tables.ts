@@ -1,0 +1,12 @@
+export interface EnvironmentTable {
+  id: string;
+  projectId: string;
+  name: string;
+  description: string | null;
+  defaultAgentId: string | null;
+  createdAt: string;
+}
+
+export interface EnvironmentTables {
+  environments: EnvironmentTable;
+}

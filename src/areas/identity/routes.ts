@@ -1,0 +1,85 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { Type } from 'typebox';
+
+/** RFC 6749 error answer of the token endpoint (the token endpoint speaks OAuth, not problem+json). */
+function oauthError(reply: FastifyReply, status: number, error: string, description: string) {
+  if (status === 401) reply.header('www-authenticate', 'Basic realm="platform-api"');
+  return reply.code(status).header('cache-control', 'no-store').send({ error, error_description: description });
+}
+
+/** Client credentials from the form, or from HTTP Basic as RFC 6749 section 2.3.1 also allows. */
+function clientCredentials(form: Record<string, string>, authorization: string | undefined) {
+  const basic = authorization && /^Basic\s+(\S+)$/i.exec(authorization);
+  if (basic) {
+    const decoded = Buffer.from(basic[1], 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    if (colon > 0) {
+      return {
+        clientId: decodeURIComponent(decoded.slice(0, colon)),
+        clientSecret: decodeURIComponent(decoded.slice(colon + 1)),
+      };
+    }
+  }
+  return { clientId: form.client_id, clientSecret: form.client_secret };
+}
+
+const TokenAnswer = Type.Object(
+  {
+    access_token: Type.String(),
+    token_type: Type.Literal('Bearer'),
+    expires_in: Type.Integer(),
+  },
+  { examples: [{ access_token: 'eyJhbGciOiJFUzI1NiIsImtpZCI6Ii4uLiJ9...', token_type: 'Bearer', expires_in: 1800 }] },
+);
+const OAuthError = Type.Object({ error: Type.String(), error_description: Type.String() });
+
+/** The OAuth 2.0 token endpoint (client-credentials grant) and the keys that verify its tokens. */
+export async function identityRoutes(app: FastifyInstance): Promise<void> {
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  });
+
+  app.post(
+    '/oauth/dpc/token',
+    {
+      // The grant answers its own RFC 6749 errors, so a malformed form is the handler's to judge.
+      attachValidation: true,
+      schema: {
+        summary: 'Obtain an access token (OAuth 2.0 client-credentials grant)',
+        tags: ['Identity'],
+        consumes: ['application/x-www-form-urlencoded'],
+        body: Type.Object({
+          grant_type: Type.Optional(Type.String({ examples: ['client_credentials'] })),
+          client_id: Type.Optional(Type.String()),
+          client_secret: Type.Optional(Type.String()),
+          audience: Type.Optional(Type.String()),
+        }),
+        response: { 200: TokenAnswer, 400: OAuthError, 401: OAuthError },
+      },
+    },
+    async (request, reply) => {
+      const form = (request.body ?? {}) as Record<string, string>;
+      if (form.grant_type !== 'client_credentials') {
+        return form.grant_type
+          ? oauthError(reply, 400, 'unsupported_grant_type', 'Only the client_credentials grant is supported.')
+          : oauthError(reply, 400, 'invalid_request', 'grant_type is required.');
+      }
+      if (form.audience !== undefined && form.audience !== app.config.audience) {
+        return oauthError(reply, 400, 'invalid_target', `The audience must be ${app.config.audience}.`);
+      }
+      const { clientId, clientSecret } = clientCredentials(form, request.headers.authorization);
+      if (!clientId || !clientSecret) {
+        return oauthError(reply, 401, 'invalid_client', 'client_id and client_secret are required.');
+      }
+      const token = await app.tokens.issue(clientId, clientSecret);
+      if (!token) return oauthError(reply, 401, 'invalid_client', 'The client is unknown or the secret is wrong.');
+      return reply.header('cache-control', 'no-store').send(token);
+    },
+  );
+
+  app.get(
+    '/.well-known/jwks.json',
+    { schema: { summary: 'Public keys that verify access tokens', tags: ['Identity'] } },
+    async () => app.tokens.keys.publicJwks(),
+  );
+}

@@ -1,0 +1,63 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { problems } from '../../core/openapi.ts';
+import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
+import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
+
+const tags = ['Projects'];
+
+export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/projects',
+    {
+      schema: {
+        summary: 'Create a project',
+        tags,
+        body: CreateProjectRequest,
+        response: { 201: CreateProjectResponse, ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const projectId = await createProject(app.store.db, request.principal.accountId, request.principal.clientId, request.body);
+      request.auditIds.projectId = projectId;
+      return reply.code(201).send({ projectId });
+    },
+  );
+
+  app.get(
+    '/projects',
+    { schema: { summary: 'List the projects of the account', tags, querystring: PageQuery, response: { 200: Page(Project) } } },
+    async (request) => {
+      const { results, total } = await listProjects(app.store.db, request.principal.accountId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId',
+    { schema: { summary: 'Get a project', tags, params: ProjectParams, response: { 200: Project } } },
+    async (request) => requireProject(app.store.db, request.principal.accountId, request.params.projectId),
+  );
+
+  app.delete(
+    '/projects/:projectId',
+    {
+      config: { role: 'admin' },
+      schema: {
+        summary: 'Delete a project and everything attached to it (E27)',
+        tags,
+        params: ProjectParams,
+        response: { 204: { type: 'null', description: 'The project is deleted.' } },
+      },
+    },
+    async (request, reply) => {
+      await app.store.db.transaction().execute((trx) =>
+        deleteProject(trx, request.principal.accountId, request.params.projectId),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+}

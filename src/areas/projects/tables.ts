@@ -1,0 +1,12 @@
+export interface ProjectTable {
+  id: string;
+  accountId: string;
+  name: string;
+  description: string | null;
+  createdBy: string;
+  createdAt: string;
+}
+
+export interface ProjectTables {
+  projects: ProjectTable;
+}

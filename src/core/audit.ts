@@ -1,0 +1,39 @@
+import fp from 'fastify-plugin';
+import type { FastifyInstance } from 'fastify';
+import { now } from './db/database.ts';
+
+const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/**
+ * Records every successful write of the scope it is registered in: who, what, when and the outcome.
+ * Only the route, the path parameters and ids a handler names are kept, never a body, so secret
+ * values cannot reach the trail.
+ */
+export const auditPlugin = fp(async (app: FastifyInstance) => {
+  app.decorateRequest('auditIds', null as unknown as Record<string, string>);
+  app.addHook('onRequest', async (request) => {
+    request.auditIds = {};
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    if (!WRITES.has(request.method) || reply.statusCode >= 400 || !request.principal) return;
+    const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
+    try {
+      await app.store.db
+        .insertInto('auditEvents')
+        .values({
+          accountId: request.principal.accountId,
+          clientId: request.principal.clientId,
+          method: request.method,
+          route: request.routeOptions.url ?? request.url,
+          path: request.url.split('?')[0],
+          status: reply.statusCode,
+          projectId: ids.projectId ?? null,
+          resourceIds: JSON.stringify(ids),
+          occurredAt: now(),
+        })
+        .execute();
+    } catch (error) {
+      request.log.error({ err: error }, 'audit event not recorded');
+    }
+  });
+});

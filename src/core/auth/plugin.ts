@@ -1,0 +1,46 @@
+import fp from 'fastify-plugin';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ProblemError } from '../problems.ts';
+import { roleAllows, type Role } from './accounts.ts';
+import { InvalidToken, type Principal } from './tokens.ts';
+
+function requiredRole(request: FastifyRequest): Role {
+  const configured = request.routeOptions.config.role;
+  if (configured) return configured;
+  return request.method === 'GET' || request.method === 'HEAD' ? 'viewer' : 'developer';
+}
+
+async function authenticate(request: FastifyRequest): Promise<Principal> {
+  const header = request.headers.authorization;
+  const match = header ? /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i.exec(header) : null;
+  if (!match) {
+    throw new ProblemError(401, 'A bearer token is required: send "Authorization: Bearer <ACCESS_TOKEN>".', {
+      headers: { 'www-authenticate': header ? 'Bearer error="invalid_token"' : 'Bearer' },
+    });
+  }
+  try {
+    return await request.server.tokens.verify(match[1]);
+  } catch (error) {
+    if (!(error instanceof InvalidToken)) throw error;
+    throw new ProblemError(401, `The bearer token is not valid: ${error.message}.`, {
+      headers: { 'www-authenticate': 'Bearer error="invalid_token"' },
+    });
+  }
+}
+
+/** Guards every operation of the scope it is registered in: a valid token, the right account, a high enough role. */
+export const authPlugin = fp(async (app: FastifyInstance) => {
+  app.decorateRequest('principal', null as unknown as Principal);
+  app.addHook('onRequest', async (request) => {
+    const principal = await authenticate(request);
+    const accountHeader = request.headers['account-id'];
+    if (accountHeader !== undefined && accountHeader !== principal.accountId) {
+      throw new ProblemError(403, 'The account-id header does not match the account of the bearer token.');
+    }
+    const needed = requiredRole(request);
+    if (!roleAllows(principal.role, needed)) {
+      throw new ProblemError(403, `This operation needs the ${needed} role; the caller has ${principal.role}.`);
+    }
+    request.principal = principal;
+  });
+});

@@ -1,0 +1,97 @@
+import { randomUUID } from 'node:crypto';
+import { SignJWT, jwtVerify, decodeProtectedHeader, type JWTPayload } from 'jose';
+import type { Db } from '../db/database.ts';
+import { isRole, type Role } from './accounts.ts';
+import { verifySecret, decoyHash } from './secrets.ts';
+import { KeyRing, TOKEN_ALGORITHM } from './keys.ts';
+
+export interface Principal {
+  clientId: string;
+  accountId: string;
+  role: Role;
+}
+
+export interface IssuedToken {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+}
+
+export class InvalidToken extends Error {}
+
+interface TokenSettings {
+  issuer: string;
+  audience: string;
+  tokenTtlSeconds: number;
+}
+
+// Verified tokens are remembered until they expire, so a hot path pays for the signature check once.
+const CACHE_LIMIT = 10_000;
+
+export class TokenService {
+  readonly keys: KeyRing;
+  private readonly verified = new Map<string, { principal: Principal; expiresAt: number }>();
+
+  constructor(
+    private readonly db: Db,
+    private readonly settings: TokenSettings,
+  ) {
+    this.keys = new KeyRing(db, settings.tokenTtlSeconds);
+  }
+
+  /** Client-credentials grant: undefined when the client is unknown or the secret is wrong. */
+  async issue(clientId: string, clientSecret: string): Promise<IssuedToken | undefined> {
+    const client = await this.db
+      .selectFrom('apiClients')
+      .select(['id', 'accountId', 'role', 'secretHash'])
+      .where('id', '=', clientId)
+      .executeTakeFirst();
+    const valid = await verifySecret(clientSecret, client?.secretHash ?? (await decoyHash));
+    if (!client || !valid) return undefined;
+    const { kid, key } = await this.keys.signingKey();
+    const ttl = this.settings.tokenTtlSeconds;
+    const accessToken = await new SignJWT({ account_id: client.accountId, role: client.role })
+      .setProtectedHeader({ alg: TOKEN_ALGORITHM, kid, typ: 'JWT' })
+      .setSubject(client.id)
+      .setIssuer(this.settings.issuer)
+      .setAudience(this.settings.audience)
+      .setIssuedAt()
+      .setNotBefore('0s')
+      .setExpirationTime(`${ttl}s`)
+      .setJti(randomUUID())
+      .sign(key);
+    return { access_token: accessToken, token_type: 'Bearer', expires_in: ttl };
+  }
+
+  /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */
+  async verify(token: string): Promise<Principal> {
+    const cached = this.verified.get(token);
+    if (cached) {
+      if (cached.expiresAt > Date.now()) return cached.principal;
+      this.verified.delete(token);
+    }
+    let payload: JWTPayload;
+    try {
+      const { kid } = decodeProtectedHeader(token);
+      ({ payload } = await jwtVerify(
+        token,
+        async () => {
+          const key = kid ? await this.keys.verificationKey(kid) : undefined;
+          if (!key) throw new InvalidToken('the token was not signed by a key of this server');
+          return key;
+        },
+        { algorithms: [TOKEN_ALGORITHM], issuer: this.settings.issuer, audience: this.settings.audience, requiredClaims: ['exp', 'sub'] },
+      ));
+    } catch (error) {
+      throw new InvalidToken(error instanceof Error ? error.message : 'invalid token');
+    }
+    const { sub, account_id: accountId, role, exp } = payload as JWTPayload & { account_id?: unknown; role?: unknown };
+    if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
+      throw new InvalidToken('the token lacks the claims of this server');
+    }
+    const principal: Principal = { clientId: sub, accountId, role };
+    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
+    this.verified.set(token, { principal, expiresAt: exp * 1000 });
+    return principal;
+  }
+}

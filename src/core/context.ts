@@ -1,0 +1,30 @@
+/**
+ * What the shared plumbing hangs on Fastify: the configuration, the store, the token service and
+ * the job queue on the instance, and the authenticated caller on each request.
+ */
+import type { Config } from './config.ts';
+import type { Store } from './db/database.ts';
+import type { Role } from './auth/accounts.ts';
+import type { Principal, TokenService } from './auth/tokens.ts';
+import type { JobQueue } from './jobs.ts';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    config: Config;
+    store: Store;
+    tokens: TokenService;
+    jobs: JobQueue;
+  }
+  interface FastifyRequest {
+    /** Set by the auth hook on every /dpc/v1 operation. */
+    principal: Principal;
+    /** Ids of what a write touched beyond its path parameters, for the audit trail. */
+    auditIds: Record<string, string>;
+  }
+  interface FastifyContextConfig {
+    /** Least role an operation needs; reads default to viewer and writes to developer. */
+    role?: Role;
+  }
+}
+
+export {};

@@ -1,0 +1,15 @@
+import type { Migration } from 'kysely';
+import type { Dialect } from '../database.ts';
+import type { PortableMigration } from './types.ts';
+import { foundation } from './0001_foundation.ts';
+
+/** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
+const steps: Record<string, PortableMigration> = {
+  '0001_foundation': foundation,
+};
+
+export function migrationsFor(dialect: Dialect): Record<string, Migration> {
+  return Object.fromEntries(
+    Object.entries(steps).map(([name, step]) => [name, { up: (db) => step.up(db, dialect) }]),
+  );
+}

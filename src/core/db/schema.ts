@@ -1,0 +1,70 @@
+/**
+ * Table types, as the code sees them (camelCase; the CamelCasePlugin maps them to snake_case columns).
+ * Booleans are stored as 0/1 integers and times as ISO 8601 text so that one set of migrations
+ * serves SQLite and PostgreSQL alike. Each area declares its own tables beside its code.
+ */
+import type { Generated } from 'kysely';
+import type { ProjectTables } from '../../areas/projects/tables.ts';
+import type { EnvironmentTables } from '../../areas/environments/tables.ts';
+
+export interface AccountTable {
+  id: string;
+  name: string;
+  createdAt: string;
+}
+
+export interface ApiClientTable {
+  id: string;
+  accountId: string;
+  name: string;
+  role: string;
+  secretHash: string;
+  createdAt: string;
+}
+
+export interface SigningKeyTable {
+  kid: string;
+  privateJwk: string;
+  publicJwk: string;
+  createdAt: string;
+  /** Set when a newer key takes over signing; the key still verifies until its last token expires. */
+  retiredAt: string | null;
+}
+
+export interface AuditEventTable {
+  id: Generated<number>;
+  accountId: string;
+  clientId: string;
+  method: string;
+  route: string;
+  path: string;
+  status: number;
+  projectId: string | null;
+  resourceIds: string;
+  occurredAt: string;
+}
+
+export interface JobTable {
+  id: string;
+  type: string;
+  payload: string;
+  state: string;
+  runAt: string;
+  attempts: number;
+  maxAttempts: number;
+  lockedBy: string | null;
+  lockedUntil: string | null;
+  lastError: string | null;
+  createdAt: string;
+  finishedAt: string | null;
+}
+
+export interface CoreTables {
+  accounts: AccountTable;
+  apiClients: ApiClientTable;
+  signingKeys: SigningKeyTable;
+  auditEvents: AuditEventTable;
+  jobs: JobTable;
+}
+
+export interface Database extends CoreTables, ProjectTables, EnvironmentTables {}

@@ -1,0 +1,85 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import FindMyWay from 'find-my-way';
+import { PROBLEM_CONTENT_TYPE, ProblemError, problemBody, type ProblemOptions } from './problems.ts';
+
+interface ValidationIssue {
+  instancePath: string;
+  message?: string;
+  keyword: string;
+  params: Record<string, unknown>;
+}
+
+/** "body.name: must NOT have fewer than 1 characters"; parameters are named bare, as the specification names them. */
+export function violationsOf(context: string | undefined, issues: ValidationIssue[]): string[] {
+  return issues.map((issue) => {
+    const segments = issue.instancePath.split('/').filter(Boolean).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+    let message = issue.message ?? 'is not valid';
+    if (issue.keyword === 'required') {
+      segments.push(String(issue.params.missingProperty));
+      message = 'is required';
+    } else if (issue.keyword === 'additionalProperties') {
+      segments.push(String(issue.params.additionalProperty));
+      message = 'is not allowed';
+    }
+    const prefix = context === 'body' ? ['body'] : [];
+    const field = [...prefix, ...segments].join('.') || context || 'request';
+    return `${field}: ${message}`;
+  });
+}
+
+export function sendProblem(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  status: number,
+  detail: string,
+  options: ProblemOptions = {},
+): FastifyReply {
+  const typeBase = request.server.config.problemTypeBase;
+  const instance = request.url.split('?')[0];
+  if (options.headers) reply.headers(options.headers);
+  return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(problemBody(typeBase, status, detail, instance, options));
+}
+
+/** Renders every failure as problem+json: our own, the framework's, unknown routes, wrong methods and crashes. */
+export const errorsPlugin = fp(async (app: FastifyInstance) => {
+  // A router of our own, fed with every route, tells an unknown path (404) from a wrong method (405).
+  const routes = FindMyWay();
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (!routes.hasRoute(method as never, route.url)) routes.on(method as never, route.url, () => {});
+    }
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0];
+    const allowed = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((m) => routes.find(m as never, path));
+    if (allowed.length > 0) {
+      return sendProblem(request, reply, 405, `${request.method} is not supported on ${path}.`, {
+        headers: { allow: allowed.join(', ') },
+      });
+    }
+    return sendProblem(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
+  });
+
+  app.setErrorHandler((error: FastifyError | ProblemError, request, reply) => {
+    if (error instanceof ProblemError) {
+      return sendProblem(request, reply, error.status, error.message, error.options);
+    }
+    if (error.validation) {
+      return sendProblem(request, reply, 400, 'The request is not valid.', {
+        violations: violationsOf(error.validationContext, error.validation as ValidationIssue[]),
+      });
+    }
+    const status = error.statusCode ?? 500;
+    if (status >= 400 && status < 500) return sendProblem(request, reply, status, error.message);
+    request.log.error({ err: error }, 'unexpected failure');
+    return sendProblem(
+      request,
+      reply,
+      500,
+      `An unexpected error occurred. Quote request id ${request.id} when reporting it.`,
+    );
+  });
+});

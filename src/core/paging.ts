@@ -1,0 +1,26 @@
+import { Type, type Static, type TSchema } from 'typebox';
+
+/** `page` (from 0) and `size` (1 to 100, default 25), as every paged list takes them. */
+export const PageQuery = Type.Object({
+  page: Type.Integer({ minimum: 0, default: 0, description: 'page number, from 0' }),
+  size: Type.Integer({ minimum: 1, maximum: 100, default: 25, description: 'items per page' }),
+});
+export type PageQuery = Static<typeof PageQuery>;
+
+/** The specification's paged list wrapper around items of `item`. */
+export function Page<T extends TSchema>(item: T) {
+  return Type.Object({
+    page: Type.Integer({ description: 'page number of this result' }),
+    results: Type.Array(item),
+    size: Type.Integer({ description: 'page size' }),
+    total: Type.Integer({ description: 'total number of items' }),
+  });
+}
+
+export function offsetOf(query: PageQuery): number {
+  return query.page * query.size;
+}
+
+export function pageOf<T>(query: PageQuery, results: T[], total: number) {
+  return { page: query.page, results, size: query.size, total };
+}

@@ -1,0 +1,33 @@
+import type { FastifyInstance } from 'fastify';
+import type { Config } from './core/config.ts';
+import { migrate, openStore } from './core/db/database.ts';
+import { buildApp } from './app.ts';
+
+export interface RunningServer {
+  app: FastifyInstance;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Opens the store, applies migrations, starts the job worker and listens. */
+export async function startServer(config: Config, logger?: Parameters<typeof buildApp>[0]['logger']): Promise<RunningServer> {
+  const store = openStore(config);
+  try {
+    await migrate(store);
+    const app = await buildApp({ config, store, logger });
+    const url = await app.listen({ host: config.host, port: config.port });
+    if (config.runJobs) app.jobs.start();
+    let closing: Promise<void> | undefined;
+    const close = () =>
+      (closing ??= (async () => {
+        // Stop taking requests and let those in flight finish, then stop the worker, then the store.
+        await app.close();
+        await app.jobs.stop();
+        await store.close();
+      })());
+    return { app, url, close };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}

@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { sql } from 'kysely';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+
+describeEachStore('every error is problem+json', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  before(async () => {
+    server = await TestServer.start(kind, { bodyLimit: 4096 });
+    caller = await server.newAccount();
+  });
+  after(() => server.close());
+
+  test('unknown route: 404 not-found with the path as instance', async () => {
+    const problem = expectProblem(await server.api('GET', '/nothing-here', { token: caller.token }), 404, 'not-found');
+    assert.equal(problem.instance, '/dpc/v1/nothing-here');
+    assert.equal(problem.title, 'Not Found');
+    expectProblem(await server.request('GET', '/elsewhere'), 404, 'not-found');
+  });
+
+  test('known path, wrong method: 405 with Allow', async () => {
+    const answer = await server.api('PUT', '/projects', { token: caller.token, body: {} });
+    expectProblem(answer, 405, 'method-not-allowed');
+    assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST');
+  });
+
+  test('malformed JSON: 400 bad-request', async () => {
+    const answer = await server.api('POST', '/projects', {
+      token: caller.token,
+      body: '{"name":',
+      headers: { 'content-type': 'application/json' },
+    });
+    expectProblem(answer, 400, 'bad-request');
+  });
+
+  test('a content type other than JSON: 415 unsupported-media-type', async () => {
+    for (const type of ['text/plain', 'application/xml']) {
+      const answer = await server.api('POST', '/projects', { token: caller.token, body: 'name=x', headers: { 'content-type': type } });
+      expectProblem(answer, 415, 'unsupported-media-type');
+    }
+  });
+
+  test('a body over the limit: 413 payload-too-large', async () => {
+    const answer = await server.api('POST', '/projects', { token: caller.token, body: { name: 'x'.repeat(5000) } });
+    expectProblem(answer, 413, 'payload-too-large');
+  });
+
+  test('validation: 400 with a violation naming each field', async () => {
+    const answer = await server.api('POST', '/projects', { token: caller.token, body: { name: '', description: 5 } });
+    const problem = expectProblem(answer, 400, 'bad-request');
+    assert.deepEqual(problem.violations?.sort(), ['body.description: must be string', 'body.name: must NOT have fewer than 1 characters']);
+    const missing = expectProblem(await server.api('POST', '/projects', { token: caller.token, body: {} }), 400);
+    assert.deepEqual(missing.violations, ['body.name: is required']);
+    const badPage = expectProblem(await server.api('GET', '/projects?page=-1&size=101', { token: caller.token }), 400);
+    assert.deepEqual(badPage.violations?.sort(), ['page: must be >= 0', 'size: must be <= 100']);
+  });
+
+  test('an unexpected failure: 500 without internals, with the request id', async () => {
+    await sql`drop table environments`.execute(server.db);
+    const projectId = await server.newProject(caller);
+    const answer = await server.api('GET', `/projects/${projectId}/environments`, { token: caller.token });
+    const problem = expectProblem(answer, 500, 'internal-server-error');
+    const requestId = answer.headers.get('x-request-id');
+    assert.ok(requestId && problem.detail.includes(requestId));
+    assert.doesNotMatch(problem.detail, /environments|stack|at \w+ \(|SQLITE|relation/i);
+    assert.deepEqual(Object.keys(problem).sort(), ['detail', 'instance', 'status', 'title', 'type']);
+  });
+});
