@@ -41,7 +41,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: path.resolve(env.DPC_DATA_DIR || './data'),
     databaseUrl,
     issuer: env.DPC_ISSUER || 'platform-api',
-    audience: env.DPC_AUDIENCE || 'platform-api',
+    audience: env.DPC_AUDIENCE || 'https://api.matillion.com',
     tokenTtlSeconds: integer(env, 'DPC_TOKEN_TTL_SECONDS', 1800),
     bodyLimit: integer(env, 'DPC_BODY_LIMIT', 1024 * 1024),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
