@@ -36,6 +36,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: () => randomUUID(),
     bodyLimit: config.bodyLimit,
+    // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
+    routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,
   });
 
