@@ -26,7 +26,8 @@ export interface OverrideKey {
   environmentName: string;
 }
 
-const PROPERTIES_OF: Record<PlatformConnectionType, string[]> = {
+const PROPERTY_NAMES = ['secretName', 'secretKey', 'credentialSecretName'] as const;
+const PROPERTIES_OF: Record<PlatformConnectionType, readonly (typeof PROPERTY_NAMES)[number][]> = {
   COMPONENT_BASIC: ['secretName', 'secretKey'],
   CLOUD_PLATFORM_CREDENTIALS: ['credentialSecretName'],
 };
@@ -41,11 +42,13 @@ function authTypeViolations(platformConnectionType: PlatformConnectionType, auth
 /** The shape the type asks of connectionProperties, and the one field each vault type locates a secret by. */
 function detailsViolations(platformConnectionType: PlatformConnectionType, details: ConnectionDetails | undefined, field: string): string[] {
   const violations: string[] = [];
-  const properties = details?.connectionProperties as Record<string, unknown> | undefined;
+  const properties = details?.connectionProperties;
   if (properties) {
     const allowed = PROPERTIES_OF[platformConnectionType];
-    for (const name of Object.keys(properties)) {
-      if (!allowed.includes(name)) violations.push(`${field}.connectionProperties.${name}: is not allowed for ${platformConnectionType}`);
+    for (const name of PROPERTY_NAMES) {
+      if (properties[name] !== undefined && !allowed.includes(name)) {
+        violations.push(`${field}.connectionProperties.${name}: is not allowed for ${platformConnectionType}`);
+      }
     }
     if (platformConnectionType === 'COMPONENT_BASIC' && properties.secretName === undefined) {
       violations.push(`${field}.connectionProperties.secretName: is required for COMPONENT_BASIC`);
@@ -72,7 +75,7 @@ function storedDetails(details: ConnectionDetails): string {
   const pick = <T extends object>(source: T | undefined, keys: readonly (keyof T)[]) =>
     source && Object.fromEntries(keys.filter((key) => source[key] !== undefined).map((key) => [key, source[key]]));
   return JSON.stringify({
-    connectionProperties: pick(details.connectionProperties, ['secretName', 'secretKey', 'credentialSecretName']),
+    connectionProperties: pick(details.connectionProperties, PROPERTY_NAMES),
     description: details.description,
     secretsLocation: pick(details.secretsLocation, ['type', ...LOCATION_FIELDS]),
   });
