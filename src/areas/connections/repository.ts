@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
-import { offsetOf } from '../../core/paging.ts';
+import { countOf, offsetOf, totalOf, windowTotal } from '../../core/paging.ts';
 import { requireEnvironmentId } from '../environments/repository.ts';
 import type { ConnectionTable } from './tables.ts';
 import {
@@ -131,11 +131,8 @@ export async function listConnections(db: Executor, projectId: string, query: Co
   let filtered = db.selectFrom('connections').where('projectId', '=', projectId);
   if (query.authProvider !== undefined) filtered = filtered.where('authProvider', '=', query.authProvider);
   if (query.connectionNames !== undefined) filtered = filtered.where('name', 'in', namesOf(query.connectionNames));
-  const [rows, count] = await Promise.all([
-    filtered.selectAll().orderBy('name').limit(query.size).offset(offsetOf(query)).execute(),
-    filtered.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toConnection), total: Number(count.total) };
+  const rows = await filtered.selectAll().select(windowTotal).orderBy('name').limit(query.size).offset(offsetOf(query)).execute();
+  return { results: rows.map(toConnection), total: await totalOf(rows, query, () => countOf(filtered)) };
 }
 
 async function requireConnection(db: Executor, projectId: string, name: string): Promise<ConnectionRow> {
@@ -216,11 +213,14 @@ export async function listConnectionOverrides(db: Executor, projectId: string, q
   let filtered = selectOverrides(db).where('connections.projectId', '=', projectId);
   if (query.environmentName !== undefined) filtered = filtered.where('environments.name', '=', query.environmentName);
   if (query.connectionNames !== undefined) filtered = filtered.where('connections.name', 'in', namesOf(query.connectionNames));
-  const [rows, count] = await Promise.all([
-    filtered.select(OVERRIDE_COLUMNS).orderBy('connections.name').orderBy('environments.name').limit(query.size).offset(offsetOf(query)).execute(),
-    filtered.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toOverride), total: Number(count.total) };
+  const rows = await filtered
+    .select([...OVERRIDE_COLUMNS, windowTotal])
+    .orderBy('connections.name')
+    .orderBy('environments.name')
+    .limit(query.size)
+    .offset(offsetOf(query))
+    .execute();
+  return { results: rows.map(toOverride), total: await totalOf(rows, query, () => countOf(filtered)) };
 }
 
 /** Replaces the override whole: a field left out is unset. */

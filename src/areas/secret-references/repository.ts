@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { offsetOf } from '../../core/paging.ts';
+import { countOf, offsetOf, totalOf, windowTotal } from '../../core/paging.ts';
 import type { SecretReferenceTable } from './tables.ts';
 import type { CreateSecretReferenceRequest, SecretReference, SecretReferenceQuery } from './schemas.ts';
 
@@ -47,11 +47,8 @@ export async function createSecretReference(
 export async function listSecretReferences(db: Executor, projectId: string, query: SecretReferenceQuery) {
   let filtered = db.selectFrom('secretReferences').where('projectId', '=', projectId).where('type', '=', query.type);
   if (query.provider !== undefined && query.type !== 'PASSWORD') filtered = filtered.where('provider', '=', query.provider);
-  const [rows, count] = await Promise.all([
-    filtered.selectAll().orderBy('name').limit(query.size).offset(offsetOf(query)).execute(),
-    filtered.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toSecretReference), total: Number(count.total) };
+  const rows = await filtered.selectAll().select(windowTotal).orderBy('name').limit(query.size).offset(offsetOf(query)).execute();
+  return { results: rows.map(toSecretReference), total: await totalOf(rows, query, () => countOf(filtered)) };
 }
 
 export async function deleteSecretReference(db: Executor, projectId: string, name: string): Promise<void> {
