@@ -16,9 +16,12 @@ import { identityRoutes } from './areas/identity/routes.ts';
 import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
+import { connectionRoutes } from './areas/connections/routes.ts';
+import { variableRoutes } from './areas/variables/routes.ts';
+import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
-const v1Areas = [projectRoutes, environmentRoutes, eventRoutes];
+const v1Areas = [projectRoutes, environmentRoutes, connectionRoutes, variableRoutes, secretReferenceRoutes, eventRoutes];
 
 export interface AppOptions {
   config: Config;
@@ -33,6 +36,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: () => randomUUID(),
     bodyLimit: config.bodyLimit,
+    // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
+    routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,
   });
 

@@ -20,6 +20,11 @@ export function problems(...statuses: number[]) {
   return Object.fromEntries(statuses.map((status) => [status, problemResponse(status)]));
 }
 
+/** The 204 answer of a delete, to spread into a route's `response` schema. */
+export function noContent(description: string) {
+  return { 204: { type: 'null', description } };
+}
+
 function addCommonProblems(route: RouteOptions): void {
   if (!route.url.startsWith('/dpc/v1') || route.schema?.hide) return;
   const schema = (route.schema ??= {});

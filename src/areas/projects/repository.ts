@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { Executor } from '../../core/db/database.ts';
+import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
@@ -23,6 +23,14 @@ export async function requireProject(db: Executor, accountId: string, projectId:
     .executeTakeFirst();
   if (!row) throw notFound(`Project ${projectId} does not exist.`);
   return toProject(row);
+}
+
+/** Runs `write` in one transaction, once the project is found to be of the caller's account. */
+export function writeInProject<T>(db: Db, accountId: string, projectId: string, write: (trx: Trx) => Promise<T>): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    await requireProject(trx, accountId, projectId);
+    return write(trx);
+  });
 }
 
 export async function createProject(

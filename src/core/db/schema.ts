@@ -6,6 +6,9 @@
 import type { Generated } from 'kysely';
 import type { ProjectTables } from '../../areas/projects/tables.ts';
 import type { EnvironmentTables } from '../../areas/environments/tables.ts';
+import type { ConnectionTables } from '../../areas/connections/tables.ts';
+import type { VariableTables } from '../../areas/variables/tables.ts';
+import type { SecretReferenceTables } from '../../areas/secret-references/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -67,4 +70,10 @@ export interface CoreTables {
   jobs: JobTable;
 }
 
-export interface Database extends CoreTables, ProjectTables, EnvironmentTables {}
+export interface Database
+  extends CoreTables,
+    ProjectTables,
+    EnvironmentTables,
+    ConnectionTables,
+    VariableTables,
+    SecretReferenceTables {}

@@ -1,0 +1,196 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Page, pageOf } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject, writeInProject } from '../projects/repository.ts';
+import {
+  ConnectionListQuery,
+  ConnectionNameQuery,
+  ConnectionOverride,
+  ConnectionOverrideKey,
+  ConnectionOverrideListQuery,
+  CreateConnectionOverrideRequest,
+  CreateConnectionRequest,
+  ProjectConnection,
+  UpdateConnectionOverrideRequest,
+  UpdateConnectionRequest,
+} from './schemas.ts';
+import {
+  createConnection,
+  createConnectionOverride,
+  deleteConnection,
+  deleteConnectionOverride,
+  listConnectionOverrides,
+  listConnections,
+  replaceConnection,
+  replaceConnectionOverride,
+} from './repository.ts';
+
+const tags = ['Project Connections'];
+const CONNECTIONS = '/projects/:projectId/connections';
+const OVERRIDES = `${CONNECTIONS}/environment-overrides`;
+
+export async function connectionRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    CONNECTIONS,
+    {
+      schema: {
+        summary: 'Create a project connection',
+        tags,
+        params: ProjectParams,
+        body: CreateConnectionRequest,
+        response: { 201: ProjectConnection, ...problems(409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { accountId, clientId } = request.principal;
+      const connection = await writeInProject(app.store.db, accountId, request.params.projectId, (trx) =>
+        createConnection(trx, request.params.projectId, clientId, request.body),
+      );
+      request.auditIds.connectionName = connection.name;
+      return reply.code(201).send(connection);
+    },
+  );
+
+  app.get(
+    CONNECTIONS,
+    {
+      schema: {
+        summary: 'List the project connections, by name',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionListQuery,
+        response: { 200: Page(ProjectConnection) },
+      },
+    },
+    async (request) => {
+      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
+      const { results, total } = await listConnections(app.store.db, request.params.projectId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.put(
+    CONNECTIONS,
+    {
+      schema: {
+        summary: 'Replace a project connection; a field left out is unset (E1)',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionNameQuery,
+        body: UpdateConnectionRequest,
+        response: { 200: ProjectConnection, ...problems(422) },
+      },
+    },
+    async (request) => {
+      const { connectionName } = request.query;
+      request.auditIds.connectionName = connectionName;
+      return writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
+        replaceConnection(trx, request.params.projectId, connectionName, request.body),
+      );
+    },
+  );
+
+  app.delete(
+    CONNECTIONS,
+    {
+      schema: {
+        summary: 'Delete a project connection and its environment overrides (E2)',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionNameQuery,
+        response: noContent('The connection is deleted.'),
+      },
+    },
+    async (request, reply) => {
+      const { connectionName } = request.query;
+      request.auditIds.connectionName = connectionName;
+      await writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
+        deleteConnection(trx, request.params.projectId, connectionName),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.post(
+    OVERRIDES,
+    {
+      schema: {
+        summary: 'Create the override of a connection in one environment',
+        tags,
+        params: ProjectParams,
+        body: CreateConnectionOverrideRequest,
+        response: { 201: ConnectionOverride, ...problems(409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { connectionName, environmentName } = request.body;
+      Object.assign(request.auditIds, { connectionName, environmentName });
+      const override = await writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
+        createConnectionOverride(trx, request.params.projectId, request.body),
+      );
+      return reply.code(201).send(override);
+    },
+  );
+
+  app.get(
+    OVERRIDES,
+    {
+      schema: {
+        summary: 'List connection overrides, by connection and environment name',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionOverrideListQuery,
+        response: { 200: Page(ConnectionOverride) },
+      },
+    },
+    async (request) => {
+      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
+      const { results, total } = await listConnectionOverrides(app.store.db, request.params.projectId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.put(
+    OVERRIDES,
+    {
+      schema: {
+        summary: 'Replace the override of a connection in one environment',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionOverrideKey,
+        body: UpdateConnectionOverrideRequest,
+        response: { 200: ConnectionOverride, ...problems(422) },
+      },
+    },
+    async (request) => {
+      Object.assign(request.auditIds, request.query);
+      return writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
+        replaceConnectionOverride(trx, request.params.projectId, request.query, request.body.connectionDetails),
+      );
+    },
+  );
+
+  app.delete(
+    OVERRIDES,
+    {
+      schema: {
+        summary: 'Delete the override of a connection in one environment',
+        tags,
+        params: ProjectParams,
+        querystring: ConnectionOverrideKey,
+        response: noContent('The override is deleted.'),
+      },
+    },
+    async (request, reply) => {
+      Object.assign(request.auditIds, request.query);
+      await writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
+        deleteConnectionOverride(trx, request.params.projectId, request.query),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+}

@@ -1,0 +1,71 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Page, pageOf } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject, writeInProject } from '../projects/repository.ts';
+import { CreateSecretReferenceRequest, SecretReference, SecretReferenceParams, SecretReferenceQuery } from './schemas.ts';
+import { createSecretReference, deleteSecretReference, listSecretReferences } from './repository.ts';
+
+const tags = ['Secret References'];
+
+export async function secretReferenceRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.post(
+    '/projects/:projectId/secret-references/:secretReferenceName',
+    {
+      schema: {
+        summary: 'Create a secret reference',
+        tags,
+        params: SecretReferenceParams,
+        body: CreateSecretReferenceRequest,
+        response: { 201: SecretReference, ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const { projectId, secretReferenceName } = request.params;
+      const reference = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        createSecretReference(trx, projectId, secretReferenceName, request.body),
+      );
+      return reply.code(201).send(reference);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/secret-references',
+    {
+      schema: {
+        summary: 'List the secret references of one type, PASSWORD unless told (E16)',
+        tags,
+        params: ProjectParams,
+        querystring: SecretReferenceQuery,
+        response: { 200: Page(SecretReference) },
+      },
+    },
+    async (request) => {
+      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
+      const { results, total } = await listSecretReferences(app.store.db, request.params.projectId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.delete(
+    '/projects/:projectId/secret-references/:secretReferenceName',
+    {
+      schema: {
+        summary: 'Delete a secret reference (E17)',
+        tags,
+        params: SecretReferenceParams,
+        response: noContent('The secret reference is deleted.'),
+      },
+    },
+    async (request, reply) => {
+      const { projectId, secretReferenceName } = request.params;
+      await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        deleteSecretReference(trx, projectId, secretReferenceName),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+}

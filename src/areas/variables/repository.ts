@@ -1,0 +1,220 @@
+import { randomUUID } from 'node:crypto';
+import type { Selectable } from 'kysely';
+import type { Executor } from '../../core/db/database.ts';
+import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { offsetOf, type PageQuery } from '../../core/paging.ts';
+import { requireEnvironmentId } from '../environments/repository.ts';
+import type { ProjectVariableTable } from './tables.ts';
+import type {
+  CreateVariableRequest,
+  Override,
+  UpdateVariableRequest,
+  Variable,
+  VariableType,
+  VariableValue,
+  WriteOverridesRequest,
+  WriteOverridesResponse,
+} from './schemas.ts';
+
+type VariableRow = Selectable<ProjectVariableTable>;
+
+/** Whether `value` fits a variable of `type`: NUMBER takes JSON numbers, TEXT strings. */
+function fits(type: VariableType, value: VariableValue): boolean {
+  return type === 'NUMBER' ? typeof value === 'number' : typeof value === 'string';
+}
+
+function expected(type: VariableType): string {
+  return `must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`;
+}
+
+function parseValue(text: string | null): VariableValue | undefined {
+  return text === null ? undefined : (JSON.parse(text) as VariableValue);
+}
+
+function toVariable(row: VariableRow): Variable {
+  const value = parseValue(row.value);
+  return {
+    id: row.id,
+    name: row.name,
+    type: row.type as VariableType,
+    behaviour: row.behaviour as Variable['behaviour'],
+    ...(row.description !== null && { description: row.description }),
+    ...(value !== undefined && { value }),
+    supportsDoubleResolution: row.supportsDoubleResolution === 1,
+  };
+}
+
+/** The counter behind a page's total; moved in the transaction of the insert or delete it counts. */
+async function countVariables(db: Executor, projectId: string, delta: 1 | -1): Promise<void> {
+  await db
+    .insertInto('projectVariableCounts')
+    .values({ projectId, total: delta })
+    .onConflict((oc) => oc.column('projectId').doUpdateSet((eb) => ({ total: eb('projectVariableCounts.total', '+', delta) })))
+    .execute();
+}
+
+export async function listVariables(db: Executor, projectId: string, query: PageQuery) {
+  const [rows, count] = await Promise.all([
+    db
+      .selectFrom('projectVariables')
+      .selectAll()
+      .where('projectId', '=', projectId)
+      .orderBy('name')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    db.selectFrom('projectVariableCounts').select('total').where('projectId', '=', projectId).executeTakeFirst(),
+  ]);
+  return { results: rows.map(toVariable), total: Number(count?.total ?? 0) };
+}
+
+export async function requireVariable(db: Executor, projectId: string, name: string): Promise<VariableRow> {
+  const row = await db
+    .selectFrom('projectVariables')
+    .selectAll()
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Variable "${name}" does not exist in this project.`);
+  return row;
+}
+
+export async function createVariable(db: Executor, projectId: string, request: CreateVariableRequest): Promise<Variable> {
+  if (request.value !== undefined && !fits(request.type, request.value)) {
+    throw unprocessable('The value does not fit the type of the variable.', [`body.value: ${expected(request.type)}`]);
+  }
+  const row: VariableRow = {
+    id: randomUUID(),
+    projectId,
+    name: request.name,
+    type: request.type,
+    behaviour: request.behaviour,
+    description: request.description ?? null,
+    value: request.value === undefined ? null : JSON.stringify(request.value),
+    supportsDoubleResolution: request.supportsDoubleResolution ? 1 : 0,
+    createdAt: now(),
+  };
+  try {
+    await db.insertInto('projectVariables').values(row).execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw conflict(`A variable named "${request.name}" already exists in this project.`);
+    throw error;
+  }
+  await countVariables(db, projectId, 1);
+  return toVariable(row);
+}
+
+/**
+ * Partial update. A change of type must leave the value and every override fitting the new type;
+ * otherwise nothing changes and each misfit is named.
+ */
+export async function updateVariable(db: Executor, projectId: string, name: string, request: UpdateVariableRequest): Promise<Variable> {
+  const row = await requireVariable(db, projectId, name);
+  const violations: string[] = [];
+  if (request.value !== undefined) {
+    if (!fits(request.type, request.value)) violations.push(`body.value: ${expected(request.type)}`);
+  } else {
+    const current = parseValue(row.value);
+    if (current !== undefined && !fits(request.type, current)) {
+      violations.push(`body.value: the current value ${expected(request.type)}; send a new value with the type`);
+    }
+  }
+  if (request.type !== row.type) {
+    const misfits = (await overridesOf(db, row.id)).filter((override) => !fits(request.type, override.value));
+    for (const override of misfits) {
+      violations.push(`environmentName: the override of "${override.environmentName}" ${expected(request.type)}`);
+    }
+  }
+  if (violations.length > 0) throw unprocessable('The change would leave values that do not fit the type of the variable.', violations);
+  const changes = {
+    type: request.type,
+    behaviour: request.behaviour,
+    ...(request.description !== undefined && { description: request.description }),
+    ...(request.value !== undefined && { value: JSON.stringify(request.value) }),
+    ...(request.supportsDoubleResolution !== undefined && { supportsDoubleResolution: request.supportsDoubleResolution ? 1 : 0 }),
+  };
+  await db.updateTable('projectVariables').set(changes).where('id', '=', row.id).execute();
+  return toVariable({ ...row, ...changes });
+}
+
+/** Removes the variable; its overrides go with it (foreign keys cascade). */
+export async function deleteVariable(db: Executor, projectId: string, name: string): Promise<void> {
+  const result = await db.deleteFrom('projectVariables').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  if (result.numDeletedRows === 0n) throw notFound(`Variable "${name}" does not exist in this project.`);
+  await countVariables(db, projectId, -1);
+}
+
+export async function overridesOf(db: Executor, variableId: string, environmentName?: string): Promise<Override[]> {
+  let query = db
+    .selectFrom('variableOverrides')
+    .innerJoin('environments', 'environments.id', 'variableOverrides.environmentId')
+    .select(['environments.name as environmentName', 'variableOverrides.value'])
+    .where('variableOverrides.variableId', '=', variableId);
+  if (environmentName !== undefined) query = query.where('environments.name', '=', environmentName);
+  const rows = await query.orderBy('environments.name').execute();
+  return rows.map((row) => ({ environmentName: row.environmentName, value: JSON.parse(row.value) as VariableValue }));
+}
+
+export function variableWithOverrides(row: VariableRow, overrides: Override[]) {
+  return { ...toVariable(row), overrides };
+}
+
+/**
+ * Creates or updates the override of each listed environment. One that cannot be written (no such
+ * environment, a value that does not fit the variable) is answered in failedOverride; the rest are written.
+ */
+export async function writeOverrides(
+  db: Executor,
+  projectId: string,
+  variable: VariableRow,
+  items: WriteOverridesRequest,
+): Promise<WriteOverridesResponse> {
+  const seen = new Set<string>();
+  const repeated = items.flatMap((item, index) => {
+    if (seen.has(item.environmentName)) return [`body.${index}.environmentName: "${item.environmentName}" is listed more than once`];
+    seen.add(item.environmentName);
+    return [];
+  });
+  if (repeated.length > 0) throw badRequest('Each environment may be listed once.', repeated);
+
+  const environments = await db
+    .selectFrom('environments')
+    .select(['id', 'name'])
+    .where('projectId', '=', projectId)
+    .where('name', 'in', [...seen])
+    .execute();
+  const environmentIds = new Map(environments.map((environment) => [environment.name, environment.id]));
+  const type = variable.type as VariableType;
+  const answer: WriteOverridesResponse = { overrides: [], failedOverride: [] };
+  const rows = [];
+  for (const { environmentName, value } of items) {
+    const environmentId = environmentIds.get(environmentName);
+    if (environmentId === undefined) {
+      answer.failedOverride.push({ environmentName, reason: 'The environment does not exist in this project.' });
+    } else if (!fits(type, value)) {
+      answer.failedOverride.push({ environmentName, reason: `The value ${expected(type)}.` });
+    } else {
+      answer.overrides.push({ environmentName, value });
+      rows.push({ variableId: variable.id, environmentId, value: JSON.stringify(value) });
+    }
+  }
+  if (rows.length > 0) {
+    await db
+      .insertInto('variableOverrides')
+      .values(rows)
+      .onConflict((oc) => oc.columns(['variableId', 'environmentId']).doUpdateSet((eb) => ({ value: eb.ref('excluded.value') })))
+      .execute();
+  }
+  return answer;
+}
+
+export async function deleteOverride(db: Executor, projectId: string, variableId: string, environmentName: string): Promise<void> {
+  const environmentId = await requireEnvironmentId(db, projectId, environmentName);
+  const result = await db
+    .deleteFrom('variableOverrides')
+    .where('variableId', '=', variableId)
+    .where('environmentId', '=', environmentId)
+    .executeTakeFirst();
+  if (result.numDeletedRows === 0n) throw notFound(`The variable has no override in environment "${environmentName}".`);
+}

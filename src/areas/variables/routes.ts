@@ -1,0 +1,182 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
+import { notFound } from '../../core/problems.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject, writeInProject } from '../projects/repository.ts';
+import {
+  CreateVariableRequest,
+  OverrideParams,
+  Override,
+  OverrideQuery,
+  UpdateVariableRequest,
+  Variable,
+  VariableParams,
+  VariableWithOverrides,
+  WriteOverridesRequest,
+  WriteOverridesResponse,
+} from './schemas.ts';
+import {
+  createVariable,
+  deleteOverride,
+  deleteVariable,
+  listVariables,
+  overridesOf,
+  requireVariable,
+  updateVariable,
+  variableWithOverrides,
+  writeOverrides,
+} from './repository.ts';
+
+const tags = ['Project Variables'];
+
+export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/projects/:projectId/variables',
+    {
+      schema: {
+        summary: 'List the project variables, by name (E3)',
+        tags,
+        params: ProjectParams,
+        querystring: PageQuery,
+        response: { 200: Page(Variable) },
+      },
+    },
+    async (request) => {
+      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
+      const { results, total } = await listVariables(app.store.db, request.params.projectId, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.post(
+    '/projects/:projectId/variables',
+    {
+      schema: {
+        summary: 'Create a project variable (E4)',
+        tags,
+        params: ProjectParams,
+        body: CreateVariableRequest,
+        response: { 201: Variable, ...problems(409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { projectId } = request.params;
+      const variable = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        createVariable(trx, projectId, request.body),
+      );
+      request.auditIds.variableName = variable.name;
+      return reply.code(201).send(variable);
+    },
+  );
+
+  app.patch(
+    '/projects/:projectId/variables/:variableName',
+    {
+      schema: {
+        summary: 'Update a project variable; its name is immutable (E5)',
+        tags,
+        params: VariableParams,
+        body: UpdateVariableRequest,
+        response: { 200: Variable, ...problems(422) },
+      },
+    },
+    async (request) => {
+      const { projectId, variableName } = request.params;
+      return writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        updateVariable(trx, projectId, variableName, request.body),
+      );
+    },
+  );
+
+  app.delete(
+    '/projects/:projectId/variables/:variableName',
+    {
+      schema: {
+        summary: 'Delete a project variable and all its environment overrides (E6)',
+        tags,
+        params: VariableParams,
+        response: noContent('The variable and its overrides are deleted.'),
+      },
+    },
+    async (request, reply) => {
+      const { projectId, variableName } = request.params;
+      await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        deleteVariable(trx, projectId, variableName),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/variables/:variableName/environment-overrides',
+    {
+      schema: {
+        summary: 'The variable with all its environment overrides, or the override of one environment (E7)',
+        tags,
+        params: VariableParams,
+        querystring: OverrideQuery,
+        response: {
+          200: Type.Union([VariableWithOverrides, Override], {
+            description: 'without environmentName: the variable with its overrides; with it: that one override',
+          }),
+        },
+      },
+    },
+    async (request) => {
+      const { projectId, variableName } = request.params;
+      const { environmentName } = request.query;
+      await requireProject(app.store.db, request.principal.accountId, projectId);
+      const variable = await requireVariable(app.store.db, projectId, variableName);
+      const overrides = await overridesOf(app.store.db, variable.id, environmentName);
+      if (environmentName === undefined) return variableWithOverrides(variable, overrides);
+      if (overrides.length === 0) throw notFound(`The variable has no override in environment "${environmentName}".`);
+      return overrides[0];
+    },
+  );
+
+  app.post(
+    '/projects/:projectId/variables/:variableName/environment-overrides',
+    {
+      schema: {
+        summary: 'Create or update environment overrides of a variable (E8)',
+        description: 'Overrides that cannot be written are answered in failedOverride with the reason; the others are written.',
+        tags,
+        params: VariableParams,
+        body: WriteOverridesRequest,
+        response: { 200: WriteOverridesResponse },
+      },
+    },
+    async (request) => {
+      const { projectId, variableName } = request.params;
+      return writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
+        const variable = await requireVariable(trx, projectId, variableName);
+        return writeOverrides(trx, projectId, variable, request.body);
+      });
+    },
+  );
+
+  app.delete(
+    '/projects/:projectId/variables/:variableName/environment-overrides/:environmentName',
+    {
+      schema: {
+        summary: 'Remove the override of one environment (E9)',
+        tags,
+        params: OverrideParams,
+        response: noContent('The override is deleted.'),
+      },
+    },
+    async (request, reply) => {
+      const { projectId, variableName, environmentName } = request.params;
+      await writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
+        const variable = await requireVariable(trx, projectId, variableName);
+        await deleteOverride(trx, projectId, variable.id, environmentName);
+      });
+      return reply.code(204).send(null);
+    },
+  );
+}
