@@ -6,6 +6,8 @@
 import type { Generated } from 'kysely';
 import type { ProjectTables } from '../../areas/projects/tables.ts';
 import type { EnvironmentTables } from '../../areas/environments/tables.ts';
+import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
+import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -67,4 +69,4 @@ export interface CoreTables {
   jobs: JobTable;
 }
 
-export interface Database extends CoreTables, ProjectTables, EnvironmentTables {}
+export interface Database extends CoreTables, ProjectTables, EnvironmentTables, ArtifactTables, SharedPipelineTables {}
