@@ -45,10 +45,20 @@ export const UploadBody = Type.Object(
 
 /**
  * Validator compiler of an upload operation: its body is multipart, read and checked while it streams
- * in the handler, so the body schema only documents it; params, query and headers validate as anywhere.
+ * in the handler, so the body schema only documents it. Params, query and headers validate as anywhere;
+ * header names are matched in lower case, as Fastify does for routes without a compiler of their own.
  */
-export const uploadValidatorCompiler: FastifySchemaCompiler<unknown> = (route) =>
-  route.httpPart === 'body' ? () => true : validatorCompiler(route);
+export const uploadValidatorCompiler: FastifySchemaCompiler<unknown> = (route) => {
+  if (route.httpPart === 'body') return () => true;
+  if (route.httpPart !== 'headers') return validatorCompiler(route);
+  const schema = route.schema as { properties: Record<string, unknown>; required?: string[] };
+  const lowerCased = {
+    ...schema,
+    properties: Object.fromEntries(Object.entries(schema.properties).map(([name, value]) => [name.toLowerCase(), value])),
+    required: schema.required?.map((name) => name.toLowerCase()),
+  };
+  return validatorCompiler({ ...route, schema: lowerCased });
+};
 
 /**
  * Makes the routes registered in `scope` (and only there) take multipart bodies and nothing else:
@@ -111,6 +121,8 @@ interface UploadLimits {
 }
 
 const LIMIT_ERRORS = new Set(['FST_PARTS_LIMIT', 'FST_FILES_LIMIT', 'FST_FIELDS_LIMIT']);
+/** What the multipart parser says of a body that breaks off inside a part (besides a premature close) or is otherwise malformed. */
+const MALFORMED_BODY = /terminated early|unexpected end|malformed/i;
 
 /**
  * Watches the raw body for the multipart closing delimiter. The multipart reader ends quietly on a
@@ -227,6 +239,7 @@ async function stage(
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code && LIMIT_ERRORS.has(code)) throw tooLarge(`An upload has at most ${limits.uploadMaxParts} parts.`);
+    if (code === 'ERR_STREAM_PREMATURE_CLOSE' || MALFORMED_BODY.test((error as Error).message)) throw badRequest(`The multipart body is not valid: ${(error as Error).message}. Nothing was stored.`);
     throw error;
   }
   if (!complete()) throw badRequest('The multipart body ended before its closing boundary; nothing was stored.');

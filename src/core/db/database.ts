@@ -42,7 +42,11 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
 
 /** Applies every pending migration; safe to run from several processes at once. */
 export async function migrate({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
-  const migrator = new Migrator({ db, provider: { getMigrations: async () => migrationsFor(dialect) } });
+  // On PostgreSQL the migration tables are looked up in the current schema only: unqualified, Kysely
+  // takes another schema's tables for ours when several schemas share a database (as tests do).
+  const migrationTableSchema =
+    dialect === 'postgres' ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema : undefined;
+  const migrator = new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw error;
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
