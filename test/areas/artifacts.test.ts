@@ -6,7 +6,7 @@ import { describeEachStore, expectProblem, TestServer, type Caller } from '../he
 const PROFILE_TYPE = 'application/vnd.matillion.connector-profile+json';
 
 /** One file of a project folder: its relative path and content, as a publishing script reads it. */
-type ProjectFile = [path: string, content: string | Uint8Array];
+type ProjectFile = [path: string, content: string | Uint8Array<ArrayBuffer>];
 
 /** A realistic project folder: pipelines in YAML, SQL, Python, nested folders, and a binary image. */
 const PROJECT_FOLDER: ProjectFile[] = [

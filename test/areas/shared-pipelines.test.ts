@@ -16,7 +16,7 @@ pipeline:
   components: {}
 `;
 
-function formOf(files: [string, string | Uint8Array][]): FormData {
+function formOf(files: [string, string | Uint8Array<ArrayBuffer>][]): FormData {
   const form = new FormData();
   for (const [path, content] of files) form.append(path, new Blob([content], { type: 'text/plain' }), path.split('/').pop());
   return form;
@@ -31,7 +31,7 @@ describeEachStore('shared pipeline artifacts', (kind) => {
   });
   after(() => server.close());
 
-  const publish = (files: [string, string | Uint8Array][], headers: Record<string, string>, token = caller.token) =>
+  const publish = (files: [string, string | Uint8Array<ArrayBuffer>][], headers: Record<string, string>, token = caller.token) =>
     server.api('POST', '/shared-pipelines/artifacts', { token, body: formOf(files), headers });
   const detailsOf = (query: Record<string, string>, token = caller.token) =>
     server.api('GET', `/shared-pipelines/artifacts/details?${new URLSearchParams(query)}`, { token });
