@@ -14,7 +14,8 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
   app.addHook('onRequest', async (request) => {
     request.auditIds = {};
   });
-  app.addHook('onResponse', async (request, reply) => {
+  // Before the answer leaves, so that a client that saw its write succeed finds it in the trail.
+  app.addHook('onSend', async (request, reply) => {
     if (!WRITES.has(request.method) || reply.statusCode >= 400 || !request.principal) return;
     const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
     try {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { offsetOf, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
 import type { EnvironmentTable } from './tables.ts';
 import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
 
@@ -34,18 +34,15 @@ export async function createEnvironment(db: Executor, projectId: string, request
 }
 
 export async function listEnvironments(db: Executor, projectId: string, query: PageQuery) {
-  const [rows, count] = await Promise.all([
-    db
-      .selectFrom('environments')
-      .select(['name', 'description', 'defaultAgentId', 'createdAt'])
-      .where('projectId', '=', projectId)
-      .orderBy('name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    db.selectFrom('environments').select((eb) => eb.fn.countAll<number>().as('total')).where('projectId', '=', projectId).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toEnvironment), total: Number(count.total) };
+  const inProject = db.selectFrom('environments').where('projectId', '=', projectId);
+  const rows = await inProject
+    .select(['name', 'description', 'defaultAgentId', 'createdAt', windowTotal])
+    .orderBy('name')
+    .limit(query.size)
+    .offset(offsetOf(query))
+    .execute();
+  const total = await totalOf(rows, query, () => countOf(inProject));
+  return { results: rows.map(toEnvironment), total };
 }
 
 /** The id of environment `name` of the project, or a 404. */

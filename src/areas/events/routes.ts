@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { Page, PageQuery, offsetOf, pageOf } from '../../core/paging.ts';
+import { Page, PageQuery, countOf, offsetOf, pageOf, totalOf, windowTotal } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
 import { ProjectId } from '../projects/schemas.ts';
 
@@ -56,10 +56,8 @@ export async function eventRoutes(fastify: FastifyInstance): Promise<void> {
       if (projectId) query = query.where('projectId', '=', projectId);
       if (fromIso) query = query.where('occurredAt', '>=', fromIso);
       if (toIso) query = query.where('occurredAt', '<', toIso);
-      const [rows, count] = await Promise.all([
-        query.selectAll().orderBy('id', 'desc').limit(request.query.size).offset(offsetOf(request.query)).execute(),
-        query.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow(),
-      ]);
+      const rows = await query.selectAll().select(windowTotal).orderBy('id', 'desc').limit(request.query.size).offset(offsetOf(request.query)).execute();
+      const total = await totalOf(rows, request.query, () => countOf(query));
       const results = rows.map((row) => ({
         id: Number(row.id),
         occurredAt: row.occurredAt,
@@ -71,7 +69,7 @@ export async function eventRoutes(fastify: FastifyInstance): Promise<void> {
         ...(row.projectId !== null && { projectId: row.projectId }),
         resourceIds: JSON.parse(row.resourceIds) as Record<string, string>,
       }));
-      return pageOf(request.query, results, Number(count.total));
+      return pageOf(request.query, results, total);
     },
   );
 }

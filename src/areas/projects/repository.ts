@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import type { PageQuery } from '../../core/paging.ts';
-import { offsetOf } from '../../core/paging.ts';
+import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
 import type { ProjectTable } from './tables.ts';
 import type { CreateProjectRequest, Project } from './schemas.ts';
 
@@ -46,18 +45,15 @@ export async function createProject(
 }
 
 export async function listProjects(db: Executor, accountId: string, query: PageQuery) {
-  const [rows, count] = await Promise.all([
-    db
-      .selectFrom('projects')
-      .select(['id', 'name', 'description', 'createdAt'])
-      .where('accountId', '=', accountId)
-      .orderBy('name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    db.selectFrom('projects').select((eb) => eb.fn.countAll<number>().as('total')).where('accountId', '=', accountId).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toProject), total: Number(count.total) };
+  const inAccount = db.selectFrom('projects').where('accountId', '=', accountId);
+  const rows = await inAccount
+    .select(['id', 'name', 'description', 'createdAt', windowTotal])
+    .orderBy('name')
+    .limit(query.size)
+    .offset(offsetOf(query))
+    .execute();
+  const total = await totalOf(rows, query, () => countOf(inAccount));
+  return { results: rows.map(toProject), total };
 }
 
 /** Removes the project; everything attached to it goes with it (foreign keys cascade). */

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import SQLite from 'better-sqlite3';
 import pg from 'pg';
-import { CamelCasePlugin, Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
+import { CamelCasePlugin, Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type SqliteDatabase, type Transaction } from 'kysely';
 import type { Config } from '../config.ts';
 import type { Database } from './schema.ts';
 import { migrationsFor } from './migrations/index.ts';
@@ -36,14 +36,35 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
   file.pragma('busy_timeout = 5000');
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: file }), plugins });
+  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(file) }), plugins });
   return { db, dialect: 'sqlite', close: () => db.destroy() };
+}
+
+const STATEMENT_CACHE_SIZE = 500;
+
+/**
+ * better-sqlite3 compiles SQL on every prepare(); Kysely prepares each query anew. Keeping the
+ * compiled statements of recent SQL texts (parameters are bound per call) saves that on hot paths.
+ */
+function withStatementCache(file: SQLite.Database): SqliteDatabase {
+  const statements = new Map<string, SQLite.Statement>();
+  return {
+    prepare(source: string) {
+      let statement = statements.get(source);
+      if (!statement) {
+        statement = file.prepare(source);
+        if (statements.size >= STATEMENT_CACHE_SIZE) statements.delete(statements.keys().next().value!);
+        statements.set(source, statement);
+      }
+      return statement;
+    },
+    close: () => file.close(),
+  };
 }
 
 /** Applies every pending migration; safe to run from several processes at once. */
 export async function migrate({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
-  // On PostgreSQL the migration tables are looked up in the current schema only: unqualified, Kysely
-  // takes another schema's tables for ours when several schemas share a database (as tests do).
+  // Name the schema on PostgreSQL: otherwise Kysely takes a migration table of any schema for its own.
   const migrationTableSchema =
     dialect === 'postgres' ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema : undefined;
   const migrator = new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });

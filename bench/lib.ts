@@ -1,0 +1,165 @@
+/**
+ * Shared pieces of the benchmarks: the real server in a child process, a bare node:http baseline in
+ * another, and an autocannon load run against either. Each benchmark compares against the baseline in
+ * the same run and prints the ratio, since absolute numbers mean little on a noisy machine.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const dpc = path.join(root, 'bin', 'dpc.js');
+
+export const CONNECTIONS = 50;
+export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitFor(url: string, child: ChildProcess): Promise<void> {
+  for (let i = 0; i < 300; i += 1) {
+    if (child.exitCode !== null) throw new Error(`process exited with ${child.exitCode} before answering ${url}`);
+    try {
+      if ((await fetch(url)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${url} did not answer`);
+}
+
+export interface BenchProcess {
+  url: string;
+  pid: number;
+  /** Resident memory now and its peak so far, in MB (from /proc). */
+  memory(): { rssMb: number; peakRssMb: number };
+  stop(): Promise<void>;
+}
+
+function procMemory(pid: number) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+)`).exec(status)?.[1] ?? 0);
+  return { rssMb: kb('VmRSS') / 1024, peakRssMb: kb('VmHWM') / 1024 };
+}
+
+function wrap(child: ChildProcess, url: string, cleanup = () => {}): BenchProcess {
+  return {
+    url,
+    pid: child.pid!,
+    memory: () => procMemory(child.pid!),
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve(cleanup());
+        child.once('exit', () => resolve(cleanup()));
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+/** Runs `dpc` with the bench's store; answers its JSON output. */
+export function dpcJson(args: string[], env: NodeJS.ProcessEnv): Promise<any> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [dpc, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk) => (out += chunk));
+    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`dpc ${args.join(' ')} exited ${code}`))));
+  });
+}
+
+export interface BenchServer extends BenchProcess {
+  dataDir: string;
+  /** A bearer token of a new account's admin client. */
+  token: string;
+  api(method: string, urlPath: string, body?: unknown): Promise<any>;
+}
+
+/** The real server on SQLite in a fresh data folder, with an account and a token, logging only warnings. */
+export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promise<BenchServer> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-'));
+  const env = { DPC_DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'warn', DPC_RATE_LIMIT_MAX: '0', ...extraEnv };
+  const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
+  const port = await freePort();
+  const child = spawn(process.execPath, [dpc, 'serve'], { env: { ...process.env, ...env, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(`${url}/healthz`, child);
+  const tokenAnswer = await fetch(`${url}/oauth/dpc/token`, {
+    method: 'POST',
+    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: account.clientId, client_secret: account.clientSecret }),
+  });
+  const { access_token: token } = (await tokenAnswer.json()) as { access_token: string };
+  const base = wrap(child, url, () => rmSync(dataDir, { recursive: true, force: true }));
+  return {
+    ...base,
+    dataDir,
+    token,
+    async api(method, urlPath, body) {
+      const response = await fetch(`${url}/dpc/v1${urlPath}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await response.text();
+      if (!response.ok) throw new Error(`${method} ${urlPath}: ${response.status} ${text}`);
+      return text ? JSON.parse(text) : undefined;
+    },
+  };
+}
+
+/** A bare node:http server in its own process that answers `body` as JSON to every request. */
+export async function startBareServer(body: string): Promise<BenchProcess> {
+  const port = await freePort();
+  const source = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }); s.end(process.env.BODY); }); }).listen(${port}, '127.0.0.1');`;
+  const child = spawn(process.execPath, ['-e', source], { env: { ...process.env, BODY: body }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(url, child);
+  return wrap(child, url);
+}
+
+export interface LoadResult {
+  requestsPerSecond: number;
+  p99Ms: number;
+  errors: number;
+}
+
+/** Drives `url` with CONNECTIONS connections for DURATION_SECONDS. */
+export async function load(
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string; seconds?: number; connections?: number } = {},
+): Promise<LoadResult> {
+  const result = await autocannon({
+    url,
+    method: (options.method ?? 'GET') as 'GET',
+    headers: options.headers,
+    body: options.body,
+    connections: options.connections ?? CONNECTIONS,
+    duration: options.seconds ?? DURATION_SECONDS,
+  });
+  return {
+    requestsPerSecond: result.requests.average,
+    p99Ms: result.latency.p99,
+    errors: result.errors + result.non2xx,
+  };
+}
+
+export function report(name: string, subject: LoadResult, baseline: LoadResult, target?: string): void {
+  const ratio = subject.requestsPerSecond / baseline.requestsPerSecond;
+  console.log(
+    `${name}: ${subject.requestsPerSecond.toFixed(0)} req/s, p99 ${subject.p99Ms} ms` +
+      ` | bare node:http ${baseline.requestsPerSecond.toFixed(0)} req/s, p99 ${baseline.p99Ms} ms` +
+      ` | ratio ${ratio.toFixed(2)}${target ? ` (target ${target})` : ''}` +
+      (subject.errors ? ` | ${subject.errors} errors` : ''),
+  );
+}
