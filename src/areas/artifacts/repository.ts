@@ -1,7 +1,7 @@
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { offsetOf, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
 import type { ArtifactTable } from './tables.ts';
 import type { ArtifactDetails } from './schemas.ts';
 import { CONNECTOR_PROFILE_PREFIX } from './schemas.ts';
@@ -114,19 +114,16 @@ async function requireArtifact(db: Executor, environmentId: string, versionName:
 
 /** The artifacts of an environment, the most recently deployed first. */
 export async function listArtifacts(db: Executor, environmentId: string, query: PageQuery) {
-  const [rows, count] = await Promise.all([
-    db
-      .selectFrom('artifacts')
-      .select(DETAILS_COLUMNS)
-      .where('environmentId', '=', environmentId)
-      .orderBy('deployedAt', 'desc')
-      .orderBy('id', 'desc')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    db.selectFrom('artifacts').select((eb) => eb.fn.countAll<number>().as('total')).where('environmentId', '=', environmentId).executeTakeFirstOrThrow(),
-  ]);
-  return { results: rows.map(toDetails), total: Number(count.total) };
+  const inEnvironment = db.selectFrom('artifacts').where('environmentId', '=', environmentId);
+  const rows = await inEnvironment
+    .select([...DETAILS_COLUMNS, windowTotal])
+    .orderBy('deployedAt', 'desc')
+    .orderBy('id', 'desc')
+    .limit(query.size)
+    .offset(offsetOf(query))
+    .execute();
+  const total = await totalOf(rows, query, () => countOf(inEnvironment));
+  return { results: rows.map(toDetails), total };
 }
 
 export async function getArtifact(db: Executor, environmentId: string, versionName: string) {
