@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -199,8 +200,8 @@ async function stage(
       if (part.type === 'field' && part.valueTruncated) throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
       const refusal = unsafePathReason(assetPath) ?? (seen.has(assetPath) ? 'duplicate path: the first part with this path is kept' : rule(assetPath, part.mimetype));
       seen.add(assetPath);
-      // Text check as the bytes stream through: the decoder is fatal on malformed UTF-8.
-      const decoder = new TextDecoder('utf-8', { fatal: true });
+      // Text check as the bytes stream through; a sequence split between chunks is checked with the next one.
+      let carry = Buffer.alloc(0);
       let contentProblem: string | undefined;
       const start = offset;
       for await (const chunk of source as AsyncIterable<Buffer>) {
@@ -209,11 +210,10 @@ async function stage(
         if (refusal || contentProblem) continue; // drained, not stored
         if (chunk.includes(0)) contentProblem = 'not text: contains a NUL byte';
         else {
-          try {
-            decoder.decode(chunk, { stream: true });
-          } catch {
-            contentProblem = 'not UTF-8 text';
-          }
+          const text = carry.length > 0 ? Buffer.concat([carry, chunk]) : chunk;
+          const complete = text.length - unfinishedTail(text);
+          if (!isUtf8(text.subarray(0, complete))) contentProblem = 'not UTF-8 text';
+          carry = Buffer.from(text.subarray(complete));
         }
         if (!contentProblem) {
           await file.write(chunk, 0, chunk.length, offset);
@@ -221,13 +221,7 @@ async function stage(
         }
       }
       if (part.type === 'file' && part.file.truncated) throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
-      if (!refusal && !contentProblem) {
-        try {
-          decoder.decode();
-        } catch {
-          contentProblem = 'not UTF-8 text';
-        }
-      }
+      if (!refusal && !contentProblem && carry.length > 0) contentProblem = 'not UTF-8 text';
       const reason = refusal ?? contentProblem;
       if (reason) {
         ignored.push({ name: assetPath, reason });
@@ -244,6 +238,17 @@ async function stage(
   }
   if (!complete()) throw badRequest('The multipart body ended before its closing boundary; nothing was stored.');
   return { parts, ignored };
+}
+
+/** How many bytes at the end of `bytes` begin a UTF-8 sequence that `bytes` does not finish (0 to 3). */
+function unfinishedTail(bytes: Buffer): number {
+  for (let back = 1; back <= Math.min(3, bytes.length); back += 1) {
+    const byte = bytes[bytes.length - back];
+    if ((byte & 0xc0) === 0x80) continue; // a continuation byte: look further back for its lead
+    const length = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return length > back ? back : 0;
+  }
+  return 0;
 }
 
 function tooLarge(detail: string): ProblemError {
