@@ -19,9 +19,20 @@ import { eventRoutes } from './areas/events/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
+import { artifactRoutes } from './areas/artifacts/routes.ts';
+import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
-const v1Areas = [projectRoutes, environmentRoutes, connectionRoutes, variableRoutes, secretReferenceRoutes, eventRoutes];
+const v1Areas = [
+  projectRoutes,
+  environmentRoutes,
+  connectionRoutes,
+  variableRoutes,
+  secretReferenceRoutes,
+  artifactRoutes,
+  sharedPipelineRoutes,
+  eventRoutes,
+];
 
 export interface AppOptions {
   config: Config;

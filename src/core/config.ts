@@ -13,6 +13,10 @@ export interface Config {
   tokenTtlSeconds: number;
   /** Largest JSON body accepted, in bytes (413 past it). */
   bodyLimit: number;
+  /** Artifact uploads (multipart): most parts, largest part and largest total of part contents, in bytes (413 past them). */
+  uploadMaxParts: number;
+  uploadMaxPartBytes: number;
+  uploadMaxBytes: number;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -44,6 +48,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     audience: env.DPC_AUDIENCE || 'https://api.matillion.com',
     tokenTtlSeconds: integer(env, 'DPC_TOKEN_TTL_SECONDS', 1800),
     bodyLimit: integer(env, 'DPC_BODY_LIMIT', 1024 * 1024),
+    uploadMaxParts: integer(env, 'DPC_UPLOAD_MAX_PARTS', 20_000),
+    uploadMaxPartBytes: integer(env, 'DPC_UPLOAD_MAX_PART_BYTES', 10 * 1024 * 1024),
+    uploadMaxBytes: integer(env, 'DPC_UPLOAD_MAX_BYTES', 256 * 1024 * 1024),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: (env.DPC_PROBLEM_TYPE_BASE || 'https://platform-api.dev/problems').replace(/\/+$/, ''),

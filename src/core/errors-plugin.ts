@@ -10,8 +10,11 @@ interface ValidationIssue {
   params: Record<string, unknown>;
 }
 
-/** "body.name: must NOT have fewer than 1 characters"; parameters are named bare, as the specification names them. */
-export function violationsOf(context: string | undefined, issues: ValidationIssue[]): string[] {
+/**
+ * "body.name: must NOT have fewer than 1 characters"; parameters are named bare, as the specification names them.
+ * `names` maps a validated name back to the one to show (Fastify validates header names in lower case).
+ */
+export function violationsOf(context: string | undefined, issues: ValidationIssue[], names: Record<string, string> = {}): string[] {
   return issues.map((issue) => {
     const segments = issue.instancePath.split('/').filter(Boolean).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
     let message = issue.message ?? 'is not valid';
@@ -22,10 +25,17 @@ export function violationsOf(context: string | undefined, issues: ValidationIssu
       segments.push(String(issue.params.additionalProperty));
       message = 'is not allowed';
     }
+    if (segments.length > 0) segments[0] = names[segments[0]] ?? segments[0];
     const prefix = context === 'body' ? ['body'] : [];
     const field = [...prefix, ...segments].join('.') || context || 'request';
     return `${field}: ${message}`;
   });
+}
+
+/** Lower-case header name to its spelling in the route's schema: "versionname" to "versionName". */
+function declaredHeaderNames(request: FastifyRequest): Record<string, string> {
+  const properties = (request.routeOptions.schema?.headers as { properties?: Record<string, unknown> } | undefined)?.properties ?? {};
+  return Object.fromEntries(Object.keys(properties).map((name) => [name.toLowerCase(), name]));
 }
 
 export function sendProblem(
@@ -69,7 +79,11 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     }
     if (error.validation) {
       return sendProblem(request, reply, 400, 'The request is not valid.', {
-        violations: violationsOf(error.validationContext, error.validation as ValidationIssue[]),
+        violations: violationsOf(
+          error.validationContext,
+          error.validation as ValidationIssue[],
+          error.validationContext === 'headers' ? declaredHeaderNames(request) : undefined,
+        ),
       });
     }
     const status = error.statusCode ?? 500;

@@ -9,6 +9,8 @@ import type { EnvironmentTables } from '../../areas/environments/tables.ts';
 import type { ConnectionTables } from '../../areas/connections/tables.ts';
 import type { VariableTables } from '../../areas/variables/tables.ts';
 import type { SecretReferenceTables } from '../../areas/secret-references/tables.ts';
+import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
+import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -76,4 +78,6 @@ export interface Database
     EnvironmentTables,
     ConnectionTables,
     VariableTables,
-    SecretReferenceTables {}
+    SecretReferenceTables,
+    ArtifactTables,
+    SharedPipelineTables {}

@@ -1,0 +1,190 @@
+import type { Executor } from '../../core/db/database.ts';
+import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { conflict, notFound } from '../../core/problems.ts';
+import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
+import type { ArtifactTable } from './tables.ts';
+import type { ArtifactDetails } from './schemas.ts';
+import { CONNECTOR_PROFILE_PREFIX } from './schemas.ts';
+import type { IgnoredResource, StagedUpload } from './upload.ts';
+
+/** Rows are inserted in batches of at most this many rows and bytes: few round trips, bounded memory. */
+const BATCH_ROWS = 500;
+const BATCH_BYTES = 4 * 1024 * 1024;
+
+type DetailsRow = Pick<ArtifactTable, 'branch' | 'commitHash' | 'createdAt' | 'deployedAt' | 'enabled' | 'provider' | 'versionName'>;
+const DETAILS_COLUMNS = ['branch', 'commitHash', 'createdAt', 'deployedAt', 'enabled', 'provider', 'versionName'] as const;
+
+function toDetails(row: DetailsRow): ArtifactDetails {
+  return {
+    ...(row.branch !== null && { branch: row.branch }),
+    ...(row.commitHash !== null && { commitHash: row.commitHash }),
+    createdAt: row.createdAt,
+    deployedAt: row.deployedAt,
+    enabled: row.enabled === 1,
+    provider: row.provider,
+    versionName: row.versionName,
+  };
+}
+
+const versionTaken = (versionName: string) => conflict(`Version "${versionName}" already exists in this environment.`);
+
+/** A 409 before an upload is read, when its version is already taken (the unique key decides at commit). */
+export async function requireVersionFree(db: Executor, environmentId: string, versionName: string): Promise<void> {
+  const row = await db.selectFrom('artifacts').select('id').where('environmentId', '=', environmentId).where('versionName', '=', versionName).executeTakeFirst();
+  if (row) throw versionTaken(versionName);
+}
+
+export interface NewArtifact {
+  projectId: string;
+  environmentId: string;
+  versionName: string;
+  branch?: string;
+  commitHash?: string;
+}
+
+/**
+ * Stores the artifact and every staged part as an asset; connector profiles that are not JSON are
+ * added to `ignored` instead. Run it in a transaction: the artifact appears whole or not at all.
+ */
+export async function createArtifact(trx: Executor, artifact: NewArtifact, upload: StagedUpload): Promise<IgnoredResource[]> {
+  const createdAt = now();
+  let artifactId: number;
+  try {
+    ({ id: artifactId } = await trx
+      .insertInto('artifacts')
+      .values({
+        projectId: artifact.projectId,
+        environmentId: artifact.environmentId,
+        versionName: artifact.versionName,
+        branch: artifact.branch ?? null,
+        commitHash: artifact.commitHash ?? null,
+        provider: 'upload',
+        enabled: 1,
+        createdAt,
+        deployedAt: createdAt,
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow());
+  } catch (error) {
+    if (isUniqueViolation(error)) throw versionTaken(artifact.versionName);
+    throw error;
+  }
+
+  const ignored = [...upload.ignored];
+  let batch: { artifactId: number; path: string; content: Buffer }[] = [];
+  let batchBytes = 0;
+  const flush = async () => {
+    if (batch.length > 0) await trx.insertInto('artifactAssets').values(batch).execute();
+    batch = [];
+    batchBytes = 0;
+  };
+  for (const part of upload.parts) {
+    const content = await upload.content(part);
+    if (part.path.startsWith(CONNECTOR_PROFILE_PREFIX) && !isJson(content)) {
+      ignored.push({ name: part.path, reason: 'connector profile is not valid JSON' });
+      continue;
+    }
+    if (batch.length >= BATCH_ROWS || batchBytes + content.length > BATCH_BYTES) await flush();
+    batch.push({ artifactId, path: part.path, content });
+    batchBytes += content.length;
+  }
+  await flush();
+  return ignored;
+}
+
+function isJson(content: Buffer): boolean {
+  try {
+    JSON.parse(content.toString('utf8'));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function requireArtifact(db: Executor, environmentId: string, versionName: string) {
+  const row = await db
+    .selectFrom('artifacts')
+    .select(['id', ...DETAILS_COLUMNS])
+    .where('environmentId', '=', environmentId)
+    .where('versionName', '=', versionName)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Version "${versionName}" does not exist in this environment.`);
+  return row;
+}
+
+/** The artifacts of an environment, the most recently deployed first. */
+export async function listArtifacts(db: Executor, environmentId: string, query: PageQuery) {
+  const inEnvironment = db.selectFrom('artifacts').where('environmentId', '=', environmentId);
+  const rows = await inEnvironment
+    .select([...DETAILS_COLUMNS, windowTotal])
+    .orderBy('deployedAt', 'desc')
+    .orderBy('id', 'desc')
+    .limit(query.size)
+    .offset(offsetOf(query))
+    .execute();
+  const total = await totalOf(rows, query, () => countOf(inEnvironment));
+  return { results: rows.map(toDetails), total };
+}
+
+export async function getArtifact(db: Executor, environmentId: string, versionName: string) {
+  const row = await requireArtifact(db, environmentId, versionName);
+  const assets = await db.selectFrom('artifactAssets').select('path').where('artifactId', '=', row.id).orderBy('path').execute();
+  return { assets: assets.map((a) => a.path), details: toDetails(row) };
+}
+
+export async function getAssetContent(db: Executor, environmentId: string, versionName: string, assetPath: string): Promise<Buffer> {
+  const { id } = await requireArtifact(db, environmentId, versionName);
+  const row = await db.selectFrom('artifactAssets').select('content').where('artifactId', '=', id).where('path', '=', assetPath).executeTakeFirst();
+  if (!row) throw notFound(`Version "${versionName}" has no asset "${assetPath}".`);
+  return row.content;
+}
+
+/**
+ * Copies version `versionName` of the source environment, assets and all, into the target environment
+ * (copied in the database, never through memory). A version reaches an environment once: a repeat is 409.
+ */
+export async function promoteArtifact(trx: Executor, projectId: string, sourceEnvironmentId: string, targetEnvironmentId: string, versionName: string) {
+  const source = await requireArtifact(trx, sourceEnvironmentId, versionName);
+  let targetId: number;
+  try {
+    ({ id: targetId } = await trx
+      .insertInto('artifacts')
+      .values({
+        projectId,
+        environmentId: targetEnvironmentId,
+        versionName,
+        branch: source.branch,
+        commitHash: source.commitHash,
+        provider: 'promotion',
+        enabled: 1,
+        createdAt: source.createdAt,
+        deployedAt: now(),
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow());
+  } catch (error) {
+    if (isUniqueViolation(error)) throw versionTaken(versionName);
+    throw error;
+  }
+  await trx
+    .insertInto('artifactAssets')
+    .columns(['artifactId', 'path', 'content'])
+    .expression((eb) =>
+      eb
+        .selectFrom('artifactAssets')
+        // A literal, not a parameter: PostgreSQL would type a bare parameter in a select list as text.
+        .select((s) => [s.lit(targetId).as('artifactId'), 'path', 'content'])
+        .where('artifactId', '=', source.id),
+    )
+    .execute();
+}
+
+export async function setArtifactEnabled(db: Executor, environmentId: string, versionName: string, enabled: boolean): Promise<void> {
+  const result = await db
+    .updateTable('artifacts')
+    .set({ enabled: enabled ? 1 : 0 })
+    .where('environmentId', '=', environmentId)
+    .where('versionName', '=', versionName)
+    .executeTakeFirst();
+  if (result.numUpdatedRows === 0n) throw notFound(`Version "${versionName}" does not exist in this environment.`);
+}

@@ -1,0 +1,224 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import type { Executor } from '../../core/db/database.ts';
+import { Page, pageOf } from '../../core/paging.ts';
+import { problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject } from '../projects/repository.ts';
+import { requireEnvironmentId } from '../environments/repository.ts';
+import {
+  ArtifactDetails,
+  ArtifactDetailsResult,
+  ArtifactQuery,
+  AssetQuery,
+  CONNECTOR_PROFILE_CONTENT_TYPE,
+  CONNECTOR_PROFILE_NAME,
+  CONNECTOR_PROFILE_PREFIX,
+  EnabledResult,
+  ListArtifactsQuery,
+  PromoteArtifactRequest,
+  PromoteArtifactResponse,
+  SetArtifactEnabledRequest,
+  UploadArtifactHeaders,
+} from './schemas.ts';
+import {
+  createArtifact,
+  getArtifact,
+  getAssetContent,
+  listArtifacts,
+  promoteArtifact,
+  requireVersionFree,
+  setArtifactEnabled,
+} from './repository.ts';
+import { acceptUploads, headerValue, UploadBody, UploadResult, uploadValidatorCompiler, withStagedUpload, type PartRule } from './upload.ts';
+
+const tags = ['Artifacts'];
+
+/** The id of environment `environmentName` of the caller's project, or a 404 for either. */
+async function requireEnvironment(db: Executor, accountId: string, projectId: string, environmentName: string): Promise<string> {
+  await requireProject(db, accountId, projectId);
+  return requireEnvironmentId(db, projectId, environmentName);
+}
+
+const PROFILE_NAMES = 'connector-profile:flex-<id>.json or connector-profile:custom-<id>.json';
+
+/** Connector profiles travel as parts of their own content type and name; neither goes without the other. */
+const connectorProfileRule: PartRule = (path, contentType) => {
+  const profileType = contentType === CONNECTOR_PROFILE_CONTENT_TYPE;
+  if (path.startsWith(CONNECTOR_PROFILE_PREFIX)) {
+    if (!CONNECTOR_PROFILE_NAME.test(path)) return `not a connector profile name: ${PROFILE_NAMES}`;
+    if (!profileType) return `a connector profile part needs content type ${CONNECTOR_PROFILE_CONTENT_TYPE}`;
+  } else if (profileType) {
+    return `a connector profile part is named ${PROFILE_NAMES}`;
+  }
+  return undefined;
+};
+
+export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  // The upload takes multipart bodies, in a scope of its own so that every other operation stays JSON-only.
+  await app.register(async (scope) => {
+    await acceptUploads(scope, app.config);
+    scope.withTypeProvider<TypeBoxTypeProvider>().post(
+      '/projects/:projectId/artifacts',
+      {
+        validatorCompiler: uploadValidatorCompiler,
+        schema: {
+          summary: 'Upload an artifact: every file of the project as one version (E10)',
+          description:
+            'Each part is one file, named by its relative path, text/plain. Parts that are not UTF-8 text, have an unsafe path or repeat a path are listed in `ignoredResources`. ' +
+            `Connector profiles are parts named ${PROFILE_NAMES} with content type ${CONNECTOR_PROFILE_CONTENT_TYPE}.`,
+          tags,
+          consumes: ['multipart/form-data'],
+          params: ProjectParams,
+          headers: UploadArtifactHeaders,
+          body: UploadBody,
+          response: { 200: UploadResult, ...problems(409) },
+        },
+      },
+      async (request) => {
+        const { accountId } = request.principal;
+        const { projectId } = request.params;
+        const versionName = headerValue(request, 'versionName')!;
+        const environmentName = headerValue(request, 'environmentName')!;
+        // Refused before the body is read, and checked again where it is committed.
+        const environmentId = await requireEnvironment(app.store.db, accountId, projectId, environmentName);
+        await requireVersionFree(app.store.db, environmentId, versionName);
+        const ignoredResources = await withStagedUpload(request, app.config, connectorProfileRule, (upload) =>
+          app.store.db.transaction().execute(async (trx) =>
+            createArtifact(
+              trx,
+              {
+                projectId,
+                environmentId: await requireEnvironment(trx, accountId, projectId, environmentName),
+                versionName,
+                branch: headerValue(request, 'branch'),
+                commitHash: headerValue(request, 'commitHash'),
+              },
+              upload,
+            ),
+          ),
+        );
+        Object.assign(request.auditIds, { environmentName, versionName });
+        return { ignoredResources, versionName };
+      },
+    );
+  });
+
+  app.get(
+    '/projects/:projectId/artifacts',
+    {
+      schema: {
+        summary: 'List the artifacts of an environment, the most recently deployed first (E11)',
+        tags,
+        params: ProjectParams,
+        querystring: ListArtifactsQuery,
+        response: { 200: Page(ArtifactDetails) },
+      },
+    },
+    async (request) => {
+      const { environmentName, page, size } = request.query;
+      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      const { results, total } = await listArtifacts(app.store.db, environmentId, { page, size });
+      return pageOf({ page, size }, results, total);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/artifacts/details',
+    {
+      schema: {
+        summary: 'Get one version of an environment: its asset paths and details (E12)',
+        tags,
+        params: ProjectParams,
+        querystring: ArtifactQuery,
+        response: { 200: ArtifactDetailsResult },
+      },
+    },
+    async (request) => {
+      const { environmentName, versionName } = request.query;
+      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      return getArtifact(app.store.db, environmentId, versionName);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/artifacts/assets',
+    {
+      schema: {
+        summary: 'Read one asset of a version back, as it was uploaded',
+        tags,
+        params: ProjectParams,
+        querystring: AssetQuery,
+        response: {
+          200: {
+            description: 'The asset content: text/plain, or the connector profile type for a connector profile.',
+            content: {
+              'text/plain': { schema: Type.String() },
+              [CONNECTOR_PROFILE_CONTENT_TYPE]: { schema: Type.String() },
+            },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const { environmentName, versionName, path } = request.query;
+      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      const content = await getAssetContent(app.store.db, environmentId, versionName, path);
+      const type = path.startsWith(CONNECTOR_PROFILE_PREFIX) ? CONNECTOR_PROFILE_CONTENT_TYPE : 'text/plain; charset=utf-8';
+      // Stored contents are checked UTF-8, so the text is exactly the uploaded bytes.
+      return reply.type(type).send(content.toString('utf8'));
+    },
+  );
+
+  app.post(
+    '/projects/:projectId/artifacts/promotions',
+    {
+      schema: {
+        summary: 'Promote a version from one environment to another',
+        description: 'Copies the version, assets and all, into the target environment. A version is promoted to an environment once: a repeat is 409.',
+        tags,
+        params: ProjectParams,
+        body: PromoteArtifactRequest,
+        response: { 200: PromoteArtifactResponse, ...problems(409) },
+      },
+    },
+    async (request) => {
+      const { accountId } = request.principal;
+      const { projectId } = request.params;
+      const { sourceEnvironmentName, targetEnvironmentName, versionName } = request.body;
+      await app.store.db.transaction().execute(async (trx) => {
+        const sourceId = await requireEnvironment(trx, accountId, projectId, sourceEnvironmentName);
+        const targetId = await requireEnvironmentId(trx, projectId, targetEnvironmentName);
+        await promoteArtifact(trx, projectId, sourceId, targetId, versionName);
+      });
+      Object.assign(request.auditIds, { environmentName: targetEnvironmentName, versionName });
+      return { environmentName: targetEnvironmentName, versionName };
+    },
+  );
+
+  app.patch(
+    '/projects/:projectId/artifacts',
+    {
+      schema: {
+        summary: 'Enable or disable a version of an environment',
+        description: 'A disabled version stays listed but is not to be run.',
+        tags,
+        params: ProjectParams,
+        body: SetArtifactEnabledRequest,
+        response: { 200: EnabledResult },
+      },
+    },
+    async (request) => {
+      const { environmentName, versionName, enabled } = request.body;
+      await app.store.db.transaction().execute(async (trx) => {
+        const environmentId = await requireEnvironment(trx, request.principal.accountId, request.params.projectId, environmentName);
+        await setArtifactEnabled(trx, environmentId, versionName, enabled);
+      });
+      Object.assign(request.auditIds, { environmentName, versionName });
+      return { enabled, versionName };
+    },
+  );
+}

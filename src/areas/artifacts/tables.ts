@@ -1,0 +1,28 @@
+import type { Generated } from 'kysely';
+
+export interface ArtifactTable {
+  id: Generated<number>;
+  projectId: string;
+  environmentId: string;
+  versionName: string;
+  branch: string | null;
+  commitHash: string | null;
+  /** How the version reached its environment: "upload" or "promotion". */
+  provider: string;
+  enabled: number;
+  /** When the version was uploaded (kept by a promotion). */
+  createdAt: string;
+  /** When the version reached this environment (upload or promotion). */
+  deployedAt: string;
+}
+
+export interface ArtifactAssetTable {
+  artifactId: number;
+  path: string;
+  content: Buffer;
+}
+
+export interface ArtifactTables {
+  artifacts: ArtifactTable;
+  artifactAssets: ArtifactAssetTable;
+}

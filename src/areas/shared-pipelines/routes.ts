@@ -1,0 +1,94 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { problems } from '../../core/openapi.ts';
+import { EnabledResult } from '../artifacts/schemas.ts';
+import { acceptUploads, headerValue, UploadBody, UploadResult, uploadValidatorCompiler, withStagedUpload, type PartRule } from '../artifacts/upload.ts';
+import { PIPELINE_FILE, PublishSharedPipelinesHeaders, SetSharedPipelinesEnabledRequest, SharedPipelinesQuery, SharedPipelinesResult } from './schemas.ts';
+import { getSharedPipelines, publishSharedPipelines, requireVersionFree, setSharedPipelinesEnabled } from './repository.ts';
+
+const tags = ['Shared pipeline artifacts'];
+
+const pipelineFilesOnly: PartRule = (path) => (PIPELINE_FILE.test(path) ? undefined : 'not a pipeline file (.orch.yaml or .tran.yaml)');
+
+/** Shared pipeline artifacts belong to the caller's account, not to a project. */
+export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  // The upload takes multipart bodies, in a scope of its own so that every other operation stays JSON-only.
+  await app.register(async (scope) => {
+    await acceptUploads(scope, app.config);
+    scope.withTypeProvider<TypeBoxTypeProvider>().post(
+      '/shared-pipelines/artifacts',
+      {
+        validatorCompiler: uploadValidatorCompiler,
+        schema: {
+          summary: 'Publish a version of shared pipelines',
+          description:
+            'Multipart like an artifact upload. Each pipeline file (.orch.yaml, .tran.yaml) becomes a shared pipeline; other parts are listed in `ignoredResources`.',
+          tags,
+          consumes: ['multipart/form-data'],
+          headers: PublishSharedPipelinesHeaders,
+          body: UploadBody,
+          response: { 200: UploadResult, ...problems(409) },
+        },
+      },
+      async (request) => {
+        const { accountId } = request.principal;
+        const sharedPipelineIdPrefix = headerValue(request, 'sharedPipelineIdPrefix')!;
+        const versionName = headerValue(request, 'versionName')!;
+        await requireVersionFree(app.store.db, accountId, sharedPipelineIdPrefix, versionName);
+        const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, (upload) =>
+          app.store.db.transaction().execute((trx) =>
+            publishSharedPipelines(
+              trx,
+              {
+                accountId,
+                sharedPipelineIdPrefix,
+                versionName,
+                branch: headerValue(request, 'branch'),
+                commitHash: headerValue(request, 'commitHash'),
+              },
+              upload,
+            ),
+          ),
+        );
+        Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
+        return { ignoredResources, versionName };
+      },
+    );
+  });
+
+  app.patch(
+    '/shared-pipelines/artifacts',
+    {
+      schema: {
+        summary: 'Enable or disable a version of shared pipelines (E13)',
+        tags,
+        body: SetSharedPipelinesEnabledRequest,
+        response: { 200: EnabledResult },
+      },
+    },
+    async (request) => {
+      const { enabled, sharedPipelineIdPrefix, versionName } = request.body;
+      await setSharedPipelinesEnabled(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName, enabled);
+      Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
+      return { enabled, versionName };
+    },
+  );
+
+  app.get(
+    '/shared-pipelines/artifacts/details',
+    {
+      schema: {
+        summary: 'Get a version of shared pipelines, by default the most recently published (E14)',
+        tags,
+        querystring: SharedPipelinesQuery,
+        response: { 200: SharedPipelinesResult },
+      },
+    },
+    async (request) => {
+      const { sharedPipelineIdPrefix, versionName } = request.query;
+      return getSharedPipelines(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName);
+    },
+  );
+}
