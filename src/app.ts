@@ -16,9 +16,11 @@ import { identityRoutes } from './areas/identity/routes.ts';
 import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
+import { connectorRoutes } from './areas/connectors/routes.ts';
+import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
-const v1Areas = [projectRoutes, environmentRoutes, eventRoutes];
+const v1Areas = [projectRoutes, environmentRoutes, eventRoutes, connectorRoutes, oauthConnectionRoutes];
 
 export interface AppOptions {
   config: Config;

@@ -6,6 +6,8 @@
 import type { Generated } from 'kysely';
 import type { ProjectTables } from '../../areas/projects/tables.ts';
 import type { EnvironmentTables } from '../../areas/environments/tables.ts';
+import type { ConnectorTables } from '../../areas/connectors/tables.ts';
+import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -67,4 +69,4 @@ export interface CoreTables {
   jobs: JobTable;
 }
 
-export interface Database extends CoreTables, ProjectTables, EnvironmentTables {}
+export interface Database extends CoreTables, ProjectTables, EnvironmentTables, ConnectorTables, OAuthConnectionTables {}

@@ -2,10 +2,12 @@ import type { Migration } from 'kysely';
 import type { Dialect } from '../database.ts';
 import type { PortableMigration } from './types.ts';
 import { foundation } from './0001_foundation.ts';
+import { connectors } from './0004_connectors.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
   '0001_foundation': foundation,
+  '0004_connectors': connectors,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
