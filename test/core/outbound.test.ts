@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { OutboundClient, OutboundError, type OutboundFailure, type OutboundSettings } from '../../src/core/outbound.ts';
-import { startLoopbackApi, type LoopbackApi } from '../helpers/loopback.ts';
+import { selfSignedCertificate, startLoopbackApi, type LoopbackApi } from '../helpers/loopback.ts';
 
 const defaults: OutboundSettings = { allowedRanges: [], timeoutMs: 2000, maxResponseBytes: 1000, maxRedirects: 3 };
 
@@ -104,6 +104,21 @@ describe('outbound requests', () => {
     assert.equal(api.received.at(-1)!.body, '');
     assert.equal((await send(307)).headers['x-seen'], 'POST');
     assert.equal(api.received.at(-1)!.body, 'data');
+  });
+
+  test('HTTPS is verified: a self-signed certificate is trusted only when the deployment names it', async () => {
+    const certificate = selfSignedCertificate();
+    const secure = await startLoopbackApi(undefined, certificate);
+    try {
+      const request = { method: 'GET', url: new URL(`${secure.url}/`), headers: {} };
+      const untrusting = new OutboundClient({ ...defaults, allowedRanges: ['127.0.0.1'] });
+      assert.equal(await failure(untrusting.send(request)), 'unreachable');
+      const trusting = new OutboundClient({ ...defaults, allowedRanges: ['127.0.0.1'], caFile: certificate.certFile });
+      assert.equal((await trusting.send(request)).status, 200);
+    } finally {
+      await secure.close();
+      certificate.remove();
+    }
   });
 
   test('redirects, time and response size are bounded; only http(s) is spoken', async () => {
