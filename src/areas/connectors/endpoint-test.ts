@@ -5,10 +5,10 @@ import { requireOAuthConnection } from '../oauth-connections/repository.ts';
 import type { AuthenticationOption, Endpoint, TestEndpointRequest, TestEndpointResponse } from './schemas.ts';
 import { URI_PLACEHOLDER } from './profiles.ts';
 
-type Parameters = Endpoint['headerParameters'];
+type RequestParameters = Endpoint['headerParameters'];
 
 /** Default values of the endpoint's parameters, with the test request's values over them. */
-function valuesOf(defaults: Parameters, given: Record<string, string> | undefined): Map<string, string> {
+function valuesOf(defaults: RequestParameters, given: Record<string, string> | undefined): Map<string, string> {
   const values = new Map<string, string>();
   for (const parameter of defaults) if (parameter.value !== undefined) values.set(parameter.name, parameter.value);
   for (const [name, value] of Object.entries(given ?? {})) values.set(name, value);

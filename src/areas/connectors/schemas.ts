@@ -3,8 +3,7 @@ import { SecretReference } from '../oauth-connections/schemas.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
-export const AUTH_TYPES = ['NONE', 'BASIC', 'BEARER', 'API_KEY', 'OAUTH'] as const;
-export type AuthType = (typeof AUTH_TYPES)[number];
+const AUTH_TYPES = ['NONE', 'BASIC', 'BEARER', 'API_KEY', 'OAUTH'] as const;
 
 /** One value an authentication option needs: a plain value, or where its secret is kept, or an OAuth connection. */
 export const AuthParameter = Type.Object(

@@ -13,10 +13,10 @@ export const SecretReference = Type.Object(
 );
 export type SecretReference = Static<typeof SecretReference>;
 
-export const OAuthConnectionId = Type.String({ format: 'uuid', examples: ['7c1f9f2e-2b8a-4b7e-9a53-0d1c3e7b9a41'] });
+const OAuthConnectionId = Type.String({ format: 'uuid', examples: ['7c1f9f2e-2b8a-4b7e-9a53-0d1c3e7b9a41'] });
 export const OAuthConnectionParams = Type.Object({ oauthConnectionId: OAuthConnectionId });
 
-export const OAUTH_STATUSES = ['AUTHORIZED', 'PENDING_SETUP'] as const;
+const OAUTH_STATUSES = ['AUTHORIZED', 'PENDING_SETUP'] as const;
 
 export const CreateOAuthConnectionRequest = Type.Object(
   {
