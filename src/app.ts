@@ -21,6 +21,8 @@ import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
 import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
+import { connectorRoutes } from './areas/connectors/routes.ts';
+import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -31,6 +33,8 @@ const v1Areas = [
   secretReferenceRoutes,
   artifactRoutes,
   sharedPipelineRoutes,
+  connectorRoutes,
+  oauthConnectionRoutes,
   eventRoutes,
 ];
 

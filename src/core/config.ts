@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import path from 'node:path';
 
 /** Everything the server and the CLI read from the environment, parsed once. */
@@ -24,6 +25,15 @@ export interface Config {
   logLevel: string;
   /** Whether this process runs background jobs. */
   runJobs: boolean;
+  /** Address ranges (CIDR) outbound requests may reach although they are loopback, private or reserved. */
+  outboundAllowedRanges: string[];
+  /** Whole-request deadline of an outbound request, redirects included. */
+  outboundTimeoutMs: number;
+  /** Bytes of an outbound response body kept; the rest is cut off. */
+  outboundMaxResponseBytes: number;
+  outboundMaxRedirects: number;
+  /** PEM file of certificate authorities trusted for outbound HTTPS besides the usual ones. */
+  outboundCaFile?: string;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -32,6 +42,20 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number
   const value = Number(raw);
   if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
   return value;
+}
+
+/** "10.0.0.0/8,127.0.0.1" into CIDR ranges; a bare address is a range of one. */
+function addressRanges(env: NodeJS.ProcessEnv, name: string): string[] {
+  const ranges = (env[name] ?? '').split(',').map((range) => range.trim()).filter(Boolean);
+  for (const range of ranges) {
+    const [address, prefix] = range.split('/');
+    const family = isIP(address);
+    const bits = family === 6 ? 128 : 32;
+    if (!family || (prefix !== undefined && !(/^\d+$/.test(prefix) && Number(prefix) <= bits))) {
+      throw new Error(`${name} must be comma-separated addresses or CIDR ranges, got "${range}"`);
+    }
+  }
+  return ranges;
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -56,5 +80,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     problemTypeBase: (env.DPC_PROBLEM_TYPE_BASE || 'https://platform-api.dev/problems').replace(/\/+$/, ''),
     logLevel: env.LOG_LEVEL || 'info',
     runJobs: env.DPC_RUN_JOBS !== 'false',
+    outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
+    outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),
+    outboundMaxResponseBytes: integer(env, 'DPC_OUTBOUND_MAX_RESPONSE_BYTES', 1024 * 1024),
+    outboundMaxRedirects: integer(env, 'DPC_OUTBOUND_MAX_REDIRECTS', 5),
+    outboundCaFile: env.DPC_OUTBOUND_CA_FILE ? path.resolve(env.DPC_OUTBOUND_CA_FILE) : undefined,
   };
 }

@@ -11,6 +11,8 @@ import type { VariableTables } from '../../areas/variables/tables.ts';
 import type { SecretReferenceTables } from '../../areas/secret-references/tables.ts';
 import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
 import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
+import type { ConnectorTables } from '../../areas/connectors/tables.ts';
+import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -80,4 +82,6 @@ export interface Database
     VariableTables,
     SecretReferenceTables,
     ArtifactTables,
-    SharedPipelineTables {}
+    SharedPipelineTables,
+    ConnectorTables,
+    OAuthConnectionTables {}

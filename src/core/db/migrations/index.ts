@@ -4,12 +4,14 @@ import type { PortableMigration } from './types.ts';
 import { foundation } from './0001_foundation.ts';
 import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
+import { connectors } from './0004_connectors.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
   '0001_foundation': foundation,
   '0002_project_configuration': projectConfiguration,
   '0003_artifacts': artifacts,
+  '0004_connectors': connectors,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {

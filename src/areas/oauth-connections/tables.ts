@@ -1,0 +1,24 @@
+import type { Generated } from 'kysely';
+
+export interface OAuthConnectionTable {
+  /** Creation order: the list answers oldest first, even within one millisecond. */
+  seq: Generated<number>;
+  id: string;
+  accountId: string;
+  name: string;
+  grantType: string;
+  clientId: string;
+  /** JSON SecretReference. */
+  clientSecret: string;
+  authorizationUrl: string | null;
+  tokenUrl: string;
+  /** JSON array of strings. */
+  scopes: string;
+  /** JSON SecretReference of the tokens; null while the connection is pending setup. */
+  tokens: string | null;
+  createdAt: string;
+}
+
+export interface OAuthConnectionTables {
+  oauthConnections: OAuthConnectionTable;
+}
