@@ -25,7 +25,9 @@ function multipartBody(files: number, fileBytes: number): Readable {
     (function* () {
       for (let i = 0; i < files; i += 1) {
         const name = `pipelines/folder-${i % 50}/file-${i}.sql`;
-        yield Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="${name}"; filename="file-${i}.sql"\r\ncontent-type: text/plain\r\n\r\n`);
+        yield Buffer.from(
+          `--${BOUNDARY}\r\ncontent-disposition: form-data; name="${name}"; filename="file-${i}.sql"\r\ncontent-type: text/plain\r\n\r\n`,
+        );
         yield fileContent(i, fileBytes);
         yield Buffer.from('\r\n');
       }
@@ -67,19 +69,36 @@ async function directWrite(files: number, fileBytes: number) {
     await migrate(store);
     const at = now();
     await store.db.insertInto('accounts').values({ id: 'a', name: 'bench', createdAt: at }).execute();
-    await store.db.insertInto('projects').values({ id: 'p', accountId: 'a', name: 'bench', description: null, createdBy: 'bench', createdAt: at }).execute();
-    await store.db.insertInto('environments').values({ id: 'e', projectId: 'p', name: 'bench', description: null, defaultAgentId: null, createdAt: at }).execute();
+    await store.db
+      .insertInto('projects')
+      .values({ id: 'p', accountId: 'a', name: 'bench', description: null, createdBy: 'bench', createdAt: at })
+      .execute();
+    await store.db
+      .insertInto('environments')
+      .values({ id: 'e', projectId: 'p', name: 'bench', description: null, defaultAgentId: null, createdAt: at })
+      .execute();
     const started = performance.now();
     await store.db.transaction().execute(async (trx) => {
       const { id } = await trx
         .insertInto('artifacts')
-        .values({ projectId: 'p', environmentId: 'e', versionName: 'direct', branch: null, commitHash: null, provider: 'upload', enabled: 1, createdAt: at, deployedAt: at })
+        .values({
+          projectId: 'p',
+          environmentId: 'e',
+          versionName: 'direct',
+          branch: null,
+          commitHash: null,
+          provider: 'upload',
+          enabled: 1,
+          createdAt: at,
+          deployedAt: at,
+        })
         .returning('id')
         .executeTakeFirstOrThrow();
       const batchRows = Math.max(1, Math.min(500, Math.floor((4 * 1024 * 1024) / fileBytes)));
       for (let i = 0; i < files; i += batchRows) {
         const rows = [];
-        for (let j = i; j < Math.min(files, i + batchRows); j += 1) rows.push({ artifactId: id, path: `pipelines/folder-${j % 50}/file-${j}.sql`, content: fileContent(j, fileBytes) });
+        for (let j = i; j < Math.min(files, i + batchRows); j += 1)
+          rows.push({ artifactId: id, path: `pipelines/folder-${j % 50}/file-${j}.sql`, content: fileContent(j, fileBytes) });
         await trx.insertInto('artifactAssets').values(rows).execute();
       }
     });
@@ -99,7 +118,10 @@ export async function bench(): Promise<void> {
     const idle = server.memory();
     console.log(`server idle: RSS ${idle.rssMb.toFixed(0)} MB, peak ${idle.peakRssMb.toFixed(0)} MB`);
     const growths: number[] = [];
-    for (const [files, label] of [[5_000, '5,000 files / 50 MB'], [10_000, '10,000 files / 100 MB']] as const) {
+    for (const [files, label] of [
+      [5_000, '5,000 files / 50 MB'],
+      [10_000, '10,000 files / 100 MB'],
+    ] as const) {
       const fileBytes = 10_000;
       const api = await upload(server, projectId, `v-${files}`, files, fileBytes);
       const direct = await directWrite(files, fileBytes);

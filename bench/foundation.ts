@@ -5,7 +5,8 @@ export async function bench(): Promise<void> {
   const server = await startBenchServer();
   try {
     const { projectId } = await server.api('POST', '/projects', { name: 'bench' });
-    for (let i = 0; i < 30; i += 1) await server.api('POST', `/projects/${projectId}/environments`, { name: `env-${String(i).padStart(2, '0')}` });
+    for (let i = 0; i < 30; i += 1)
+      await server.api('POST', `/projects/${projectId}/environments`, { name: `env-${String(i).padStart(2, '0')}` });
     const listPath = `/dpc/v1/projects/${projectId}/environments`;
     const headers = { authorization: `Bearer ${server.token}` };
     const sample = await (await fetch(`${server.url}${listPath}`, { headers })).text();

@@ -72,10 +72,15 @@ function wrap(child: ChildProcess, url: string, cleanup = () => {}): BenchProces
 /** Runs `dpc` with the bench's store; answers its JSON output. */
 export function dpcJson(args: string[], env: NodeJS.ProcessEnv): Promise<any> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [dpc, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, [dpc, ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (chunk) => (out += chunk));
-    child.on('exit', (code) => (code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`dpc ${args.join(' ')} exited ${code}`))));
+    child.on('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out)) : reject(new Error(`dpc ${args.join(' ')} exited ${code}`)),
+    );
   });
 }
 
@@ -92,12 +97,19 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
   const env = { DPC_DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'warn', DPC_RATE_LIMIT_MAX: '0', ...extraEnv };
   const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
   const port = await freePort();
-  const child = spawn(process.execPath, [dpc, 'serve'], { env: { ...process.env, ...env, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, [dpc, 'serve'], {
+    env: { ...process.env, ...env, PORT: String(port) },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const url = `http://127.0.0.1:${port}`;
   await waitFor(`${url}/healthz`, child);
   const tokenAnswer = await fetch(`${url}/oauth/dpc/token`, {
     method: 'POST',
-    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: account.clientId, client_secret: account.clientSecret }),
+    body: new URLSearchParams({
+      grant_type: 'client_credentials',
+      client_id: account.clientId,
+      client_secret: account.clientSecret,
+    }),
   });
   const { access_token: token } = (await tokenAnswer.json()) as { access_token: string };
   const base = wrap(child, url, () => rmSync(dataDir, { recursive: true, force: true }));
@@ -122,7 +134,10 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
 export async function startBareServer(body: string): Promise<BenchProcess> {
   const port = await freePort();
   const source = `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200, { 'content-type': 'application/json; charset=utf-8' }); s.end(process.env.BODY); }); }).listen(${port}, '127.0.0.1');`;
-  const child = spawn(process.execPath, ['-e', source], { env: { ...process.env, BODY: body }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, ['-e', source], {
+    env: { ...process.env, BODY: body },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   const url = `http://127.0.0.1:${port}`;
   await waitFor(url, child);
   return wrap(child, url);

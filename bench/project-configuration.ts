@@ -36,7 +36,13 @@ async function seedVariables(server: BenchServer, projectId: string, count: numb
 }
 
 /** Loads the server's `path` and a bare server answering the same bytes; prints both and their ratio. */
-async function againstBaseline(server: BenchServer, name: string, path: string, target: string, request: { method?: string; body?: string } = {}) {
+async function againstBaseline(
+  server: BenchServer,
+  name: string,
+  path: string,
+  target: string,
+  request: { method?: string; body?: string } = {},
+) {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
   const url = `${server.url}/dpc/v1${path}`;
   const sample = await (await fetch(url, { ...request, headers })).text();
@@ -67,7 +73,12 @@ export async function bench(): Promise<void> {
   try {
     const { projectId } = await server.api('POST', '/projects', { name: 'variables' });
     await seedVariables(server, projectId, 10_000);
-    await againstBaseline(server, 'E3 GET /v1/projects/{projectId}/variables (25 of 10,000, SQLite)', `/projects/${projectId}/variables`, 'ratio >= 0.5');
+    await againstBaseline(
+      server,
+      'E3 GET /v1/projects/{projectId}/variables (25 of 10,000, SQLite)',
+      `/projects/${projectId}/variables`,
+      'ratio >= 0.5',
+    );
 
     const environments = Array.from({ length: 10 }, (_, i) => `env-${i}`);
     for (const name of environments) await server.api('POST', `/projects/${projectId}/environments`, { name });

@@ -17,7 +17,8 @@ describeEachStore('the dpc command and the server process', (kind) => {
   test('--help explains every command', () => {
     const help = runDpc(['--help'], env);
     assert.equal(help.status, 0);
-    for (const command of ['serve', 'migrate', 'accounts create', 'clients create', 'keys rotate']) assert.ok(help.stdout.includes(command), command);
+    for (const command of ['serve', 'migrate', 'accounts create', 'clients create', 'keys rotate'])
+      assert.ok(help.stdout.includes(command), command);
   });
 
   test('migrate, accounts, clients and keys work on the store; misuse exits 2', () => {
@@ -71,7 +72,11 @@ describeEachStore('the dpc command and the server process', (kind) => {
       assert.match(response, /^HTTP\/1\.1 201/);
       assert.equal(await server.exited, 0);
 
-      const lines = server.logs().trim().split('\n').map((line) => JSON.parse(line));
+      const lines = server
+        .logs()
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line));
       const requestLines = lines.filter((line) => line.msg === 'request completed');
       assert.ok(requestLines.length >= 3);
       for (const line of requestLines) {

@@ -46,7 +46,10 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number
 
 /** "10.0.0.0/8,127.0.0.1" into CIDR ranges; a bare address is a range of one. */
 function addressRanges(env: NodeJS.ProcessEnv, name: string): string[] {
-  const ranges = (env[name] ?? '').split(',').map((range) => range.trim()).filter(Boolean);
+  const ranges = (env[name] ?? '')
+    .split(',')
+    .map((range) => range.trim())
+    .filter(Boolean);
   for (const range of ranges) {
     const [address, prefix] = range.split('/');
     const family = isIP(address);

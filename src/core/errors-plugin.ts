@@ -14,9 +14,16 @@ interface ValidationIssue {
  * "body.name: must NOT have fewer than 1 characters"; parameters are named bare, as the specification names them.
  * `names` maps a validated name back to the one to show (Fastify validates header names in lower case).
  */
-export function violationsOf(context: string | undefined, issues: ValidationIssue[], names: Record<string, string> = {}): string[] {
+export function violationsOf(
+  context: string | undefined,
+  issues: ValidationIssue[],
+  names: Record<string, string> = {},
+): string[] {
   return issues.map((issue) => {
-    const segments = issue.instancePath.split('/').filter(Boolean).map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const segments = issue.instancePath
+      .split('/')
+      .filter(Boolean)
+      .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'));
     let message = issue.message ?? 'is not valid';
     if (issue.keyword === 'required') {
       segments.push(String(issue.params.missingProperty));
@@ -34,7 +41,8 @@ export function violationsOf(context: string | undefined, issues: ValidationIssu
 
 /** Lower-case header name to its spelling in the route's schema: "versionname" to "versionName". */
 function declaredHeaderNames(request: FastifyRequest): Record<string, string> {
-  const properties = (request.routeOptions.schema?.headers as { properties?: Record<string, unknown> } | undefined)?.properties ?? {};
+  const properties =
+    (request.routeOptions.schema?.headers as { properties?: Record<string, unknown> } | undefined)?.properties ?? {};
   return Object.fromEntries(Object.keys(properties).map((name) => [name.toLowerCase(), name]));
 }
 
@@ -48,7 +56,10 @@ export function sendProblem(
   const typeBase = request.server.config.problemTypeBase;
   const instance = request.url.split('?')[0];
   if (options.headers) reply.headers(options.headers);
-  return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(problemBody(typeBase, status, detail, instance, options));
+  return reply
+    .code(status)
+    .type(PROBLEM_CONTENT_TYPE)
+    .send(problemBody(typeBase, status, detail, instance, options));
 }
 
 /** Renders every failure as problem+json: our own, the framework's, unknown routes, wrong methods and crashes. */
@@ -89,11 +100,6 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) return sendProblem(request, reply, status, error.message);
     request.log.error({ err: error }, 'unexpected failure');
-    return sendProblem(
-      request,
-      reply,
-      500,
-      `An unexpected error occurred. Quote request id ${request.id} when reporting it.`,
-    );
+    return sendProblem(request, reply, 500, `An unexpected error occurred. Quote request id ${request.id} when reporting it.`);
   });
 });

@@ -153,7 +153,13 @@ export class JobQueue {
         const backoffMs = Math.min(60_000, 1000 * 2 ** (job.attempts - 1));
         await this.store.db
           .updateTable('jobs')
-          .set({ state: 'queued', lockedBy: null, lockedUntil: null, lastError: message, runAt: new Date(Date.now() + backoffMs).toISOString() })
+          .set({
+            state: 'queued',
+            lockedBy: null,
+            lockedUntil: null,
+            lastError: message,
+            runAt: new Date(Date.now() + backoffMs).toISOString(),
+          })
           .where('id', '=', job.id)
           .where('lockedBy', '=', this.workerId)
           .execute();

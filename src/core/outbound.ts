@@ -213,7 +213,12 @@ export class OutboundClient {
             const finish = () =>
               settle(() =>
                 resolve({
-                  response: { status: incoming.statusCode ?? 0, headers: flatHeaders(incoming.headers), body: Buffer.concat(chunks), truncated },
+                  response: {
+                    status: incoming.statusCode ?? 0,
+                    headers: flatHeaders(incoming.headers),
+                    body: Buffer.concat(chunks),
+                    truncated,
+                  },
                   location: REDIRECTS.has(incoming.statusCode ?? 0) ? incoming.headers.location : undefined,
                 }),
               );
@@ -238,10 +243,13 @@ export class OutboundClient {
         reject(new OutboundError('invalid', `The request cannot be sent: ${(error as Error).message}`));
         return;
       }
-      const timer = setTimeout(() => {
-        request.destroy();
-        fail(new OutboundError('timeout', `${url.host} did not answer within ${this.settings.timeoutMs} ms.`));
-      }, Math.max(0, deadline - Date.now()));
+      const timer = setTimeout(
+        () => {
+          request.destroy();
+          fail(new OutboundError('timeout', `${url.host} did not answer within ${this.settings.timeoutMs} ms.`));
+        },
+        Math.max(0, deadline - Date.now()),
+      );
       request.on('error', fail);
       request.end(body);
     });

@@ -1,4 +1,4 @@
-import { sql, type SelectQueryBuilder } from 'kysely';
+import type { SelectQueryBuilder } from 'kysely';
 import { Type, type Static, type TSchema } from 'typebox';
 
 /** `page` (from 0) and `size` (1 to 100, default 25), as every paged list takes them. */
@@ -24,18 +24,6 @@ export function offsetOf(query: PageQuery): number {
 
 export function pageOf<T>(query: PageQuery, results: T[], total: number) {
   return { page: query.page, results, size: query.size, total };
-}
-
-/**
- * Select this beside a page's columns to learn the total in the same query: every row of the page
- * carries the count of all rows that match. (Not for lists that can grow very large: it counts them all.)
- */
-export const windowTotal = sql<number>`count(*) over ()`.as('windowTotal');
-
-/** The total of a page selected with windowTotal; `count` runs only for a page past the end. */
-export async function totalOf(rows: { windowTotal: number }[], query: PageQuery, count: () => Promise<number>): Promise<number> {
-  if (rows.length > 0) return Number(rows[0].windowTotal);
-  return query.page === 0 ? 0 : count();
 }
 
 /** How many rows a filtered query matches. */

@@ -76,7 +76,10 @@ export const conflict = (detail: string) => new ProblemError(409, detail);
 export const unprocessable = (detail: string, violations?: string[]) => new ProblemError(422, detail, { violations });
 
 export function kebab(title: string): string {
-  return title.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+  return title
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-|-$/g, '');
 }
 
 export function problemBody(

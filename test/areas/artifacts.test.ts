@@ -40,15 +40,26 @@ pipeline:
         columnNames: ["id", "amount", "placed_at"]
 `,
   ],
-  ['sql/orders/merge_orders.sql', "MERGE INTO orders o USING staging_orders s ON o.id = s.id\nWHEN MATCHED THEN UPDATE SET amount = s.amount\nWHEN NOT MATCHED THEN INSERT (id, amount) VALUES (s.id, s.amount);\n"],
-  ['scripts/python/notify.py', 'import os\n\ndef notify(message: str) -> None:\n    print(f"[{os.environ.get(\'ENV\', \'dev\')}] {message}")  # déjà vu: non-ASCII text is fine\n'],
+  [
+    'sql/orders/merge_orders.sql',
+    'MERGE INTO orders o USING staging_orders s ON o.id = s.id\nWHEN MATCHED THEN UPDATE SET amount = s.amount\nWHEN NOT MATCHED THEN INSERT (id, amount) VALUES (s.id, s.amount);\n',
+  ],
+  [
+    'scripts/python/notify.py',
+    "import os\n\ndef notify(message: str) -> None:\n    print(f\"[{os.environ.get('ENV', 'dev')}] {message}\")  # déjà vu: non-ASCII text is fine\n",
+  ],
   ['README.md', '# Sales analytics\n\nDaily order loads.\n'],
-  ['images/logo.png', new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52])],
+  [
+    'images/logo.png',
+    new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52]),
+  ],
 ];
 
 // Literal sample profiles for now: after merging with the connector issue, these are fetched from
 // GET /v1/flex-connectors and GET /v1/custom-connectors like a publishing script does.
-const FLEX_PROFILES = [{ alternateId: 'hubspot', name: 'HubSpot', endpoints: [], deleted: false, lastModified: '2026-11-01T10:00:00.000Z' }];
+const FLEX_PROFILES = [
+  { alternateId: 'hubspot', name: 'HubSpot', endpoints: [], deleted: false, lastModified: '2026-11-01T10:00:00.000Z' },
+];
 const CUSTOM_PROFILES = [{ id: '3f6c9d2e-8a41-4b7e-9c55-1d2e3f4a5b6c', name: 'Internal billing API', endpoints: [] }];
 
 function projectFolderForm(files: ProjectFile[] = PROJECT_FOLDER): FormData {
@@ -89,9 +100,13 @@ describeEachStore('artifacts', (kind) => {
   const upload = (body: FormData, headers: Record<string, string>, token = caller.token, project = projectId) =>
     server.api('POST', `/projects/${project}/artifacts`, { token, body, headers });
   const details = (environmentName: string, versionName: string, token = caller.token) =>
-    server.api('GET', `/projects/${projectId}/artifacts/details?${new URLSearchParams({ environmentName, versionName })}`, { token });
+    server.api('GET', `/projects/${projectId}/artifacts/details?${new URLSearchParams({ environmentName, versionName })}`, {
+      token,
+    });
   const asset = (environmentName: string, versionName: string, path: string) =>
-    server.api('GET', `/projects/${projectId}/artifacts/assets?${new URLSearchParams({ environmentName, versionName, path })}`, { token: caller.token });
+    server.api('GET', `/projects/${projectId}/artifacts/assets?${new URLSearchParams({ environmentName, versionName, path })}`, {
+      token: caller.token,
+    });
 
   test('publishing a project folder with its connector profiles stores every text file and profile, ignores the binary', async () => {
     const answer = await upload(projectFolderForm(), {
@@ -140,10 +155,17 @@ describeEachStore('artifacts', (kind) => {
   test('a version name is unique per environment: 409 on reuse, nothing replaced', async () => {
     const first = await upload(formOf([['a.sql', 'select 1;']]), { versionName: 'dup', environmentName: 'test' });
     assert.equal(first.status, 200);
-    expectProblem(await upload(formOf([['b.sql', 'select 2;']]), { versionName: 'dup', environmentName: 'test' }), 409, 'conflict');
+    expectProblem(
+      await upload(formOf([['b.sql', 'select 2;']]), { versionName: 'dup', environmentName: 'test' }),
+      409,
+      'conflict',
+    );
     assert.deepEqual((await details('test', 'dup')).body.assets, ['a.sql']);
     // The same name in another environment is another version.
-    assert.equal((await upload(formOf([['b.sql', 'select 2;']]), { versionName: 'dup', environmentName: 'production' })).status, 200);
+    assert.equal(
+      (await upload(formOf([['b.sql', 'select 2;']]), { versionName: 'dup', environmentName: 'production' })).status,
+      200,
+    );
   });
 
   test('unsafe paths, repeats, non-UTF-8 and NUL parts are listed in ignoredResources, not stored', async () => {
@@ -168,7 +190,9 @@ describeEachStore('artifacts', (kind) => {
       { versionName: 'checks', environmentName: 'test' },
     );
     assert.equal(answer.status, 200, answer.text);
-    const reasons = Object.fromEntries(answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]));
+    const reasons = Object.fromEntries(
+      answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]),
+    );
     assert.equal(answer.body.ignoredResources.length, 14);
     assert.match(reasons['/etc/passwd'], /unsafe path: absolute/);
     assert.match(reasons['C:/windows/x.sql'], /unsafe path: absolute/);
@@ -194,7 +218,10 @@ describeEachStore('artifacts', (kind) => {
     form.append('profiles/x.json', new Blob(['{}'], { type: PROFILE_TYPE }), 'x.json');
     const answer = await upload(form, { versionName: 'profiles', environmentName: 'test' });
     assert.equal(answer.status, 200);
-    assert.deepEqual(answer.body.ignoredResources.map((r: { name: string }) => r.name).sort(), ['connector-profile:custom-broken.json', 'profiles/x.json']);
+    assert.deepEqual(answer.body.ignoredResources.map((r: { name: string }) => r.name).sort(), [
+      'connector-profile:custom-broken.json',
+      'profiles/x.json',
+    ]);
     assert.deepEqual((await details('test', 'profiles')).body.assets, []);
   });
 
@@ -215,49 +242,93 @@ describeEachStore('artifacts', (kind) => {
     expectProblem(json, 415, 'unsupported-media-type');
     const form = new FormData();
     form.append('sourceEnvironmentName', 'test');
-    expectProblem(await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body: form }), 415, 'unsupported-media-type');
+    expectProblem(
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body: form }),
+      415,
+      'unsupported-media-type',
+    );
   });
 
   test('roles: a viewer reads but cannot upload, promote or switch; a developer can', async () => {
     const viewer = await server.tokenFor(caller.accountId, 'viewer');
     const developer = await server.tokenFor(caller.accountId, 'developer');
-    expectProblem(await upload(formOf([['a.sql', 'x']]), { versionName: 'roles', environmentName: 'test' }, viewer), 403, 'forbidden');
-    assert.equal((await upload(formOf([['a.sql', 'x']]), { versionName: 'roles', environmentName: 'test' }, developer)).status, 200);
-    assert.equal((await details('test', 'roles', viewer)).status, 200);
-    assert.equal((await server.api('GET', `/projects/${projectId}/artifacts?environmentName=test`, { token: viewer })).status, 200);
-    const promotion = { sourceEnvironmentName: 'test', targetEnvironmentName: 'production', versionName: 'roles' };
-    expectProblem(await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: viewer, body: promotion }), 403);
     expectProblem(
-      await server.api('PATCH', `/projects/${projectId}/artifacts`, { token: viewer, body: { environmentName: 'test', versionName: 'roles', enabled: false } }),
+      await upload(formOf([['a.sql', 'x']]), { versionName: 'roles', environmentName: 'test' }, viewer),
+      403,
+      'forbidden',
+    );
+    assert.equal(
+      (await upload(formOf([['a.sql', 'x']]), { versionName: 'roles', environmentName: 'test' }, developer)).status,
+      200,
+    );
+    assert.equal((await details('test', 'roles', viewer)).status, 200);
+    assert.equal(
+      (await server.api('GET', `/projects/${projectId}/artifacts?environmentName=test`, { token: viewer })).status,
+      200,
+    );
+    const promotion = { sourceEnvironmentName: 'test', targetEnvironmentName: 'production', versionName: 'roles' };
+    expectProblem(
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: viewer, body: promotion }),
+      403,
+    );
+    expectProblem(
+      await server.api('PATCH', `/projects/${projectId}/artifacts`, {
+        token: viewer,
+        body: { environmentName: 'test', versionName: 'roles', enabled: false },
+      }),
       403,
     );
   });
 
-  test('another account\'s project answers 404 on every operation', async () => {
+  test("another account's project answers 404 on every operation", async () => {
     const other = await server.newAccount('other');
     const q = new URLSearchParams({ environmentName: 'test', versionName: 'v1', path: 'README.md' });
-    expectProblem(await upload(formOf([['a.sql', 'x']]), { versionName: 'x', environmentName: 'test' }, other.token), 404, 'not-found');
+    expectProblem(
+      await upload(formOf([['a.sql', 'x']]), { versionName: 'x', environmentName: 'test' }, other.token),
+      404,
+      'not-found',
+    );
     expectProblem(await server.api('GET', `/projects/${projectId}/artifacts?environmentName=test`, { token: other.token }), 404);
     expectProblem(await server.api('GET', `/projects/${projectId}/artifacts/details?${q}`, { token: other.token }), 404);
     expectProblem(await server.api('GET', `/projects/${projectId}/artifacts/assets?${q}`, { token: other.token }), 404);
     const promotion = { sourceEnvironmentName: 'test', targetEnvironmentName: 'production', versionName: 'v1' };
-    expectProblem(await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: other.token, body: promotion }), 404);
+    expectProblem(
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: other.token, body: promotion }),
+      404,
+    );
   });
 
-  test('E11 lists an environment\'s artifacts paged, newest first; E12 answers 404 for an unknown version', async () => {
+  test("E11 lists an environment's artifacts paged, newest first; E12 answers 404 for an unknown version", async () => {
     const project = await server.newProject(caller);
     await server.api('POST', `/projects/${project}/environments`, { token: caller.token, body: { name: 'dev' } });
     for (const v of ['p1', 'p2', 'p3']) {
-      assert.equal((await upload(formOf([['a.sql', v]]), { versionName: v, environmentName: 'dev' }, caller.token, project)).status, 200);
+      assert.equal(
+        (await upload(formOf([['a.sql', v]]), { versionName: v, environmentName: 'dev' }, caller.token, project)).status,
+        200,
+      );
     }
     const first = await server.api('GET', `/projects/${project}/artifacts?environmentName=dev&size=2`, { token: caller.token });
     assert.equal(first.status, 200);
     assert.equal(first.body.total, 3);
     assert.equal(first.body.size, 2);
-    assert.deepEqual(first.body.results.map((r: { versionName: string }) => r.versionName), ['p3', 'p2']);
-    assert.deepEqual(Object.keys(first.body.results[0]).sort(), ['createdAt', 'deployedAt', 'enabled', 'provider', 'versionName']);
-    const second = await server.api('GET', `/projects/${project}/artifacts?environmentName=dev&size=2&page=1`, { token: caller.token });
-    assert.deepEqual(second.body.results.map((r: { versionName: string }) => r.versionName), ['p1']);
+    assert.deepEqual(
+      first.body.results.map((r: { versionName: string }) => r.versionName),
+      ['p3', 'p2'],
+    );
+    assert.deepEqual(Object.keys(first.body.results[0]).sort(), [
+      'createdAt',
+      'deployedAt',
+      'enabled',
+      'provider',
+      'versionName',
+    ]);
+    const second = await server.api('GET', `/projects/${project}/artifacts?environmentName=dev&size=2&page=1`, {
+      token: caller.token,
+    });
+    assert.deepEqual(
+      second.body.results.map((r: { versionName: string }) => r.versionName),
+      ['p1'],
+    );
     const missing = expectProblem(await server.api('GET', `/projects/${project}/artifacts`, { token: caller.token }), 400);
     assert.deepEqual(missing.violations, ['environmentName: is required']);
     expectProblem(await details('test', 'never-uploaded'), 404, 'not-found');
@@ -265,7 +336,18 @@ describeEachStore('artifacts', (kind) => {
   });
 
   test('promotion copies a version to another environment once; a repeat is 409', async () => {
-    assert.equal((await upload(formOf([['p/a.sql', 'select 1;'], ['p/b.py', 'print(1)']]), { versionName: 'promo', environmentName: 'test', branch: 'main' })).status, 200);
+    assert.equal(
+      (
+        await upload(
+          formOf([
+            ['p/a.sql', 'select 1;'],
+            ['p/b.py', 'print(1)'],
+          ]),
+          { versionName: 'promo', environmentName: 'test', branch: 'main' },
+        )
+      ).status,
+      200,
+    );
     const body = { sourceEnvironmentName: 'test', targetEnvironmentName: 'production', versionName: 'promo' };
     const promoted = await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body });
     assert.equal(promoted.status, 200, promoted.text);
@@ -278,13 +360,23 @@ describeEachStore('artifacts', (kind) => {
     assert.equal(target.details.createdAt, source.details.createdAt);
     assert.ok(target.details.deployedAt >= source.details.deployedAt);
     assert.equal((await asset('production', 'promo', 'p/b.py')).text, 'print(1)');
-    expectProblem(await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body }), 409, 'conflict');
     expectProblem(
-      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body: { ...body, versionName: 'unknown' } }),
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body }),
+      409,
+      'conflict',
+    );
+    expectProblem(
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, {
+        token: caller.token,
+        body: { ...body, versionName: 'unknown' },
+      }),
       404,
     );
     expectProblem(
-      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, { token: caller.token, body: { ...body, targetEnvironmentName: 'nowhere' } }),
+      await server.api('POST', `/projects/${projectId}/artifacts/promotions`, {
+        token: caller.token,
+        body: { ...body, targetEnvironmentName: 'nowhere' },
+      }),
       404,
     );
   });
@@ -298,10 +390,16 @@ describeEachStore('artifacts', (kind) => {
     assert.equal(off.status, 200);
     assert.deepEqual(off.body, { enabled: false, versionName: 'switch' });
     assert.equal((await details('test', 'switch')).body.details.enabled, false);
-    await server.api('PATCH', `/projects/${projectId}/artifacts`, { token: caller.token, body: { environmentName: 'test', versionName: 'switch', enabled: true } });
+    await server.api('PATCH', `/projects/${projectId}/artifacts`, {
+      token: caller.token,
+      body: { environmentName: 'test', versionName: 'switch', enabled: true },
+    });
     assert.equal((await details('test', 'switch')).body.details.enabled, true);
     expectProblem(
-      await server.api('PATCH', `/projects/${projectId}/artifacts`, { token: caller.token, body: { environmentName: 'test', versionName: 'nope', enabled: true } }),
+      await server.api('PATCH', `/projects/${projectId}/artifacts`, {
+        token: caller.token,
+        body: { environmentName: 'test', versionName: 'nope', enabled: true },
+      }),
       404,
     );
   });
@@ -317,7 +415,13 @@ describeEachStore('artifacts', (kind) => {
     await new Promise<void>((resolve) => {
       const req = http.request(url, {
         method: 'POST',
-        headers: { authorization: `Bearer ${caller.token}`, 'content-type': contentType, 'content-length': body.length, versionName: 'cut', environmentName: 'test' },
+        headers: {
+          authorization: `Bearer ${caller.token}`,
+          'content-type': contentType,
+          'content-length': body.length,
+          versionName: 'cut',
+          environmentName: 'test',
+        },
       });
       req.on('error', () => resolve());
       req.on('close', () => resolve());
@@ -327,14 +431,27 @@ describeEachStore('artifacts', (kind) => {
     const between = body.indexOf(Buffer.from(`\r\n--${contentType.split('boundary=')[1]}`), body.length >> 1);
     const truncated = await fetch(url, {
       method: 'POST',
-      headers: { authorization: `Bearer ${caller.token}`, 'content-type': contentType, versionName: 'cut', environmentName: 'test' },
+      headers: {
+        authorization: `Bearer ${caller.token}`,
+        'content-type': contentType,
+        versionName: 'cut',
+        environmentName: 'test',
+      },
       body: body.subarray(0, between),
     });
-    expectProblem({ status: truncated.status, headers: truncated.headers, body: await truncated.json(), text: '' }, 400, 'bad-request');
+    expectProblem(
+      { status: truncated.status, headers: truncated.headers, body: await truncated.json(), text: '' },
+      400,
+      'bad-request',
+    );
 
     await new Promise((resolve) => setTimeout(resolve, 200));
     expectProblem(await details('test', 'cut'), 404);
-    const count = await server.db.selectFrom('artifacts').select((eb) => eb.fn.countAll<number>().as('n')).where('versionName', '=', 'cut').executeTakeFirstOrThrow();
+    const count = await server.db
+      .selectFrom('artifacts')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('versionName', '=', 'cut')
+      .executeTakeFirstOrThrow();
     assert.equal(Number(count.n), 0);
     const whole = await upload(formOf(files), { versionName: 'cut', environmentName: 'test' });
     assert.equal(whole.status, 200);
@@ -344,11 +461,17 @@ describeEachStore('artifacts', (kind) => {
   test('deleting an environment or a project removes its artifacts', async () => {
     const project = await server.newProject(caller);
     await server.api('POST', `/projects/${project}/environments`, { token: caller.token, body: { name: 'gone' } });
-    assert.equal((await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'gone' }, caller.token, project)).status, 200);
+    assert.equal(
+      (await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'gone' }, caller.token, project)).status,
+      200,
+    );
     assert.equal((await server.api('DELETE', `/projects/${project}/environments/gone`, { token: caller.token })).status, 204);
     const project2 = await server.newProject(caller);
     await server.api('POST', `/projects/${project2}/environments`, { token: caller.token, body: { name: 'dev' } });
-    assert.equal((await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'dev' }, caller.token, project2)).status, 200);
+    assert.equal(
+      (await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'dev' }, caller.token, project2)).status,
+      200,
+    );
     assert.equal((await server.api('DELETE', `/projects/${project2}`, { token: caller.token })).status, 204);
     const left = await server.db.selectFrom('artifacts').select('id').where('projectId', 'in', [project, project2]).execute();
     assert.equal(left.length, 0);
@@ -358,7 +481,9 @@ describeEachStore('artifacts', (kind) => {
     const doc = (await server.request('GET', '/dpc/openapi.json')).body;
     const operation = doc.paths['/dpc/v1/projects/{projectId}/artifacts'].post;
     assert.ok(operation.requestBody.content['multipart/form-data']);
-    const headers = operation.parameters.filter((p: { in: string }) => p.in === 'header').map((p: { name: string; required: boolean }) => `${p.name}:${p.required}`);
+    const headers = operation.parameters
+      .filter((p: { in: string }) => p.in === 'header')
+      .map((p: { name: string; required: boolean }) => `${p.name}:${p.required}`);
     assert.deepEqual(headers.sort(), ['branch:false', 'commitHash:false', 'environmentName:true', 'versionName:true']);
     assert.ok(operation.responses['413'] && operation.responses['409']);
   });
@@ -377,16 +502,50 @@ describeEachStore('artifact upload limits', (kind) => {
   after(() => server.close());
 
   const upload = (files: ProjectFile[], versionName: string) =>
-    server.api('POST', `/projects/${projectId}/artifacts`, { token: caller.token, body: formOf(files), headers: { versionName, environmentName: 'test' } });
+    server.api('POST', `/projects/${projectId}/artifacts`, {
+      token: caller.token,
+      body: formOf(files),
+      headers: { versionName, environmentName: 'test' },
+    });
 
   test('too many parts, too large a part, too large an upload: 413, nothing stored', async () => {
-    expectProblem(await upload([['a', 'x'], ['b', 'x'], ['c', 'x'], ['d', 'x']], 'parts'), 413, 'payload-too-large');
+    expectProblem(
+      await upload(
+        [
+          ['a', 'x'],
+          ['b', 'x'],
+          ['c', 'x'],
+          ['d', 'x'],
+        ],
+        'parts',
+      ),
+      413,
+      'payload-too-large',
+    );
     expectProblem(await upload([['a', 'x'.repeat(1001)]], 'part'), 413, 'payload-too-large');
-    expectProblem(await upload([['a', 'x'.repeat(900)], ['b', 'x'.repeat(900)], ['c', 'x'.repeat(900)]], 'total'), 413, 'payload-too-large');
+    expectProblem(
+      await upload(
+        [
+          ['a', 'x'.repeat(900)],
+          ['b', 'x'.repeat(900)],
+          ['c', 'x'.repeat(900)],
+        ],
+        'total',
+      ),
+      413,
+      'payload-too-large',
+    );
     const stored = await server.db.selectFrom('artifacts').select('versionName').execute();
     assert.deepEqual(stored, []);
     // At the limits exactly, the upload goes through.
-    const ok = await upload([['a', 'x'.repeat(1000)], ['b', 'x'.repeat(1000)], ['c', 'x'.repeat(500)]], 'fits');
+    const ok = await upload(
+      [
+        ['a', 'x'.repeat(1000)],
+        ['b', 'x'.repeat(1000)],
+        ['c', 'x'.repeat(500)],
+      ],
+      'fits',
+    );
     assert.equal(ok.status, 200, ok.text);
   });
 });

@@ -6,8 +6,19 @@ import { selfSignedCertificate, startLoopbackApi, type LoopbackApi } from '../he
 import { oauthConnectionBody } from '../helpers/oauth.ts';
 
 const ENDPOINT_FIELDS = [
-  'auth', 'authTemplate', 'authenticationOptions', 'body', 'headerParameters', 'httpMethod', 'id', 'name', 'paging',
-  'queryParameters', 'structure', 'uriParameters', 'url',
+  'auth',
+  'authTemplate',
+  'authenticationOptions',
+  'body',
+  'headerParameters',
+  'httpMethod',
+  'id',
+  'name',
+  'paging',
+  'queryParameters',
+  'structure',
+  'uriParameters',
+  'url',
 ];
 
 describeEachStore('connector profiles', (kind) => {
@@ -20,7 +31,8 @@ describeEachStore('connector profiles', (kind) => {
   before(async () => {
     certificate = selfSignedCertificate();
     api = await startLoopbackApi((request, response) => {
-      if (request.url.startsWith('/redirect-private')) return void response.writeHead(302, { location: 'http://10.0.0.1/' }).end();
+      if (request.url.startsWith('/redirect-private'))
+        return void response.writeHead(302, { location: 'http://10.0.0.1/' }).end();
       response.writeHead(200, { 'content-type': 'application/json', 'x-api': 'loopback' }).end('{"ok":true}');
     });
     secure = await startLoopbackApi(undefined, certificate);
@@ -59,9 +71,19 @@ describeEachStore('connector profiles', (kind) => {
     assert.equal(answer.status, 200);
     assert.ok(Array.isArray(answer.body) && answer.body.length >= 5);
     const ids = answer.body.map((p: { alternateId: string }) => p.alternateId);
-    for (const id of ['github', 'jira-cloud', 'stripe', 'openweathermap', 'nasa-apod', 'newsapi']) assert.ok(ids.includes(id), id);
+    for (const id of ['github', 'jira-cloud', 'stripe', 'openweathermap', 'nasa-apod', 'newsapi'])
+      assert.ok(ids.includes(id), id);
     for (const profile of answer.body) {
-      assert.deepEqual(Object.keys(profile).sort(), ['alternateId', 'deleted', 'deletedTime', 'endpoints', 'icon', 'lastModified', 'logo', 'name']);
+      assert.deepEqual(Object.keys(profile).sort(), [
+        'alternateId',
+        'deleted',
+        'deletedTime',
+        'endpoints',
+        'icon',
+        'lastModified',
+        'logo',
+        'name',
+      ]);
       assert.equal(profile.deleted, false);
       assert.equal(profile.deletedTime, null);
       assert.equal(profile.logo.type, 'URL');
@@ -86,7 +108,9 @@ describeEachStore('connector profiles', (kind) => {
     assert.ok(!Number.isNaN(Date.parse(profile.lastModified)));
     assert.deepEqual((await server.api('GET', `/custom-connectors/${profile.id}`, { token: caller.token })).body, profile);
 
-    const listed = (await server.api('GET', '/custom-connectors', { token: caller.token })).body.find((p: { id: string }) => p.id === profile.id);
+    const listed = (await server.api('GET', '/custom-connectors', { token: caller.token })).body.find(
+      (p: { id: string }) => p.id === profile.id,
+    );
     assert.deepEqual(listed, profile);
     assert.equal(connectorProfilePartName(listed), `connector-profile:custom-${profile.id}.json`);
     const sentBack = await server.api('PUT', `/custom-connectors/${profile.id}`, { token: caller.token, body: listed });
@@ -94,7 +118,10 @@ describeEachStore('connector profiles', (kind) => {
     assert.deepEqual(sentBack.body.endpoints, profile.endpoints, 'endpoint ids and every field survive the round trip');
     assert.ok(sentBack.body.lastModified >= profile.lastModified);
 
-    const renamed = await server.api('PUT', `/custom-connectors/${profile.id}`, { token: caller.token, body: { ...listed, name: 'Renamed', endpoints: [] } });
+    const renamed = await server.api('PUT', `/custom-connectors/${profile.id}`, {
+      token: caller.token,
+      body: { ...listed, name: 'Renamed', endpoints: [] },
+    });
     assert.equal(renamed.body.name, 'Renamed');
     assert.deepEqual(renamed.body.endpoints, []);
   });
@@ -102,20 +129,32 @@ describeEachStore('connector profiles', (kind) => {
   test('a profile is validated: 400 with a violation naming each field', async () => {
     const schema = expectProblem(await create([{ ...endpoint(), httpMethod: 'FETCH', name: '' }]), 400, 'bad-request');
     const fields = schema.violations!.map((v) => v.split(':')[0]);
-    assert.ok(fields.includes('body.endpoints.0.httpMethod') && fields.includes('body.endpoints.0.name'), schema.violations!.join('\n'));
+    assert.ok(
+      fields.includes('body.endpoints.0.httpMethod') && fields.includes('body.endpoints.0.name'),
+      schema.violations!.join('\n'),
+    );
 
     const missingOAuth = '11111111-2222-4333-8444-555555555555';
     const problem = expectProblem(
       await create([
         endpoint({ auth: 'BEARER' }),
-        endpoint({ auth: 'BASIC', authenticationOptions: [{ type: 'BASIC', parameters: [{ name: 'username', value: 'a' }, { name: 'password' }], additionalParameters: null }] }),
+        endpoint({
+          auth: 'BASIC',
+          authenticationOptions: [
+            { type: 'BASIC', parameters: [{ name: 'username', value: 'a' }, { name: 'password' }], additionalParameters: null },
+          ],
+        }),
         endpoint({
           auth: 'BEARER',
-          authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'token', value: 'plain-token' }], additionalParameters: null }],
+          authenticationOptions: [
+            { type: 'BEARER', parameters: [{ name: 'token', value: 'plain-token' }], additionalParameters: null },
+          ],
         }),
         endpoint({
           auth: 'OAUTH',
-          authenticationOptions: [{ type: 'OAUTH', parameters: [{ name: 'a', oauthConnectionId: missingOAuth }], additionalParameters: null }],
+          authenticationOptions: [
+            { type: 'OAUTH', parameters: [{ name: 'a', oauthConnectionId: missingOAuth }], additionalParameters: null },
+          ],
         }),
         endpoint({ url: `${api.url}/{missing}`, uriParameters: [] }),
         { ...endpoint(), id: 'same' },
@@ -142,10 +181,14 @@ describeEachStore('connector profiles', (kind) => {
       { name: 'key', addTo: 'HEADER_PARAMETER' },
     ];
     const problem = expectProblem(
-      await create([endpoint({ auth: 'API_KEY', authenticationOptions: [{ type: 'API_KEY', parameters: keys, additionalParameters: null }] })]),
+      await create([
+        endpoint({ auth: 'API_KEY', authenticationOptions: [{ type: 'API_KEY', parameters: keys, additionalParameters: null }] }),
+      ]),
       400,
     );
-    assert.deepEqual(problem.violations, ['body.endpoints.0.authenticationOptions.0.parameters.1.name: "key" is used by another parameter of the option']);
+    assert.deepEqual(problem.violations, [
+      'body.endpoints.0.authenticationOptions.0.parameters.1.name: "key" is used by another parameter of the option',
+    ]);
   });
 
   test('delete marks the profile deleted; the list hides it unless asked; it can no longer be changed or tested', async () => {
@@ -158,23 +201,35 @@ describeEachStore('connector profiles', (kind) => {
     assert.equal(deleted.deleted, true);
     assert.ok(!Number.isNaN(Date.parse(deleted.deletedTime)));
     assert.equal((await server.api('GET', `/custom-connectors/${connector.id}`, { token: caller.token })).body.deleted, true);
-    expectProblem(await server.api('PUT', `/custom-connectors/${connector.id}`, { token: caller.token, body: { name: 'x', endpoints: [] } }), 404);
+    expectProblem(
+      await server.api('PUT', `/custom-connectors/${connector.id}`, { token: caller.token, body: { name: 'x', endpoints: [] } }),
+      404,
+    );
     expectProblem(await server.api('DELETE', `/custom-connectors/${connector.id}`, { token: caller.token }), 404);
     expectProblem(await runTest(connector), 404);
   });
 
   test("another account's profiles and OAuth connections answer 404 and cannot be used", async () => {
     const connector = await connectorWith({});
-    const oauth = (await server.api('POST', '/oauth-connections', { token: caller.token, body: oauthConnectionBody('isolated') })).body;
+    const oauth = (await server.api('POST', '/oauth-connections', { token: caller.token, body: oauthConnectionBody('isolated') }))
+      .body;
     const stranger = await server.newAccount('stranger');
     assert.deepEqual((await server.api('GET', '/custom-connectors?includeDeleted=true', { token: stranger.token })).body, []);
     expectProblem(await server.api('GET', `/custom-connectors/${connector.id}`, { token: stranger.token }), 404);
-    expectProblem(await server.api('PUT', `/custom-connectors/${connector.id}`, { token: stranger.token, body: { name: 'x', endpoints: [] } }), 404);
+    expectProblem(
+      await server.api('PUT', `/custom-connectors/${connector.id}`, {
+        token: stranger.token,
+        body: { name: 'x', endpoints: [] },
+      }),
+      404,
+    );
     expectProblem(await server.api('DELETE', `/custom-connectors/${connector.id}`, { token: stranger.token }), 404);
     expectProblem(await runTest(connector, {}, stranger.token), 404);
     const borrowing = endpoint({
       auth: 'OAUTH',
-      authenticationOptions: [{ type: 'OAUTH', parameters: [{ name: 'a', oauthConnectionId: oauth.id }], additionalParameters: null }],
+      authenticationOptions: [
+        { type: 'OAUTH', parameters: [{ name: 'a', oauthConnectionId: oauth.id }], additionalParameters: null },
+      ],
     });
     expectProblem(await create([borrowing], stranger.token), 400);
     assert.equal((await create([borrowing])).status, 201);
@@ -187,7 +242,10 @@ describeEachStore('connector profiles', (kind) => {
     assert.equal((await server.api('GET', '/custom-connectors', { token: viewer })).status, 200);
     assert.equal((await server.api('GET', `/custom-connectors/${connector.id}`, { token: viewer })).status, 200);
     expectProblem(await create([endpoint()], viewer), 403, 'forbidden');
-    expectProblem(await server.api('PUT', `/custom-connectors/${connector.id}`, { token: viewer, body: { name: 'x', endpoints: [] } }), 403);
+    expectProblem(
+      await server.api('PUT', `/custom-connectors/${connector.id}`, { token: viewer, body: { name: 'x', endpoints: [] } }),
+      403,
+    );
     expectProblem(await server.api('DELETE', `/custom-connectors/${connector.id}`, { token: viewer }), 403);
     expectProblem(await runTest(connector, {}, viewer), 403);
     assert.equal((await create([endpoint()], developer)).status, 201);
@@ -201,7 +259,11 @@ describeEachStore('connector profiles', (kind) => {
       queryParameters: [{ name: 'limit', value: '10' }, { name: 'unset' }],
       headerParameters: [{ name: 'X-Trace', value: 'default' }],
     });
-    const answer = await runTest(connector, { uriParameters: { itemId: 'a b/c' }, queryParameters: { extra: '1' }, headerParameters: { 'X-Trace': 't-1' } });
+    const answer = await runTest(connector, {
+      uriParameters: { itemId: 'a b/c' },
+      queryParameters: { extra: '1' },
+      headerParameters: { 'X-Trace': 't-1' },
+    });
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(answer.body.status, 200);
     assert.equal(answer.body.body, '{"ok":true}');
@@ -218,7 +280,13 @@ describeEachStore('connector profiles', (kind) => {
   test('Bearer: the token is sent as Authorization: Bearer, and only there', async () => {
     const connector = await connectorWith({
       auth: 'BEARER',
-      authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'token', secret: { secretName: 'api', secretKey: 'token' } }], additionalParameters: null }],
+      authenticationOptions: [
+        {
+          type: 'BEARER',
+          parameters: [{ name: 'token', secret: { secretName: 'api', secretKey: 'token' } }],
+          additionalParameters: null,
+        },
+      ],
     });
     const missing = expectProblem(await runTest(connector), 400);
     assert.deepEqual(missing.violations, ['body.credentials.token: is required']);
@@ -259,19 +327,30 @@ describeEachStore('connector profiles', (kind) => {
       uriParameters: [],
       auth: 'BASIC',
       authenticationOptions: [
-        { type: 'BASIC', parameters: [{ name: 'username', value: 'alice' }, { name: 'password', secret: { secretName: 'api-login' } }], additionalParameters: null },
+        {
+          type: 'BASIC',
+          parameters: [
+            { name: 'username', value: 'alice' },
+            { name: 'password', secret: { secretName: 'api-login' } },
+          ],
+          additionalParameters: null,
+        },
       ],
     });
     const answer = await runTest(connector, { credentials: { password: 'basic-secret-4' } });
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.body.status, 200);
-    assert.equal(secure.received.at(-1)!.headers.authorization, `Basic ${Buffer.from('alice:basic-secret-4').toString('base64')}`);
+    assert.equal(
+      secure.received.at(-1)!.headers.authorization,
+      `Basic ${Buffer.from('alice:basic-secret-4').toString('base64')}`,
+    );
     await assertNotStored('basic-secret-4');
   });
 
   test('OAuth: a variable selects one of several connections; one pending setup can be saved but not tested with', async () => {
     const connect = async (name: string, authorized: boolean) =>
-      (await server.api('POST', '/oauth-connections', { token: caller.token, body: oauthConnectionBody(name, authorized) })).body.id as string;
+      (await server.api('POST', '/oauth-connections', { token: caller.token, body: oauthConnectionBody(name, authorized) })).body
+        .id as string;
     const production = await connect('oauth production', true);
     const sandbox = await connect('oauth sandbox', false);
     const connector = await connectorWith({
@@ -290,17 +369,30 @@ describeEachStore('connector profiles', (kind) => {
     const unselected = expectProblem(await runTest(connector, { credentials: { accessToken: 'x' } }), 400);
     assert.deepEqual(unselected.violations, ['body.variables.environment: must be one of production, sandbox']);
 
-    const answer = await runTest(connector, { variables: { environment: 'production' }, credentials: { accessToken: 'oauth-secret-5' } });
+    const answer = await runTest(connector, {
+      variables: { environment: 'production' },
+      credentials: { accessToken: 'oauth-secret-5' },
+    });
     assert.equal(answer.body.status, 200, answer.text);
     assert.equal(api.received.at(-1)!.headers.authorization, 'Bearer oauth-secret-5');
 
     const before = api.received.length;
-    const pending = expectProblem(await runTest(connector, { variables: { environment: 'sandbox' }, credentials: { accessToken: 'x' } }), 409, 'oauth-pending-setup');
+    const pending = expectProblem(
+      await runTest(connector, { variables: { environment: 'sandbox' }, credentials: { accessToken: 'x' } }),
+      409,
+      'oauth-pending-setup',
+    );
     assert.match(pending.detail, /pending setup/);
     assert.equal(api.received.length, before, 'nothing was sent');
 
-    await server.api('POST', `/oauth-connections/${sandbox}/setup`, { token: caller.token, body: { tokens: { secretName: 'sandbox-tokens' } } });
-    assert.equal((await runTest(connector, { variables: { environment: 'sandbox' }, credentials: { accessToken: 'y' } })).body.status, 200);
+    await server.api('POST', `/oauth-connections/${sandbox}/setup`, {
+      token: caller.token,
+      body: { tokens: { secretName: 'sandbox-tokens' } },
+    });
+    assert.equal(
+      (await runTest(connector, { variables: { environment: 'sandbox' }, credentials: { accessToken: 'y' } })).body.status,
+      200,
+    );
     await assertNotStored('oauth-secret-5');
   });
 
@@ -317,9 +409,21 @@ describeEachStore('connector profiles', (kind) => {
     try {
       const owner = await strict.newAccount();
       const before = api.received.length;
-      for (const url of [`${api.url}/items`, `http://localhost:${api.port}/items`, 'http://192.168.1.20/items', 'http://169.254.169.254/latest']) {
-        const created = await strict.api('POST', '/custom-connectors', { token: owner.token, body: { name: 'x', endpoints: [{ name: 'e', url, httpMethod: 'GET', auth: 'NONE' }] } });
-        const answer = await strict.api('POST', `/custom-connectors/${created.body.id}/endpoints/${created.body.endpoints[0].id}/test`, { token: owner.token, body: {} });
+      for (const url of [
+        `${api.url}/items`,
+        `http://localhost:${api.port}/items`,
+        'http://192.168.1.20/items',
+        'http://169.254.169.254/latest',
+      ]) {
+        const created = await strict.api('POST', '/custom-connectors', {
+          token: owner.token,
+          body: { name: 'x', endpoints: [{ name: 'e', url, httpMethod: 'GET', auth: 'NONE' }] },
+        });
+        const answer = await strict.api(
+          'POST',
+          `/custom-connectors/${created.body.id}/endpoints/${created.body.endpoints[0].id}/test`,
+          { token: owner.token, body: {} },
+        );
         expectProblem(answer, 422, 'destination-not-allowed');
       }
       assert.equal(api.received.length, before);

@@ -13,7 +13,8 @@ describeEachStore('environments', (kind) => {
   });
   after(() => server.close());
 
-  const create = (body: unknown, id = projectId) => server.api('POST', `/projects/${id}/environments`, { token: caller.token, body });
+  const create = (body: unknown, id = projectId) =>
+    server.api('POST', `/projects/${id}/environments`, { token: caller.token, body });
 
   test('create answers the environment; list is paged by name', async () => {
     const agentId = '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10';
@@ -25,14 +26,21 @@ describeEachStore('environments', (kind) => {
     const list = await server.api('GET', `/projects/${projectId}/environments?size=1`, { token: caller.token });
     assert.equal(list.body.total, 2);
     assert.equal(list.body.size, 1);
-    assert.deepEqual(list.body.results.map((e: { name: string }) => e.name), ['dev']);
+    assert.deepEqual(
+      list.body.results.map((e: { name: string }) => e.name),
+      ['dev'],
+    );
   });
 
   test('names follow the specification pattern and bounds', async () => {
-    for (const name of ['a', 'Test (EU) 1', 'x'.repeat(255), 'my_env-2', '_']) assert.equal((await create({ name })).status, 201, name);
+    for (const name of ['a', 'Test (EU) 1', 'x'.repeat(255), 'my_env-2', '_'])
+      assert.equal((await create({ name })).status, 201, name);
     for (const name of ['', '-lead', 'trail-', 'x'.repeat(256), 'dot.ted', 'slash/ed']) {
       const problem = expectProblem(await create({ name }), 400, 'bad-request');
-      assert.ok(problem.violations!.every((v) => v.startsWith('body.name: ')), name);
+      assert.ok(
+        problem.violations!.every((v) => v.startsWith('body.name: ')),
+        name,
+      );
     }
     expectProblem(await create({ name: 'ok', defaultAgentId: 'not-a-uuid' }), 400);
   });

@@ -37,12 +37,19 @@ describeEachStore('audit events', (kind) => {
     await server.newProject(caller);
     const recent = await server.api('GET', `/events?from=${encodeURIComponent(before)}`, { token: caller.token });
     assert.ok(recent.body.total >= 1);
-    const none = await server.api('GET', `/events?to=${encodeURIComponent(before)}&from=${encodeURIComponent('2000-01-01T00:00:00Z')}`, { token: caller.token });
+    const none = await server.api(
+      'GET',
+      `/events?to=${encodeURIComponent(before)}&from=${encodeURIComponent('2000-01-01T00:00:00Z')}`,
+      { token: caller.token },
+    );
     assert.ok(none.body.results.every((e: { occurredAt: string }) => e.occurredAt < before));
     const stranger = await server.newAccount();
     assert.equal((await server.api('GET', '/events', { token: stranger.token })).body.total, 0);
     expectProblem(await server.api('GET', '/events?from=yesterday', { token: caller.token }), 400);
-    expectProblem(await server.api('GET', `/events?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z`, { token: caller.token }), 400);
+    expectProblem(
+      await server.api('GET', `/events?from=2030-01-01T00:00:00Z&to=2020-01-01T00:00:00Z`, { token: caller.token }),
+      400,
+    );
   });
 
   test('request bodies never reach the trail', async () => {

@@ -22,8 +22,14 @@ describeEachStore('OAuth connections', (kind) => {
     }
     const list = await server.api('GET', '/oauth-connections', { token: caller.token });
     assert.equal(list.status, 200);
-    assert.deepEqual(list.body.map((c: { name: string }) => c.name), names);
-    assert.deepEqual(list.body.map((c: { status: string }) => c.status), ['AUTHORIZED', 'PENDING_SETUP', 'AUTHORIZED']);
+    assert.deepEqual(
+      list.body.map((c: { name: string }) => c.name),
+      names,
+    );
+    assert.deepEqual(
+      list.body.map((c: { status: string }) => c.status),
+      ['AUTHORIZED', 'PENDING_SETUP', 'AUTHORIZED'],
+    );
     const [zeta] = list.body;
     assert.deepEqual(zeta.clientSecret, { secretName: 'oauth-apps', secretKey: 'zeta' });
     assert.deepEqual(zeta.tokens, { secretName: 'tokens-zeta' });
@@ -33,7 +39,10 @@ describeEachStore('OAuth connections', (kind) => {
   test('setting a pending connection up authorizes it', async () => {
     const pending = (await create(oauthConnectionBody('to set up', false))).body;
     assert.equal(pending.status, 'PENDING_SETUP');
-    const answer = await server.api('POST', `/oauth-connections/${pending.id}/setup`, { token: caller.token, body: { tokens: { secretName: 'new-tokens' } } });
+    const answer = await server.api('POST', `/oauth-connections/${pending.id}/setup`, {
+      token: caller.token,
+      body: { tokens: { secretName: 'new-tokens' } },
+    });
     assert.equal(answer.status, 200);
     assert.equal(answer.body.status, 'AUTHORIZED');
     assert.deepEqual(answer.body.tokens, { secretName: 'new-tokens' });
@@ -42,15 +51,23 @@ describeEachStore('OAuth connections', (kind) => {
   test('a name is unique in the account (409); the body is validated (400)', async () => {
     await create(oauthConnectionBody('unique'));
     expectProblem(await create(oauthConnectionBody('unique')), 409, 'conflict');
-    const problem = expectProblem(await create({ name: '', grantType: 'PASSWORD', clientId: 'x', clientSecret: { secretName: '' } }), 400);
+    const problem = expectProblem(
+      await create({ name: '', grantType: 'PASSWORD', clientId: 'x', clientSecret: { secretName: '' } }),
+      400,
+    );
     const fields = problem.violations!.map((v) => v.split(':')[0]);
-    for (const field of ['body.name', 'body.grantType', 'body.clientSecret.secretName', 'body.tokenUrl']) assert.ok(fields.includes(field), field);
+    for (const field of ['body.name', 'body.grantType', 'body.clientSecret.secretName', 'body.tokenUrl'])
+      assert.ok(fields.includes(field), field);
   });
 
   test('delete needs an explicit confirmation; without it nothing is deleted and the problem says how', async () => {
     const { id } = (await create(oauthConnectionBody('to delete'))).body;
     for (const query of ['', '?confirm=false']) {
-      const problem = expectProblem(await server.api('DELETE', `/oauth-connections/${id}${query}`, { token: caller.token }), 400, 'bad-request');
+      const problem = expectProblem(
+        await server.api('DELETE', `/oauth-connections/${id}${query}`, { token: caller.token }),
+        400,
+        'bad-request',
+      );
       assert.match(problem.detail, /confirm=true/);
       assert.deepEqual(problem.violations, ['confirm: must be true to delete an OAuth connection']);
     }
@@ -65,7 +82,13 @@ describeEachStore('OAuth connections', (kind) => {
     const stranger = await server.newAccount('stranger');
     assert.deepEqual((await server.api('GET', '/oauth-connections', { token: stranger.token })).body, []);
     expectProblem(await server.api('GET', `/oauth-connections/${id}`, { token: stranger.token }), 404);
-    expectProblem(await server.api('POST', `/oauth-connections/${id}/setup`, { token: stranger.token, body: { tokens: { secretName: 'x' } } }), 404);
+    expectProblem(
+      await server.api('POST', `/oauth-connections/${id}/setup`, {
+        token: stranger.token,
+        body: { tokens: { secretName: 'x' } },
+      }),
+      404,
+    );
     expectProblem(await server.api('DELETE', `/oauth-connections/${id}?confirm=true`, { token: stranger.token }), 404);
     assert.equal((await server.api('GET', `/oauth-connections/${id}`, { token: caller.token })).status, 200);
   });

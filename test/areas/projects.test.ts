@@ -19,7 +19,10 @@ describeEachStore('projects', (kind) => {
     assert.match(created.body.projectId, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
     const got = await server.api('GET', `/projects/${created.body.projectId}`, { token: caller.token });
     assert.equal(got.status, 200);
-    assert.deepEqual({ ...got.body, createdAt: undefined }, { id: created.body.projectId, name: 'Sales', description: 'team', createdAt: undefined });
+    assert.deepEqual(
+      { ...got.body, createdAt: undefined },
+      { id: created.body.projectId, name: 'Sales', description: 'team', createdAt: undefined },
+    );
     assert.ok(!Number.isNaN(Date.parse(got.body.createdAt)));
   });
 
@@ -33,7 +36,10 @@ describeEachStore('projects', (kind) => {
     for (const name of ['a', 'b'.repeat(255)]) {
       assert.equal((await server.api('POST', '/projects', { token: caller.token, body: { name } })).status, 201);
     }
-    for (const [name, violation] of [['', 'body.name: must NOT have fewer than 1 characters'], ['c'.repeat(256), 'body.name: must NOT have more than 255 characters']]) {
+    for (const [name, violation] of [
+      ['', 'body.name: must NOT have fewer than 1 characters'],
+      ['c'.repeat(256), 'body.name: must NOT have more than 255 characters'],
+    ]) {
       const problem = expectProblem(await server.api('POST', '/projects', { token: caller.token, body: { name } }), 400);
       assert.deepEqual(problem.violations, [violation]);
     }
@@ -50,14 +56,17 @@ describeEachStore('projects', (kind) => {
     assert.equal(first.body.results.length, 25);
     assert.equal(first.body.results[0].name, 'p00');
     const second = await server.api('GET', '/projects?page=1&size=25', { token: account.token });
-    assert.deepEqual(second.body.results.map((p: { name: string }) => p.name), ['p25', 'p26', 'p27', 'p28', 'p29']);
+    assert.deepEqual(
+      second.body.results.map((p: { name: string }) => p.name),
+      ['p25', 'p26', 'p27', 'p28', 'p29'],
+    );
     const past = await server.api('GET', '/projects?page=9', { token: account.token });
     assert.deepEqual({ ...past.body }, { page: 9, results: [], size: 25, total: 30 });
     expectProblem(await server.api('GET', '/projects?size=0', { token: account.token }), 400);
     expectProblem(await server.api('GET', '/projects?page=x', { token: account.token }), 400);
   });
 
-  test('another account\'s project is answered as if it did not exist', async () => {
+  test("another account's project is answered as if it did not exist", async () => {
     const projectId = await server.newProject(caller);
     const missing = '00000000-0000-4000-8000-000000000000';
     for (const id of [projectId, missing]) {
@@ -65,7 +74,10 @@ describeEachStore('projects', (kind) => {
       assert.equal(problem.detail, `Project ${id} does not exist.`);
       expectProblem(await server.api('DELETE', `/projects/${id}`, { token: stranger.token }), 404);
       expectProblem(await server.api('GET', `/projects/${id}/environments`, { token: stranger.token }), 404);
-      expectProblem(await server.api('POST', `/projects/${id}/environments`, { token: stranger.token, body: { name: 'x' } }), 404);
+      expectProblem(
+        await server.api('POST', `/projects/${id}/environments`, { token: stranger.token, body: { name: 'x' } }),
+        404,
+      );
     }
     const listed = await server.api('GET', '/projects?size=100', { token: stranger.token });
     assert.ok(!listed.body.results.some((p: { id: string }) => p.id === projectId));

@@ -23,7 +23,15 @@ describeEachStore('secret references', (kind) => {
   const names = (answer: { body: { results: { name: string }[] } }) => answer.body.results.map((r) => r.name);
 
   test('create answers 201 with the reference; a duplicate name is 409', async () => {
-    const body = { type: 'PASSWORD', secretName: 'warehouse', secretKey: 'password', description: 'Warehouse login', vaultName: 'main', vaultType: 'AWS_SECRET_MANAGER', provider: 'aws' };
+    const body = {
+      type: 'PASSWORD',
+      secretName: 'warehouse',
+      secretKey: 'password',
+      description: 'Warehouse login',
+      vaultName: 'main',
+      vaultType: 'AWS_SECRET_MANAGER',
+      provider: 'aws',
+    };
     const created = await call('POST', references('/warehouse-password'), body);
     assert.equal(created.status, 201);
     assert.deepEqual(created.body, { name: 'warehouse-password', ...body });
@@ -36,7 +44,10 @@ describeEachStore('secret references', (kind) => {
     for (const name of ['a', 'x(1)-y_z', 'n'.repeat(128)]) await create(name);
     for (const name of ['n'.repeat(129), 'a.b', 'a%20b']) {
       const problem = expectProblem(await call('POST', references(`/${name}`), { type: 'PASSWORD', secretName: 's' }), 400);
-      assert.ok(problem.violations?.every((v) => v.startsWith('secretReferenceName: ')), problem.violations?.join());
+      assert.ok(
+        problem.violations?.every((v) => v.startsWith('secretReferenceName: ')),
+        problem.violations?.join(),
+      );
     }
   });
 

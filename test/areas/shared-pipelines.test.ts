@@ -49,7 +49,9 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     );
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.body.versionName, '1.0.0');
-    const reasons = Object.fromEntries(answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]));
+    const reasons = Object.fromEntries(
+      answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]),
+    );
     assert.deepEqual(Object.keys(reasons).sort(), ['broken.orch.yaml', 'logo.orch.yaml', 'sql/helper.sql']);
     assert.match(reasons['sql/helper.sql'], /not a pipeline file/);
     assert.match(reasons['broken.orch.yaml'], /not a YAML mapping/);
@@ -59,10 +61,21 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     assert.equal(read.status, 200);
     const { createdAt, ...rest } = read.body.artifactDetails;
     assert.ok(!Number.isNaN(Date.parse(createdAt)));
-    assert.deepEqual(rest, { branch: 'main', commitHash: 'abc123', enabled: true, provider: 'upload', sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' });
+    assert.deepEqual(rest, {
+      branch: 'main',
+      commitHash: 'abc123',
+      enabled: true,
+      provider: 'upload',
+      sharedPipelineIdPrefix: 'acme-common',
+      versionName: '1.0.0',
+    });
     assert.deepEqual(read.body.sharedPipelines, [
       { description: '', sharedPipelineId: 'acme-common/cleaning/clean', sourcePipeline: 'cleaning/clean.tran.yaml' },
-      { description: 'Loads a table incrementally', sharedPipelineId: 'acme-common/loaders/incremental', sourcePipeline: 'loaders/incremental.orch.yaml' },
+      {
+        description: 'Loads a table incrementally',
+        sharedPipelineId: 'acme-common/loaders/incremental',
+        sourcePipeline: 'loaders/incremental.orch.yaml',
+      },
     ]);
   });
 
@@ -73,26 +86,44 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     assert.equal((await publish([['b.orch.yaml', LOADER]], { ...headers, versionName: 'v2' })).status, 200);
     const latest = await detailsOf({ sharedPipelineIdPrefix: 'versions' });
     assert.equal(latest.body.artifactDetails.versionName, 'v2');
-    assert.deepEqual(latest.body.sharedPipelines.map((p: { sourcePipeline: string }) => p.sourcePipeline), ['b.orch.yaml']);
-    assert.equal((await detailsOf({ sharedPipelineIdPrefix: 'versions', versionName: 'v1' })).body.sharedPipelines[0].sourcePipeline, 'a.orch.yaml');
+    assert.deepEqual(
+      latest.body.sharedPipelines.map((p: { sourcePipeline: string }) => p.sourcePipeline),
+      ['b.orch.yaml'],
+    );
+    assert.equal(
+      (await detailsOf({ sharedPipelineIdPrefix: 'versions', versionName: 'v1' })).body.sharedPipelines[0].sourcePipeline,
+      'a.orch.yaml',
+    );
     expectProblem(await detailsOf({ sharedPipelineIdPrefix: 'versions', versionName: 'v9' }), 404, 'not-found');
     expectProblem(await detailsOf({ sharedPipelineIdPrefix: 'nothing-here' }), 404, 'not-found');
   });
 
   test('E13 disables and enables a version; 404 when unknown; bounds are checked', async () => {
     assert.equal((await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'switch', versionName: 'v1' })).status, 200);
-    const off = await server.api('PATCH', '/shared-pipelines/artifacts', { token: caller.token, body: { enabled: false, sharedPipelineIdPrefix: 'switch', versionName: 'v1' } });
+    const off = await server.api('PATCH', '/shared-pipelines/artifacts', {
+      token: caller.token,
+      body: { enabled: false, sharedPipelineIdPrefix: 'switch', versionName: 'v1' },
+    });
     assert.equal(off.status, 200);
     assert.deepEqual(off.body, { enabled: false, versionName: 'v1' });
     assert.equal((await detailsOf({ sharedPipelineIdPrefix: 'switch' })).body.artifactDetails.enabled, false);
-    const on = await server.api('PATCH', '/shared-pipelines/artifacts', { token: caller.token, body: { enabled: true, sharedPipelineIdPrefix: 'switch', versionName: 'v1' } });
+    const on = await server.api('PATCH', '/shared-pipelines/artifacts', {
+      token: caller.token,
+      body: { enabled: true, sharedPipelineIdPrefix: 'switch', versionName: 'v1' },
+    });
     assert.deepEqual(on.body, { enabled: true, versionName: 'v1' });
     expectProblem(
-      await server.api('PATCH', '/shared-pipelines/artifacts', { token: caller.token, body: { enabled: true, sharedPipelineIdPrefix: 'switch', versionName: 'v2' } }),
+      await server.api('PATCH', '/shared-pipelines/artifacts', {
+        token: caller.token,
+        body: { enabled: true, sharedPipelineIdPrefix: 'switch', versionName: 'v2' },
+      }),
       404,
     );
     const bad = expectProblem(
-      await server.api('PATCH', '/shared-pipelines/artifacts', { token: caller.token, body: { enabled: 'yes', sharedPipelineIdPrefix: '', versionName: 'x'.repeat(256) } }),
+      await server.api('PATCH', '/shared-pipelines/artifacts', {
+        token: caller.token,
+        body: { enabled: 'yes', sharedPipelineIdPrefix: '', versionName: 'x'.repeat(256) },
+      }),
       400,
     );
     assert.deepEqual(bad.violations?.sort(), [
@@ -109,19 +140,39 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     assert.deepEqual(none.violations?.sort(), ['sharedPipelineIdPrefix: is required', 'versionName: is required']);
 
     const viewer = await server.tokenFor(caller.accountId, 'viewer');
-    expectProblem(await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, viewer), 403, 'forbidden');
-    expectProblem(await server.api('PATCH', '/shared-pipelines/artifacts', { token: viewer, body: { enabled: false, sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' } }), 403);
+    expectProblem(
+      await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, viewer),
+      403,
+      'forbidden',
+    );
+    expectProblem(
+      await server.api('PATCH', '/shared-pipelines/artifacts', {
+        token: viewer,
+        body: { enabled: false, sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' },
+      }),
+      403,
+    );
     assert.equal((await detailsOf({ sharedPipelineIdPrefix: 'acme-common' }, viewer)).status, 200);
     const developer = await server.tokenFor(caller.accountId, 'developer');
-    assert.equal((await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, developer)).status, 200);
+    assert.equal(
+      (await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, developer)).status,
+      200,
+    );
 
     const other = await server.newAccount('other');
     expectProblem(await detailsOf({ sharedPipelineIdPrefix: 'acme-common' }, other.token), 404);
     expectProblem(
-      await server.api('PATCH', '/shared-pipelines/artifacts', { token: other.token, body: { enabled: false, sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' } }),
+      await server.api('PATCH', '/shared-pipelines/artifacts', {
+        token: other.token,
+        body: { enabled: false, sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' },
+      }),
       404,
     );
     // The same prefix and version in another account is that account's own.
-    assert.equal((await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' }, other.token)).status, 200);
+    assert.equal(
+      (await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'acme-common', versionName: '1.0.0' }, other.token))
+        .status,
+      200,
+    );
   });
 });

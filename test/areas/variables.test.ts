@@ -37,11 +37,24 @@ describeEachStore('project variables and environment overrides', (kind) => {
   }
 
   test('E4 creates a variable (201) and E3 lists it; a duplicate name is 409', async () => {
-    const created = await variable({ name: 'region', description: 'Cloud region', value: 'eu-west-1', supportsDoubleResolution: true });
+    const created = await variable({
+      name: 'region',
+      description: 'Cloud region',
+      value: 'eu-west-1',
+      supportsDoubleResolution: true,
+    });
     assert.match(created.id, /^[0-9a-f-]{36}$/);
     assert.deepEqual(
       { ...created, id: undefined },
-      { id: undefined, name: 'region', type: 'TEXT', behaviour: 'SHARED', description: 'Cloud region', value: 'eu-west-1', supportsDoubleResolution: true },
+      {
+        id: undefined,
+        name: 'region',
+        type: 'TEXT',
+        behaviour: 'SHARED',
+        description: 'Cloud region',
+        value: 'eu-west-1',
+        supportsDoubleResolution: true,
+      },
     );
     const numeric = await variable({ name: 'retries', type: 'NUMBER', behaviour: 'COPIED', value: 3 });
     assert.equal(numeric.value, 3);
@@ -58,15 +71,24 @@ describeEachStore('project variables and environment overrides', (kind) => {
     const project = await server.newProject(caller);
     for (const name of ['c', 'a', 'b', 'e', 'd']) await variable({ name }, project);
     const first = await api().get(`${variables(project)}?page=0&size=2`);
-    assert.deepEqual(first.body.results.map((v: { name: string }) => v.name), ['a', 'b']);
+    assert.deepEqual(
+      first.body.results.map((v: { name: string }) => v.name),
+      ['a', 'b'],
+    );
     assert.equal(first.body.total, 5);
     const last = await api().get(`${variables(project)}?page=2&size=2`);
-    assert.deepEqual(last.body.results.map((v: { name: string }) => v.name), ['e']);
+    assert.deepEqual(
+      last.body.results.map((v: { name: string }) => v.name),
+      ['e'],
+    );
     assert.equal((await api().delete(`${variables(project)}/c`)).status, 204);
     expectProblem(await api().delete(`${variables(project)}/c`), 404);
     const after = await api().get(variables(project));
     assert.equal(after.body.total, 4);
-    assert.deepEqual(after.body.results.map((v: { name: string }) => v.name), ['a', 'b', 'd', 'e']);
+    assert.deepEqual(
+      after.body.results.map((v: { name: string }) => v.name),
+      ['a', 'b', 'd', 'e'],
+    );
     const empty = await api().get(variables(await server.newProject(caller)));
     assert.deepEqual(empty.body, { page: 0, results: [], size: 25, total: 0 });
     const bad = expectProblem(await api().get(`${variables(project)}?page=-1&size=101`), 400);
@@ -78,28 +100,52 @@ describeEachStore('project variables and environment overrides', (kind) => {
     assert.equal((await api().patch(`${variables()}/${'v'.repeat(255)}`, { type: 'TEXT', behaviour: 'SHARED' })).status, 200);
     for (const name of ['', '$', '1abc', 'a-b', 'a b', 'é', 'v'.repeat(256)]) {
       const problem = expectProblem(await api().post(variables(), { name, type: 'TEXT', behaviour: 'SHARED' }), 400);
-      assert.ok(problem.violations?.every((v) => v.startsWith('body.name: ')), problem.violations?.join());
+      assert.ok(
+        problem.violations?.every((v) => v.startsWith('body.name: ')),
+        problem.violations?.join(),
+      );
     }
     for (const name of ['$', '1abc', 'v'.repeat(256)]) {
       const path = `${variables()}/${encodeURIComponent(name)}`;
-      for (const answer of [await api().patch(path, { type: 'TEXT', behaviour: 'SHARED' }), await api().delete(path), await api().get(`${path}/environment-overrides`)]) {
+      for (const answer of [
+        await api().patch(path, { type: 'TEXT', behaviour: 'SHARED' }),
+        await api().delete(path),
+        await api().get(`${path}/environment-overrides`),
+      ]) {
         const problem = expectProblem(answer, 400);
-        assert.ok(problem.violations?.every((v) => v.startsWith('variableName: ')), problem.violations?.join());
+        assert.ok(
+          problem.violations?.every((v) => v.startsWith('variableName: ')),
+          problem.violations?.join(),
+        );
       }
     }
   });
 
   test('a value must fit the type: 422 naming body.value; wrong JSON types are 400', async () => {
-    const text = expectProblem(await api().post(variables(), { name: 'n1', type: 'TEXT', behaviour: 'SHARED', value: 5 }), 422, 'unprocessable-entity');
+    const text = expectProblem(
+      await api().post(variables(), { name: 'n1', type: 'TEXT', behaviour: 'SHARED', value: 5 }),
+      422,
+      'unprocessable-entity',
+    );
     assert.deepEqual(text.violations, ['body.value: must be a string for a TEXT variable']);
-    const number = expectProblem(await api().post(variables(), { name: 'n1', type: 'NUMBER', behaviour: 'SHARED', value: '5' }), 422);
+    const number = expectProblem(
+      await api().post(variables(), { name: 'n1', type: 'NUMBER', behaviour: 'SHARED', value: '5' }),
+      422,
+    );
     assert.deepEqual(number.violations, ['body.value: must be a number for a NUMBER variable']);
-    const invalid = expectProblem(await api().post(variables(), { name: 'n1', type: 'DATE', behaviour: 'ALWAYS', value: true }), 400);
+    const invalid = expectProblem(
+      await api().post(variables(), { name: 'n1', type: 'DATE', behaviour: 'ALWAYS', value: true }),
+      400,
+    );
     assert.ok(invalid.violations?.some((v) => v.startsWith('body.type')));
     assert.ok(invalid.violations?.some((v) => v.startsWith('body.behaviour')));
     assert.ok(invalid.violations?.some((v) => v.startsWith('body.value')));
     const missing = expectProblem(await api().post(variables(), {}), 400);
-    assert.deepEqual(missing.violations?.sort(), ['body.behaviour: is required', 'body.name: is required', 'body.type: is required']);
+    assert.deepEqual(missing.violations?.sort(), [
+      'body.behaviour: is required',
+      'body.name: is required',
+      'body.type: is required',
+    ]);
     assert.equal((await api().get(`${variables()}/n1/environment-overrides`)).status, 404, 'nothing was written');
   });
 
@@ -107,7 +153,11 @@ describeEachStore('project variables and environment overrides', (kind) => {
     await variable({ name: 'patched', description: 'before', value: 'a' });
     const missing = expectProblem(await api().patch(`${variables()}/patched`, { description: 'x' }), 400);
     assert.deepEqual(missing.violations?.sort(), ['body.behaviour: is required', 'body.type: is required']);
-    const answer = await api().patch(`${variables()}/patched`, { type: 'TEXT', behaviour: 'COPIED', supportsDoubleResolution: true });
+    const answer = await api().patch(`${variables()}/patched`, {
+      type: 'TEXT',
+      behaviour: 'COPIED',
+      supportsDoubleResolution: true,
+    });
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.body.name, 'patched');
     assert.equal(answer.body.behaviour, 'COPIED');
@@ -124,8 +174,14 @@ describeEachStore('project variables and environment overrides', (kind) => {
 
   test('E5 refuses a type change that leaves the value or an override misfitting (422), and changes nothing', async () => {
     await variable({ name: 'typed', value: 'abc' });
-    await api().post(overrides('typed'), [{ environmentName: 'production', value: 'x' }, { environmentName: 'test', value: 'y' }]);
-    const refused = expectProblem(await api().patch(`${variables()}/typed`, { type: 'NUMBER', behaviour: 'SHARED', value: 1 }), 422);
+    await api().post(overrides('typed'), [
+      { environmentName: 'production', value: 'x' },
+      { environmentName: 'test', value: 'y' },
+    ]);
+    const refused = expectProblem(
+      await api().patch(`${variables()}/typed`, { type: 'NUMBER', behaviour: 'SHARED', value: 1 }),
+      422,
+    );
     assert.deepEqual(refused.violations, [
       'environmentName: the override of "production" must be a number for a NUMBER variable',
       'environmentName: the override of "test" must be a number for a NUMBER variable',
@@ -182,10 +238,22 @@ describeEachStore('project variables and environment overrides', (kind) => {
     await variable({ name: 'strict' });
     expectProblem(await api().post(overrides('strict'), []), 400);
     expectProblem(await api().post(overrides('strict'), { environmentName: 'test', value: 'x' }), 400);
-    const pattern = expectProblem(await api().post(overrides('strict'), [{ environmentName: '-test', value: 'x' }, { environmentName: 'a', value: null }]), 400);
+    const pattern = expectProblem(
+      await api().post(overrides('strict'), [
+        { environmentName: '-test', value: 'x' },
+        { environmentName: 'a', value: null },
+      ]),
+      400,
+    );
     assert.ok(pattern.violations?.some((v) => v.startsWith('body.0.environmentName')));
     assert.ok(pattern.violations?.some((v) => v.startsWith('body.1.value')));
-    const repeated = expectProblem(await api().post(overrides('strict'), [{ environmentName: 'test', value: 'x' }, { environmentName: 'test', value: 'y' }]), 400);
+    const repeated = expectProblem(
+      await api().post(overrides('strict'), [
+        { environmentName: 'test', value: 'x' },
+        { environmentName: 'test', value: 'y' },
+      ]),
+      400,
+    );
     assert.deepEqual(repeated.violations, ['body.1.environmentName: "test" is listed more than once']);
     expectProblem(await api().post(overrides('nosuch'), [{ environmentName: 'test', value: 'x' }]), 404);
     assert.deepEqual((await api().get(overrides('strict'))).body.overrides, [], 'nothing was written');
@@ -199,15 +267,24 @@ describeEachStore('project variables and environment overrides', (kind) => {
     for (const name of good) await environment(project, name);
     const longest = `${overrides('bounds', project)}/${'e'.repeat(255)}`;
     expectProblem(await api().delete(longest), 404);
-    const written = await api().post(overrides('bounds', project), good.map((environmentName) => ({ environmentName, value: 'v' })));
+    const written = await api().post(
+      overrides('bounds', project),
+      good.map((environmentName) => ({ environmentName, value: 'v' })),
+    );
     assert.equal(written.body.overrides.length, 4, written.text);
     for (const name of ['', '-a', 'a-', 'a/b', 'e'.repeat(256)]) {
       const problem = expectProblem(await api().post(overrides('bounds', project), [{ environmentName: name, value: 'v' }]), 400);
-      assert.ok(problem.violations?.every((v) => v.startsWith('body.0.environmentName: ')), problem.violations?.join());
+      assert.ok(
+        problem.violations?.every((v) => v.startsWith('body.0.environmentName: ')),
+        problem.violations?.join(),
+      );
     }
     for (const name of ['-a', 'a-', 'e'.repeat(256)]) {
       const problem = expectProblem(await api().delete(`${overrides('bounds', project)}/${encodeURIComponent(name)}`), 400);
-      assert.ok(problem.violations?.every((v) => v.startsWith('environmentName: ')), problem.violations?.join());
+      assert.ok(
+        problem.violations?.every((v) => v.startsWith('environmentName: ')),
+        problem.violations?.join(),
+      );
       expectProblem(await api().get(`${overrides('bounds', project)}?environmentName=${encodeURIComponent(name)}`), 400);
     }
   });
@@ -230,9 +307,20 @@ describeEachStore('project variables and environment overrides', (kind) => {
     await variable({ name: 'v1' }, project);
     await variable({ name: 'v2' }, project);
     for (const name of ['v1', 'v2']) {
-      await api().post(overrides(name, project), [{ environmentName: 'dev', value: 'd' }, { environmentName: 'prod', value: 'p' }]);
+      await api().post(overrides(name, project), [
+        { environmentName: 'dev', value: 'd' },
+        { environmentName: 'prod', value: 'p' },
+      ]);
     }
-    const overrideCount = async () => Number((await server.db.selectFrom('variableOverrides').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
+    const overrideCount = async () =>
+      Number(
+        (
+          await server.db
+            .selectFrom('variableOverrides')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
     const before = await overrideCount();
     assert.equal((await api().delete(`${variables(project)}/v1`)).status, 204);
     assert.equal(await overrideCount(), before - 2);
@@ -245,7 +333,11 @@ describeEachStore('project variables and environment overrides', (kind) => {
     assert.equal(await overrideCount(), before - 4);
     const left = await server.db.selectFrom('projectVariables').select('id').where('projectId', '=', project).execute();
     assert.deepEqual(left, []);
-    const counter = await server.db.selectFrom('projectVariableCounts').select('total').where('projectId', '=', project).execute();
+    const counter = await server.db
+      .selectFrom('projectVariableCounts')
+      .select('total')
+      .where('projectId', '=', project)
+      .execute();
     assert.deepEqual(counter, []);
   });
 

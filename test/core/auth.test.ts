@@ -19,7 +19,12 @@ describeEachStore('identity and access', (kind) => {
 
   test('the client-credentials grant answers a 30-minute bearer JWT with a kid', async () => {
     const answer = await server.request('POST', '/oauth/dpc/token', {
-      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: caller.clientId, client_secret: caller.clientSecret, audience: server.config.audience }),
+      body: new URLSearchParams({
+        grant_type: 'client_credentials',
+        client_id: caller.clientId,
+        client_secret: caller.clientSecret,
+        audience: server.config.audience,
+      }),
     });
     assert.equal(answer.status, 200);
     assert.equal(answer.body.token_type, 'Bearer');
@@ -32,7 +37,10 @@ describeEachStore('identity and access', (kind) => {
     assert.equal(claims.exp! - claims.iat!, 1800);
     const jwks = await server.request('GET', '/.well-known/jwks.json');
     assert.ok(jwks.body.keys.some((key: { kid: string }) => key.kid === header.kid));
-    assert.ok(jwks.body.keys.every((key: Record<string, unknown>) => !('d' in key)), 'no private key material');
+    assert.ok(
+      jwks.body.keys.every((key: Record<string, unknown>) => !('d' in key)),
+      'no private key material',
+    );
   });
 
   test('HTTP Basic client authentication is accepted too', async () => {
@@ -62,14 +70,23 @@ describeEachStore('identity and access', (kind) => {
     assert.equal(empty.status, 400);
     assert.equal(empty.body.error, 'invalid_request');
     const audience = await server.request('POST', '/oauth/dpc/token', {
-      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: caller.clientId, client_secret: caller.clientSecret, audience: 'other' }),
+      body: new URLSearchParams({
+        grant_type: 'client_credentials',
+        client_id: caller.clientId,
+        client_secret: caller.clientSecret,
+        audience: 'other',
+      }),
     });
     assert.equal(audience.status, 400);
     assert.equal(audience.body.error, 'invalid_target');
   });
 
   test('client secrets are stored only as salted scrypt hashes', async () => {
-    const row = await server.db.selectFrom('apiClients').select('secretHash').where('id', '=', caller.clientId).executeTakeFirstOrThrow();
+    const row = await server.db
+      .selectFrom('apiClients')
+      .select('secretHash')
+      .where('id', '=', caller.clientId)
+      .executeTakeFirstOrThrow();
     assert.match(row.secretHash, /^scrypt\$/);
     assert.ok(!row.secretHash.includes(caller.clientSecret));
   });
@@ -97,7 +114,11 @@ describeEachStore('identity and access', (kind) => {
       'wrong audience': await signWith(realKey, { aud: 'someone-else' }),
     };
     for (const [name, token] of Object.entries(candidates)) {
-      const answer = await server.api('GET', '/projects', token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } });
+      const answer = await server.api(
+        'GET',
+        '/projects',
+        token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } },
+      );
       expectProblem(answer, 401, 'unauthorized');
       assert.match(answer.headers.get('www-authenticate') ?? '', /^Bearer/, name);
     }
@@ -106,7 +127,10 @@ describeEachStore('identity and access', (kind) => {
   });
 
   test('an account-id header must match the token', async () => {
-    assert.equal((await server.api('GET', '/projects', { token: caller.token, headers: { 'account-id': caller.accountId } })).status, 200);
+    assert.equal(
+      (await server.api('GET', '/projects', { token: caller.token, headers: { 'account-id': caller.accountId } })).status,
+      200,
+    );
     const answer = await server.api('GET', '/projects', { token: caller.token, headers: { 'account-id': 'someone-else' } });
     expectProblem(answer, 403, 'forbidden');
   });
@@ -122,7 +146,10 @@ describeEachStore('identity and access', (kind) => {
       403,
       'forbidden',
     );
-    assert.equal((await server.api('POST', `/projects/${projectId}/environments`, { token: developer, body: { name: 'dev' } })).status, 201);
+    assert.equal(
+      (await server.api('POST', `/projects/${projectId}/environments`, { token: developer, body: { name: 'dev' } })).status,
+      201,
+    );
     expectProblem(await server.api('DELETE', `/projects/${projectId}`, { token: developer }), 403, 'forbidden');
     assert.equal((await server.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
   });

@@ -36,7 +36,11 @@ describeEachStore('every error is problem+json', (kind) => {
 
   test('a content type other than JSON: 415 unsupported-media-type', async () => {
     for (const type of ['text/plain', 'application/xml']) {
-      const answer = await server.api('POST', '/projects', { token: caller.token, body: 'name=x', headers: { 'content-type': type } });
+      const answer = await server.api('POST', '/projects', {
+        token: caller.token,
+        body: 'name=x',
+        headers: { 'content-type': type },
+      });
       expectProblem(answer, 415, 'unsupported-media-type');
     }
   });
@@ -49,7 +53,10 @@ describeEachStore('every error is problem+json', (kind) => {
   test('validation: 400 with a violation naming each field', async () => {
     const answer = await server.api('POST', '/projects', { token: caller.token, body: { name: '', description: 5 } });
     const problem = expectProblem(answer, 400, 'bad-request');
-    assert.deepEqual(problem.violations?.sort(), ['body.description: must be string', 'body.name: must NOT have fewer than 1 characters']);
+    assert.deepEqual(problem.violations?.sort(), [
+      'body.description: must be string',
+      'body.name: must NOT have fewer than 1 characters',
+    ]);
     const missing = expectProblem(await server.api('POST', '/projects', { token: caller.token, body: {} }), 400);
     assert.deepEqual(missing.violations, ['body.name: is required']);
     const badPage = expectProblem(await server.api('GET', '/projects?page=-1&size=101', { token: caller.token }), 400);

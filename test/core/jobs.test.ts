@@ -33,7 +33,10 @@ describeEachStore('job queue', (kind) => {
     }
     for (let n = 0; n < 60; n += 1) await queues[0].enqueue(stores[0].db, 'count', { n });
     const done = await Promise.all([queues[0].drain(), queues[1].drain(), queues[0].drain(), queues[1].drain()]);
-    assert.equal(done.reduce((a, b) => a + b, 0), 60);
+    assert.equal(
+      done.reduce((a, b) => a + b, 0),
+      60,
+    );
     assert.equal(runs.size, 60);
     assert.ok([...runs.values()].every((count) => count === 1));
     const states = await stores[0].db.selectFrom('jobs').select('state').where('type', '=', 'count').execute();
@@ -53,7 +56,11 @@ describeEachStore('job queue', (kind) => {
     assert.equal(job.state, 'queued');
     assert.ok(job.runAt > new Date().toISOString(), 'the retry waits');
     assert.equal(await queue.drain(), 0, 'not due yet');
-    await stores[0].db.updateTable('jobs').set({ runAt: new Date(0).toISOString() }).where('id', '=', id).execute();
+    await stores[0].db
+      .updateTable('jobs')
+      .set({ runAt: new Date(0).toISOString() })
+      .where('id', '=', id)
+      .execute();
     assert.equal(await queue.drain(), 1);
     job = await stores[0].db.selectFrom('jobs').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
     assert.equal(job.state, 'failed');

@@ -21,7 +21,8 @@ describe('outbound requests', () => {
     api = await startLoopbackApi((request, response) => {
       const [route, query] = request.url.split('?');
       const param = new URLSearchParams(query);
-      if (route === '/redirect') return void response.writeHead(Number(param.get('status') ?? 302), { location: param.get('to')! }).end();
+      if (route === '/redirect')
+        return void response.writeHead(Number(param.get('status') ?? 302), { location: param.get('to')! }).end();
       if (route === '/loop') return void response.writeHead(302, { location: '/loop' }).end();
       if (route === '/big') return void response.writeHead(200).end('x'.repeat(5000));
       if (route === '/silent') return; // never answers
@@ -59,13 +60,21 @@ describe('outbound requests', () => {
 
   test('configured ranges are allowed; the answer carries status, headers and body', async () => {
     const client = new OutboundClient({ ...defaults, allowedRanges: ['127.0.0.1/32'] });
-    const response = await client.send({ method: 'POST', url: new URL(`${api.url}/hello`), headers: { 'content-type': 'text/plain' }, body: 'ping' });
+    const response = await client.send({
+      method: 'POST',
+      url: new URL(`${api.url}/hello`),
+      headers: { 'content-type': 'text/plain' },
+      body: 'ping',
+    });
     assert.equal(response.status, 201);
     assert.equal(response.headers['x-seen'], 'POST');
     assert.equal(response.body.toString(), 'hello');
     assert.equal(response.truncated, false);
     assert.equal(api.received.at(-1)!.body, 'ping');
-    assert.equal(await failure(client.send({ method: 'GET', url: new URL(`http://127.0.0.2:${api.port}/`), headers: {} })), 'refused');
+    assert.equal(
+      await failure(client.send({ method: 'GET', url: new URL(`http://127.0.0.2:${api.port}/`), headers: {} })),
+      'refused',
+    );
   });
 
   test('every redirect is checked: to a private or loopback address is refused', async () => {
@@ -79,7 +88,12 @@ describe('outbound requests', () => {
   test('a redirect is followed; credentials stay with their origin', async () => {
     const client = new OutboundClient({ ...defaults, allowedRanges: ['127.0.0.1/32'] });
     const headers = { authorization: 'Bearer secret-1', 'x-api-key': 'secret-2', accept: 'text/plain' };
-    const same = await client.send({ method: 'GET', url: new URL(`${api.url}/redirect?to=/landing`), headers, credentialHeaders: ['X-Api-Key'] });
+    const same = await client.send({
+      method: 'GET',
+      url: new URL(`${api.url}/redirect?to=/landing`),
+      headers,
+      credentialHeaders: ['X-Api-Key'],
+    });
     assert.equal(same.status, 201);
     assert.equal(api.received.at(-1)!.headers.authorization, 'Bearer secret-1');
     const away = await client.send({
@@ -99,7 +113,12 @@ describe('outbound requests', () => {
   test('303 continues as a GET without the body; 307 keeps method and body', async () => {
     const client = new OutboundClient({ ...defaults, allowedRanges: ['127.0.0.1/32'] });
     const send = (status: number) =>
-      client.send({ method: 'POST', url: new URL(`${api.url}/redirect?status=${status}&to=/after`), headers: { 'content-type': 'text/plain' }, body: 'data' });
+      client.send({
+        method: 'POST',
+        url: new URL(`${api.url}/redirect?status=${status}&to=/after`),
+        headers: { 'content-type': 'text/plain' },
+        body: 'data',
+      });
     assert.equal((await send(303)).headers['x-seen'], 'GET');
     assert.equal(api.received.at(-1)!.body, '');
     assert.equal((await send(307)).headers['x-seen'], 'POST');
@@ -131,6 +150,9 @@ describe('outbound requests', () => {
     assert.equal(big.body.length, 1000);
     assert.equal(big.truncated, true);
     assert.equal(await failure(client.send({ method: 'GET', url: new URL('ftp://127.0.0.1/'), headers: {} })), 'invalid');
-    assert.equal(await failure(client.send({ method: 'GET', url: new URL(`${api.url}/`), headers: { 'x-bad': 'a\r\nb' } })), 'invalid');
+    assert.equal(
+      await failure(client.send({ method: 'GET', url: new URL(`${api.url}/`), headers: { 'x-bad': 'a\r\nb' } })),
+      'invalid',
+    );
   });
 });

@@ -167,7 +167,9 @@ export function expectProblem(answer: Answer, status: number, typeName?: string)
     typeof problem.type === 'string' &&
     (!typeName || problem.type.endsWith(`/${typeName}`));
   if (!ok) {
-    throw new Error(`expected a ${status}${typeName ? ` ${typeName}` : ''} problem, got ${answer.status} ${answer.headers.get('content-type')} ${answer.text}`);
+    throw new Error(
+      `expected a ${status}${typeName ? ` ${typeName}` : ''} problem, got ${answer.status} ${answer.headers.get('content-type')} ${answer.text}`,
+    );
   }
   return problem as { type: string; title: string; status: number; detail: string; instance: string; violations?: string[] };
 }

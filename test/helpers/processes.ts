@@ -23,9 +23,14 @@ export async function freePort(): Promise<number> {
 }
 
 /** `dpc serve` in a child process, collecting what it logs. */
-export async function spawnServe(env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url: string; logs: () => string; exited: Promise<number | null> }> {
+export async function spawnServe(
+  env: NodeJS.ProcessEnv,
+): Promise<{ child: ChildProcess; url: string; logs: () => string; exited: Promise<number | null> }> {
   const port = await freePort();
-  const child = spawn(process.execPath, [dpc, 'serve'], { env: { ...process.env, ...env, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [dpc, 'serve'], {
+    env: { ...process.env, ...env, PORT: String(port) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));

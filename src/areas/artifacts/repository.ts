@@ -1,7 +1,7 @@
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import type { ArtifactTable } from './tables.ts';
 import type { ArtifactDetails } from './schemas.ts';
 import { CONNECTOR_PROFILE_PREFIX } from './schemas.ts';
@@ -11,7 +11,10 @@ import type { IgnoredResource, StagedUpload } from './upload.ts';
 const BATCH_ROWS = 500;
 const BATCH_BYTES = 4 * 1024 * 1024;
 
-type DetailsRow = Pick<ArtifactTable, 'branch' | 'commitHash' | 'createdAt' | 'deployedAt' | 'enabled' | 'provider' | 'versionName'>;
+type DetailsRow = Pick<
+  ArtifactTable,
+  'branch' | 'commitHash' | 'createdAt' | 'deployedAt' | 'enabled' | 'provider' | 'versionName'
+>;
 const DETAILS_COLUMNS = ['branch', 'commitHash', 'createdAt', 'deployedAt', 'enabled', 'provider', 'versionName'] as const;
 
 function toDetails(row: DetailsRow): ArtifactDetails {
@@ -30,7 +33,12 @@ const versionTaken = (versionName: string) => conflict(`Version "${versionName}"
 
 /** A 409 before an upload is read, when its version is already taken (the unique key decides at commit). */
 export async function requireVersionFree(db: Executor, environmentId: string, versionName: string): Promise<void> {
-  const row = await db.selectFrom('artifacts').select('id').where('environmentId', '=', environmentId).where('versionName', '=', versionName).executeTakeFirst();
+  const row = await db
+    .selectFrom('artifacts')
+    .select('id')
+    .where('environmentId', '=', environmentId)
+    .where('versionName', '=', versionName)
+    .executeTakeFirst();
   if (row) throw versionTaken(versionName);
 }
 
@@ -115,14 +123,16 @@ async function requireArtifact(db: Executor, environmentId: string, versionName:
 /** The artifacts of an environment, the most recently deployed first. */
 export async function listArtifacts(db: Executor, environmentId: string, query: PageQuery) {
   const inEnvironment = db.selectFrom('artifacts').where('environmentId', '=', environmentId);
-  const rows = await inEnvironment
-    .select([...DETAILS_COLUMNS, windowTotal])
-    .orderBy('deployedAt', 'desc')
-    .orderBy('id', 'desc')
-    .limit(query.size)
-    .offset(offsetOf(query))
-    .execute();
-  const total = await totalOf(rows, query, () => countOf(inEnvironment));
+  const [rows, total] = await Promise.all([
+    inEnvironment
+      .select([...DETAILS_COLUMNS])
+      .orderBy('deployedAt', 'desc')
+      .orderBy('id', 'desc')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    countOf(inEnvironment),
+  ]);
   return { results: rows.map(toDetails), total };
 }
 
@@ -132,9 +142,19 @@ export async function getArtifact(db: Executor, environmentId: string, versionNa
   return { assets: assets.map((a) => a.path), details: toDetails(row) };
 }
 
-export async function getAssetContent(db: Executor, environmentId: string, versionName: string, assetPath: string): Promise<Buffer> {
+export async function getAssetContent(
+  db: Executor,
+  environmentId: string,
+  versionName: string,
+  assetPath: string,
+): Promise<Buffer> {
   const { id } = await requireArtifact(db, environmentId, versionName);
-  const row = await db.selectFrom('artifactAssets').select('content').where('artifactId', '=', id).where('path', '=', assetPath).executeTakeFirst();
+  const row = await db
+    .selectFrom('artifactAssets')
+    .select('content')
+    .where('artifactId', '=', id)
+    .where('path', '=', assetPath)
+    .executeTakeFirst();
   if (!row) throw notFound(`Version "${versionName}" has no asset "${assetPath}".`);
   return row.content;
 }
@@ -143,7 +163,13 @@ export async function getAssetContent(db: Executor, environmentId: string, versi
  * Copies version `versionName` of the source environment, assets and all, into the target environment
  * (copied in the database, never through memory). A version reaches an environment once: a repeat is 409.
  */
-export async function promoteArtifact(trx: Executor, projectId: string, sourceEnvironmentId: string, targetEnvironmentId: string, versionName: string) {
+export async function promoteArtifact(
+  trx: Executor,
+  projectId: string,
+  sourceEnvironmentId: string,
+  targetEnvironmentId: string,
+  versionName: string,
+) {
   const source = await requireArtifact(trx, sourceEnvironmentId, versionName);
   let targetId: number;
   try {
@@ -179,7 +205,12 @@ export async function promoteArtifact(trx: Executor, projectId: string, sourceEn
     .execute();
 }
 
-export async function setArtifactEnabled(db: Executor, environmentId: string, versionName: string, enabled: boolean): Promise<void> {
+export async function setArtifactEnabled(
+  db: Executor,
+  environmentId: string,
+  versionName: string,
+  enabled: boolean,
+): Promise<void> {
   const result = await db
     .updateTable('artifacts')
     .set({ enabled: enabled ? 1 : 0 })

@@ -31,7 +31,15 @@ import {
   requireVersionFree,
   setArtifactEnabled,
 } from './repository.ts';
-import { acceptUploads, headerValue, UploadBody, UploadResult, uploadValidatorCompiler, withStagedUpload, type PartRule } from './upload.ts';
+import {
+  acceptUploads,
+  headerValue,
+  UploadBody,
+  UploadResult,
+  uploadValidatorCompiler,
+  withStagedUpload,
+  type PartRule,
+} from './upload.ts';
 
 const tags = ['Artifacts'];
 
@@ -120,7 +128,12 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { environmentName, page, size } = request.query;
-      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      const environmentId = await requireEnvironment(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        environmentName,
+      );
       const { results, total } = await listArtifacts(app.store.db, environmentId, { page, size });
       return pageOf({ page, size }, results, total);
     },
@@ -139,7 +152,12 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { environmentName, versionName } = request.query;
-      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      const environmentId = await requireEnvironment(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        environmentName,
+      );
       return getArtifact(app.store.db, environmentId, versionName);
     },
   );
@@ -165,7 +183,12 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { environmentName, versionName, path } = request.query;
-      const environmentId = await requireEnvironment(app.store.db, request.principal.accountId, request.params.projectId, environmentName);
+      const environmentId = await requireEnvironment(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        environmentName,
+      );
       const content = await getAssetContent(app.store.db, environmentId, versionName, path);
       const type = path.startsWith(CONNECTOR_PROFILE_PREFIX) ? CONNECTOR_PROFILE_CONTENT_TYPE : 'text/plain; charset=utf-8';
       // Stored contents are checked UTF-8, so the text is exactly the uploaded bytes.
@@ -178,7 +201,8 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'Promote a version from one environment to another',
-        description: 'Copies the version, assets and all, into the target environment. A version is promoted to an environment once: a repeat is 409.',
+        description:
+          'Copies the version, assets and all, into the target environment. A version is promoted to an environment once: a repeat is 409.',
         tags,
         params: ProjectParams,
         body: PromoteArtifactRequest,
@@ -214,7 +238,12 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     async (request) => {
       const { environmentName, versionName, enabled } = request.body;
       await app.store.db.transaction().execute(async (trx) => {
-        const environmentId = await requireEnvironment(trx, request.principal.accountId, request.params.projectId, environmentName);
+        const environmentId = await requireEnvironment(
+          trx,
+          request.principal.accountId,
+          request.params.projectId,
+          environmentName,
+        );
         await setArtifactEnabled(trx, environmentId, versionName, enabled);
       });
       Object.assign(request.auditIds, { environmentName, versionName });

@@ -32,7 +32,10 @@ export const ArtifactDetails = Type.Object(
     branch: Type.Optional(Type.String({ description: 'the branch the upload named, when it named one' })),
     commitHash: Type.Optional(Type.String({ description: 'the commit the upload named, when it named one' })),
     createdAt: Type.String({ format: 'date-time', description: 'when the version was uploaded (a promotion keeps it)' }),
-    deployedAt: Type.String({ format: 'date-time', description: 'when the version reached this environment: its upload or its promotion' }),
+    deployedAt: Type.String({
+      format: 'date-time',
+      description: 'when the version reached this environment: its upload or its promotion',
+    }),
     enabled: Type.Boolean({ description: 'whether the version may be run; a disabled version stays listed' }),
     provider: Type.String({ description: 'how the version reached this environment: "upload" or "promotion"' }),
     versionName: Type.String(),
@@ -48,7 +51,11 @@ export const ArtifactQuery = Type.Object({ environmentName: EnvironmentName, ver
 export const AssetQuery = Type.Object({
   environmentName: EnvironmentName,
   versionName: VersionName,
-  path: Type.String({ minLength: 1, description: 'the asset path, as listed in `assets`', examples: ['pipelines/load.orch.yaml'] }),
+  path: Type.String({
+    minLength: 1,
+    description: 'the asset path, as listed in `assets`',
+    examples: ['pipelines/load.orch.yaml'],
+  }),
 });
 
 export const ArtifactDetailsResult = Type.Object(

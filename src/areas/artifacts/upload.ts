@@ -197,8 +197,11 @@ async function stage(
       const assetPath = part.fieldname ?? '';
       const source: Iterable<Buffer> | Readable =
         part.type === 'file' ? part.file : [Buffer.from(String(part.value ?? ''), 'utf8')];
-      if (part.type === 'field' && part.valueTruncated) throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
-      const refusal = unsafePathReason(assetPath) ?? (seen.has(assetPath) ? 'duplicate path: the first part with this path is kept' : rule(assetPath, part.mimetype));
+      if (part.type === 'field' && part.valueTruncated)
+        throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
+      const refusal =
+        unsafePathReason(assetPath) ??
+        (seen.has(assetPath) ? 'duplicate path: the first part with this path is kept' : rule(assetPath, part.mimetype));
       seen.add(assetPath);
       // Text check as the bytes stream through; a sequence split between chunks is checked with the next one.
       let carry = Buffer.alloc(0);
@@ -220,7 +223,8 @@ async function stage(
           offset += chunk.length;
         }
       }
-      if (part.type === 'file' && part.file.truncated) throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
+      if (part.type === 'file' && part.file.truncated)
+        throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
       if (!refusal && !contentProblem && carry.length > 0) contentProblem = 'not UTF-8 text';
       const reason = refusal ?? contentProblem;
       if (reason) {
@@ -233,7 +237,8 @@ async function stage(
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code && LIMIT_ERRORS.has(code)) throw tooLarge(`An upload has at most ${limits.uploadMaxParts} parts.`);
-    if (code === 'ERR_STREAM_PREMATURE_CLOSE' || MALFORMED_BODY.test((error as Error).message)) throw badRequest(`The multipart body is not valid: ${(error as Error).message}. Nothing was stored.`);
+    if (code === 'ERR_STREAM_PREMATURE_CLOSE' || MALFORMED_BODY.test((error as Error).message))
+      throw badRequest(`The multipart body is not valid: ${(error as Error).message}. Nothing was stored.`);
     throw error;
   }
   if (!complete()) throw badRequest('The multipart body ended before its closing boundary; nothing was stored.');

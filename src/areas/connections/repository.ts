@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
-import { countOf, offsetOf, totalOf, windowTotal } from '../../core/paging.ts';
+import { countOf, offsetOf } from '../../core/paging.ts';
 import { requireEnvironmentId } from '../environments/repository.ts';
 import type { ConnectionTable } from './tables.ts';
 import {
@@ -36,11 +36,17 @@ const LOCATION_FIELDS = ['region', 'vaultName', 'gcpProjectId'] as const;
 /** The rules the schema does not express: which authType goes with the type (CLOUD_PROVIDER_SECRET with cloud credentials only). */
 function authTypeViolations(platformConnectionType: PlatformConnectionType, authType: AuthType): string[] {
   const cloud = platformConnectionType === 'CLOUD_PLATFORM_CREDENTIALS';
-  return cloud === (authType === 'CLOUD_PROVIDER_SECRET') ? [] : [`body.authType: ${authType} does not go with ${platformConnectionType}`];
+  return cloud === (authType === 'CLOUD_PROVIDER_SECRET')
+    ? []
+    : [`body.authType: ${authType} does not go with ${platformConnectionType}`];
 }
 
 /** The shape the type asks of connectionProperties, and the one field each vault type locates a secret by. */
-function detailsViolations(platformConnectionType: PlatformConnectionType, details: ConnectionDetails | undefined, field: string): string[] {
+function detailsViolations(
+  platformConnectionType: PlatformConnectionType,
+  details: ConnectionDetails | undefined,
+  field: string,
+): string[] {
   const violations: string[] = [];
   const properties = details?.connectionProperties;
   if (properties) {
@@ -58,14 +64,20 @@ function detailsViolations(platformConnectionType: PlatformConnectionType, detai
   if (location) {
     const needed = VAULT_LOCATION_FIELDS[location.type];
     for (const name of LOCATION_FIELDS) {
-      if (name === needed && location[name] === undefined) violations.push(`${field}.secretsLocation.${name}: is required for ${location.type}`);
-      if (name !== needed && location[name] !== undefined) violations.push(`${field}.secretsLocation.${name}: is not allowed for ${location.type}`);
+      if (name === needed && location[name] === undefined)
+        violations.push(`${field}.secretsLocation.${name}: is required for ${location.type}`);
+      if (name !== needed && location[name] !== undefined)
+        violations.push(`${field}.secretsLocation.${name}: is not allowed for ${location.type}`);
     }
   }
   return violations;
 }
 
-function checkDetails(platformConnectionType: PlatformConnectionType, details: ConnectionDetails | undefined, field: string): void {
+function checkDetails(
+  platformConnectionType: PlatformConnectionType,
+  details: ConnectionDetails | undefined,
+  field: string,
+): void {
   const violations = detailsViolations(platformConnectionType, details, field);
   if (violations.length > 0) throw unprocessable(`The connection details do not fit ${platformConnectionType}.`, violations);
 }
@@ -96,7 +108,10 @@ function toConnection(row: ConnectionRow): ProjectConnection {
 
 /** A `connectionNames` filter: comma-separated, blanks ignored. */
 function namesOf(connectionNames: string): string[] {
-  const names = connectionNames.split(',').map((name) => name.trim()).filter(Boolean);
+  const names = connectionNames
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
   if (names.length === 0) throw badRequest('No connection is named.', ['connectionNames: must name at least one connection']);
   return names;
 }
@@ -117,7 +132,14 @@ function connectionFields(request: UpdateConnectionRequest) {
 }
 
 export async function createConnection(db: Executor, projectId: string, createdBy: string, request: CreateConnectionRequest) {
-  const row: ConnectionRow = { id: randomUUID(), projectId, name: request.name, ...connectionFields(request), createdBy, createdAt: now() };
+  const row: ConnectionRow = {
+    id: randomUUID(),
+    projectId,
+    name: request.name,
+    ...connectionFields(request),
+    createdBy,
+    createdAt: now(),
+  };
   try {
     await db.insertInto('connections').values(row).execute();
   } catch (error) {
@@ -131,12 +153,20 @@ export async function listConnections(db: Executor, projectId: string, query: Co
   let filtered = db.selectFrom('connections').where('projectId', '=', projectId);
   if (query.authProvider !== undefined) filtered = filtered.where('authProvider', '=', query.authProvider);
   if (query.connectionNames !== undefined) filtered = filtered.where('name', 'in', namesOf(query.connectionNames));
-  const rows = await filtered.selectAll().select(windowTotal).orderBy('name').limit(query.size).offset(offsetOf(query)).execute();
-  return { results: rows.map(toConnection), total: await totalOf(rows, query, () => countOf(filtered)) };
+  const [rows, total] = await Promise.all([
+    filtered.selectAll().orderBy('name').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(filtered),
+  ]);
+  return { results: rows.map(toConnection), total };
 }
 
 async function requireConnection(db: Executor, projectId: string, name: string): Promise<ConnectionRow> {
-  const row = await db.selectFrom('connections').selectAll().where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  const row = await db
+    .selectFrom('connections')
+    .selectAll()
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
   if (!row) throw notFound(`Connection "${name}" does not exist in this project.`);
   return row;
 }
@@ -155,7 +185,10 @@ export async function replaceConnection(db: Executor, projectId: string, name: s
     if (misfits.length > 0) {
       throw unprocessable(
         `Environment overrides of the connection do not fit ${fields.platformConnectionType}.`,
-        misfits.map((override) => `environmentName: the override of "${override.environmentName}" does not fit ${fields.platformConnectionType}`),
+        misfits.map(
+          (override) =>
+            `environmentName: the override of "${override.environmentName}" does not fit ${fields.platformConnectionType}`,
+        ),
       );
     }
   }
@@ -165,7 +198,11 @@ export async function replaceConnection(db: Executor, projectId: string, name: s
 
 /** E2: removes the connection; its environment overrides go with it (foreign keys cascade). */
 export async function deleteConnection(db: Executor, projectId: string, name: string): Promise<void> {
-  const result = await db.deleteFrom('connections').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  const result = await db
+    .deleteFrom('connections')
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Connection "${name}" does not exist in this project.`);
 }
 
@@ -177,10 +214,18 @@ function selectOverrides(db: Executor) {
 }
 
 function toOverride(row: { connectionName: string; environmentName: string; connectionDetails: string }): ConnectionOverride {
-  return { connectionName: row.connectionName, environmentName: row.environmentName, connectionDetails: JSON.parse(row.connectionDetails) };
+  return {
+    connectionName: row.connectionName,
+    environmentName: row.environmentName,
+    connectionDetails: JSON.parse(row.connectionDetails),
+  };
 }
 
-const OVERRIDE_COLUMNS = ['connections.name as connectionName', 'environments.name as environmentName', 'connectionOverrides.connectionDetails'] as const;
+const OVERRIDE_COLUMNS = [
+  'connections.name as connectionName',
+  'environments.name as environmentName',
+  'connectionOverrides.connectionDetails',
+] as const;
 
 async function overridesOf(db: Executor, connectionId: string): Promise<ConnectionOverride[]> {
   const rows = await selectOverrides(db).select(OVERRIDE_COLUMNS).where('connections.id', '=', connectionId).execute();
@@ -199,10 +244,15 @@ export async function createConnectionOverride(db: Executor, projectId: string, 
   checkDetails(connection.platformConnectionType as PlatformConnectionType, request.connectionDetails, 'body.connectionDetails');
   const connectionDetails = storedDetails(request.connectionDetails);
   try {
-    await db.insertInto('connectionOverrides').values({ connectionId: connection.id, environmentId, connectionDetails }).execute();
+    await db
+      .insertInto('connectionOverrides')
+      .values({ connectionId: connection.id, environmentId, connectionDetails })
+      .execute();
   } catch (error) {
     if (isUniqueViolation(error)) {
-      throw conflict(`Connection "${request.connectionName}" already has an override in environment "${request.environmentName}".`);
+      throw conflict(
+        `Connection "${request.connectionName}" already has an override in environment "${request.environmentName}".`,
+      );
     }
     throw error;
   }
@@ -213,14 +263,17 @@ export async function listConnectionOverrides(db: Executor, projectId: string, q
   let filtered = selectOverrides(db).where('connections.projectId', '=', projectId);
   if (query.environmentName !== undefined) filtered = filtered.where('environments.name', '=', query.environmentName);
   if (query.connectionNames !== undefined) filtered = filtered.where('connections.name', 'in', namesOf(query.connectionNames));
-  const rows = await filtered
-    .select([...OVERRIDE_COLUMNS, windowTotal])
-    .orderBy('connections.name')
-    .orderBy('environments.name')
-    .limit(query.size)
-    .offset(offsetOf(query))
-    .execute();
-  return { results: rows.map(toOverride), total: await totalOf(rows, query, () => countOf(filtered)) };
+  const [rows, total] = await Promise.all([
+    filtered
+      .select([...OVERRIDE_COLUMNS])
+      .orderBy('connections.name')
+      .orderBy('environments.name')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    countOf(filtered),
+  ]);
+  return { results: rows.map(toOverride), total };
 }
 
 /** Replaces the override whole: a field left out is unset. */

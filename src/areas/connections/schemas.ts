@@ -45,7 +45,10 @@ export const ConnectionProperties = Type.Object(
     secretKey: Type.Optional(Type.String({ maxLength: 255, description: 'COMPONENT_BASIC: optional key within the secret' })),
     credentialSecretName: Type.Optional(name('CLOUD_PLATFORM_CREDENTIALS: the secret holding the cloud credentials')),
   },
-  { description: 'takes the shape platformConnectionType asks for (422 otherwise): COMPONENT_BASIC {secretName, secretKey?}, CLOUD_PLATFORM_CREDENTIALS {credentialSecretName?}' },
+  {
+    description:
+      'takes the shape platformConnectionType asks for (422 otherwise): COMPONENT_BASIC {secretName, secretKey?}, CLOUD_PLATFORM_CREDENTIALS {credentialSecretName?}',
+  },
 );
 
 export const ConnectionDetails = Type.Object({
@@ -62,9 +65,13 @@ const detailsExample = {
 };
 
 const UpdateConnectionFields = {
-  authType: Type.Enum(AUTH_TYPES, { description: 'CLOUD_PLATFORM_CREDENTIALS takes CLOUD_PROVIDER_SECRET; COMPONENT_BASIC every other' }),
+  authType: Type.Enum(AUTH_TYPES, {
+    description: 'CLOUD_PLATFORM_CREDENTIALS takes CLOUD_PROVIDER_SECRET; COMPONENT_BASIC every other',
+  }),
   platformConnectionType: Type.Enum(PLATFORM_CONNECTION_TYPES),
-  authProvider: Type.Optional(Type.String({ minLength: 1, maxLength: 255, default: 'NONE', description: 'NONE, aws, gcp, azure or a connector name' })),
+  authProvider: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 255, default: 'NONE', description: 'NONE, aws, gcp, azure or a connector name' }),
+  ),
   connectionDetails: Type.Optional(ConnectionDetails),
 };
 
@@ -76,7 +83,16 @@ export type UpdateConnectionRequest = Static<typeof UpdateConnectionRequest>;
 
 export const CreateConnectionRequest = Type.Object(
   { name: ConnectionName, ...UpdateConnectionFields },
-  { examples: [{ name: 'warehouse', authType: 'GENERIC_SECRET', platformConnectionType: 'COMPONENT_BASIC', connectionDetails: detailsExample }] },
+  {
+    examples: [
+      {
+        name: 'warehouse',
+        authType: 'GENERIC_SECRET',
+        platformConnectionType: 'COMPONENT_BASIC',
+        connectionDetails: detailsExample,
+      },
+    ],
+  },
 );
 export type CreateConnectionRequest = Static<typeof CreateConnectionRequest>;
 
@@ -111,7 +127,11 @@ export type ProjectConnection = Static<typeof ProjectConnection>;
 export const ConnectionNameQuery = Type.Object({ connectionName: ConnectionName });
 
 /** Comma-separated connection names, as list filters take them. */
-const ConnectionNames = Type.String({ minLength: 1, description: 'comma-separated connection names', examples: ['warehouse,crm'] });
+const ConnectionNames = Type.String({
+  minLength: 1,
+  description: 'comma-separated connection names',
+  examples: ['warehouse,crm'],
+});
 
 export const ConnectionListQuery = Type.Object({
   ...PageQuery.properties,
@@ -123,7 +143,10 @@ export type ConnectionListQuery = Static<typeof ConnectionListQuery>;
 const overrideExample = {
   connectionName: 'warehouse',
   environmentName: 'production',
-  connectionDetails: { connectionProperties: { secretName: 'warehouse-prod' }, secretsLocation: { type: 'DEFAULT_SECRET_VAULT' } },
+  connectionDetails: {
+    connectionProperties: { secretName: 'warehouse-prod' },
+    secretsLocation: { type: 'DEFAULT_SECRET_VAULT' },
+  },
 };
 
 export const CreateConnectionOverrideRequest = Type.Object(
@@ -136,7 +159,14 @@ export const UpdateConnectionOverrideRequest = Type.Object(
   { connectionDetails: ConnectionDetails },
   {
     description: 'Replaces the override: a field left out is unset.',
-    examples: [{ connectionDetails: { connectionProperties: { secretName: 'warehouse-prod-2' }, secretsLocation: { type: 'DEFAULT_SECRET_VAULT' } } }],
+    examples: [
+      {
+        connectionDetails: {
+          connectionProperties: { secretName: 'warehouse-prod-2' },
+          secretsLocation: { type: 'DEFAULT_SECRET_VAULT' },
+        },
+      },
+    ],
   },
 );
 

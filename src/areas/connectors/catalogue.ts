@@ -9,7 +9,9 @@ const CATALOGUE_DATE = '2026-11-01T00:00:00.000Z';
 
 const NO_STRUCTURE = { schema: {}, containedInOuterArray: false, repeatingElementPath: [] };
 
-function endpoint(fields: Pick<Endpoint, 'id' | 'name' | 'url' | 'auth' | 'authenticationOptions'> & Partial<Endpoint>): Endpoint {
+function endpoint(
+  fields: Pick<Endpoint, 'id' | 'name' | 'url' | 'auth' | 'authenticationOptions'> & Partial<Endpoint>,
+): Endpoint {
   return {
     httpMethod: 'GET',
     authTemplate: null,
@@ -25,7 +27,16 @@ function endpoint(fields: Pick<Endpoint, 'id' | 'name' | 'url' | 'auth' | 'authe
 
 function flex(alternateId: string, name: string, site: string, endpoints: Endpoint[]): FlexConnector {
   const icon = `https://${site}/favicon.ico`;
-  return { alternateId, name, icon, logo: { type: 'URL', image: { url: icon } }, endpoints, deleted: false, deletedTime: null, lastModified: CATALOGUE_DATE };
+  return {
+    alternateId,
+    name,
+    icon,
+    logo: { type: 'URL', image: { url: icon } },
+    endpoints,
+    deleted: false,
+    deletedTime: null,
+    lastModified: CATALOGUE_DATE,
+  };
 }
 
 const bearer = [{ type: 'BEARER' as const, parameters: [{ name: 'token' }], additionalParameters: null }];
@@ -46,7 +57,10 @@ export const FLEX_CONNECTORS: FlexConnector[] = [
       queryParameters: [{ name: 'per_page', value: '100' }],
       uriParameters: [{ name: 'org' }],
       structure: {
-        schema: { type: 'object', properties: { id: { type: 'integer' }, name: { type: 'string' }, private: { type: 'boolean' } } },
+        schema: {
+          type: 'object',
+          properties: { id: { type: 'integer' }, name: { type: 'string' }, private: { type: 'boolean' } },
+        },
         containedInOuterArray: true,
         repeatingElementPath: [],
       },
@@ -58,9 +72,14 @@ export const FLEX_CONNECTORS: FlexConnector[] = [
       name: 'Search issues (JQL)',
       url: 'https://{site}.atlassian.net/rest/api/3/search',
       auth: 'BASIC',
-      authenticationOptions: [{ type: 'BASIC', parameters: [{ name: 'username' }, { name: 'password' }], additionalParameters: null }],
+      authenticationOptions: [
+        { type: 'BASIC', parameters: [{ name: 'username' }, { name: 'password' }], additionalParameters: null },
+      ],
       paging: { type: 'OFFSET' },
-      queryParameters: [{ name: 'jql', value: 'order by created DESC' }, { name: 'maxResults', value: '100' }],
+      queryParameters: [
+        { name: 'jql', value: 'order by created DESC' },
+        { name: 'maxResults', value: '100' },
+      ],
       uriParameters: [{ name: 'site' }],
       structure: {
         schema: { type: 'object', properties: { id: { type: 'string' }, key: { type: 'string' }, fields: { type: 'object' } } },
@@ -79,7 +98,10 @@ export const FLEX_CONNECTORS: FlexConnector[] = [
       paging: { type: 'CURSOR' },
       queryParameters: [{ name: 'limit', value: '100' }],
       structure: {
-        schema: { type: 'object', properties: { id: { type: 'string' }, email: { type: 'string' }, created: { type: 'integer' } } },
+        schema: {
+          type: 'object',
+          properties: { id: { type: 'string' }, email: { type: 'string' }, created: { type: 'integer' } },
+        },
         containedInOuterArray: false,
         repeatingElementPath: ['data'],
       },
@@ -92,9 +114,15 @@ export const FLEX_CONNECTORS: FlexConnector[] = [
       url: 'https://api.openweathermap.org/data/2.5/weather',
       auth: 'API_KEY',
       authenticationOptions: apiKey('appid', 'QUERY_PARAMETER'),
-      queryParameters: [{ name: 'q', value: 'London' }, { name: 'units', value: 'metric' }],
+      queryParameters: [
+        { name: 'q', value: 'London' },
+        { name: 'units', value: 'metric' },
+      ],
       structure: {
-        schema: { type: 'object', properties: { name: { type: 'string' }, main: { type: 'object' }, weather: { type: 'array' } } },
+        schema: {
+          type: 'object',
+          properties: { name: { type: 'string' }, main: { type: 'object' }, weather: { type: 'array' } },
+        },
         containedInOuterArray: false,
         repeatingElementPath: [],
       },
@@ -123,9 +151,15 @@ export const FLEX_CONNECTORS: FlexConnector[] = [
       auth: 'API_KEY',
       authenticationOptions: apiKey('X-Api-Key', 'HEADER_PARAMETER'),
       paging: { type: 'PAGE_NUMBER' },
-      queryParameters: [{ name: 'country', value: 'us' }, { name: 'pageSize', value: '100' }],
+      queryParameters: [
+        { name: 'country', value: 'us' },
+        { name: 'pageSize', value: '100' },
+      ],
       structure: {
-        schema: { type: 'object', properties: { title: { type: 'string' }, url: { type: 'string' }, publishedAt: { type: 'string' } } },
+        schema: {
+          type: 'object',
+          properties: { title: { type: 'string' }, url: { type: 'string' }, publishedAt: { type: 'string' } },
+        },
         containedInOuterArray: false,
         repeatingElementPath: ['articles'],
       },

@@ -18,21 +18,28 @@ function valuesOf(defaults: RequestParameters, given: Record<string, string> | u
 /** The value of a credential the test request must carry, or a 400 naming it. */
 function credential(request: TestEndpointRequest, name: string): string {
   const value = request.credentials?.[name];
-  if (value === undefined) throw badRequest(`The test needs the credential "${name}".`, [`body.credentials.${name}: is required`]);
+  if (value === undefined)
+    throw badRequest(`The test needs the credential "${name}".`, [`body.credentials.${name}: is required`]);
   return value;
 }
 
 /** The OAuth connection the option selects (by the variable it names when it has several); it must be authorized. */
-async function oauthAccessToken(db: Executor, accountId: string, option: AuthenticationOption, request: TestEndpointRequest): Promise<string> {
+async function oauthAccessToken(
+  db: Executor,
+  accountId: string,
+  option: AuthenticationOption,
+  request: TestEndpointRequest,
+): Promise<string> {
   let chosen = option.parameters[0];
   if (option.parameters.length > 1) {
     const variable = option.additionalParameters?.variable ?? '';
     const selected = request.variables?.[variable];
     const match = option.parameters.find((parameter) => parameter.name === selected);
     if (!match) {
-      throw badRequest(`The variable "${variable}" selects the OAuth connection: one of ${option.parameters.map((p) => p.name).join(', ')}.`, [
-        `body.variables.${variable}: must be one of ${option.parameters.map((p) => p.name).join(', ')}`,
-      ]);
+      throw badRequest(
+        `The variable "${variable}" selects the OAuth connection: one of ${option.parameters.map((p) => p.name).join(', ')}.`,
+        [`body.variables.${variable}: must be one of ${option.parameters.map((p) => p.name).join(', ')}`],
+      );
     }
     chosen = match;
   }
@@ -60,19 +67,31 @@ async function outboundRequestOf(
   const uriValues = valuesOf(endpoint.uriParameters, request.uriParameters);
   const missing = [...endpoint.url.matchAll(URI_PLACEHOLDER)].map(([, name]) => name).filter((name) => !uriValues.has(name));
   if (missing.length > 0) {
-    throw badRequest('The test needs a value for every URI parameter.', missing.map((name) => `body.uriParameters.${name}: is required`));
+    throw badRequest(
+      'The test needs a value for every URI parameter.',
+      missing.map((name) => `body.uriParameters.${name}: is required`),
+    );
   }
   const url = new URL(endpoint.url.replace(URI_PLACEHOLDER, (_, name: string) => encodeURIComponent(uriValues.get(name)!)));
   for (const [name, value] of valuesOf(endpoint.queryParameters, request.queryParameters)) url.searchParams.set(name, value);
   const headers = Object.fromEntries(valuesOf(endpoint.headerParameters, request.headerParameters));
   if (endpoint.body !== null) headers['content-type'] ??= 'application/json';
   const credentialHeaders: string[] = [];
-  const outbound: OutboundRequest = { method: endpoint.httpMethod, url, headers, body: endpoint.body ?? undefined, credentialHeaders };
+  const outbound: OutboundRequest = {
+    method: endpoint.httpMethod,
+    url,
+    headers,
+    body: endpoint.body ?? undefined,
+    credentialHeaders,
+  };
 
   const authType = request.authType ?? endpoint.auth;
   if (authType === 'NONE') return outbound;
   const option = endpoint.authenticationOptions.find((o) => o.type === authType);
-  if (!option) throw badRequest(`The endpoint has no ${authType} authentication option.`, [`body.authType: the endpoint has no ${authType} option`]);
+  if (!option)
+    throw badRequest(`The endpoint has no ${authType} authentication option.`, [
+      `body.authType: the endpoint has no ${authType} option`,
+    ]);
   switch (option.type) {
     case 'BASIC': {
       // The profile's URL is https (checked when it was saved), and a redirect elsewhere drops the header.
@@ -112,5 +131,10 @@ export async function testEndpoint(
   request: TestEndpointRequest,
 ): Promise<TestEndpointResponse> {
   const response = await outbound.send(await outboundRequestOf(db, accountId, endpoint, request));
-  return { status: response.status, headers: response.headers, body: response.body.toString('utf8'), truncated: response.truncated };
+  return {
+    status: response.status,
+    headers: response.headers,
+    body: response.body.toString('utf8'),
+    truncated: response.truncated,
+  };
 }

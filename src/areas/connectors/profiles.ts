@@ -2,7 +2,15 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { badRequest } from '../../core/problems.ts';
 import { existingOAuthConnectionIds } from '../oauth-connections/repository.ts';
-import type { AuthenticationOption, AuthParameter, CustomConnector, CustomConnectorInput, Endpoint, EndpointInput, FlexConnector } from './schemas.ts';
+import type {
+  AuthenticationOption,
+  AuthParameter,
+  CustomConnector,
+  CustomConnectorInput,
+  Endpoint,
+  EndpointInput,
+  FlexConnector,
+} from './schemas.ts';
 
 /** Media type of a profile part in an artifact upload. */
 export const CONNECTOR_PROFILE_CONTENT_TYPE = 'application/vnd.matillion.connector-profile+json';
@@ -12,7 +20,9 @@ export const CONNECTOR_PROFILE_CONTENT_TYPE = 'application/vnd.matillion.connect
  * profile exactly as the list answers it.
  */
 export function connectorProfilePartName(profile: FlexConnector | CustomConnector): string {
-  return 'alternateId' in profile ? `connector-profile:flex-${profile.alternateId}.json` : `connector-profile:custom-${profile.id}.json`;
+  return 'alternateId' in profile
+    ? `connector-profile:flex-${profile.alternateId}.json`
+    : `connector-profile:custom-${profile.id}.json`;
 }
 
 /** `{org}` in an endpoint URL stands for the URI parameter `org`. */
@@ -62,10 +72,13 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
         violations.push(`${parameterAt}.${field}: is not allowed in a ${option.type} option`);
       }
     }
-    if (names.has(parameter.name)) violations.push(`${parameterAt}.name: "${parameter.name}" is used by another parameter of the option`);
+    if (names.has(parameter.name))
+      violations.push(`${parameterAt}.name: "${parameter.name}" is used by another parameter of the option`);
     names.add(parameter.name);
     if (option.type === 'BASIC' && parameter.name !== 'username' && parameter.value !== undefined) {
-      violations.push(`${parameterAt}.value: a profile holds no credential: give where the ${parameter.name} is kept in "secret"`);
+      violations.push(
+        `${parameterAt}.value: a profile holds no credential: give where the ${parameter.name} is kept in "secret"`,
+      );
     }
     if (option.type === 'API_KEY') {
       if (parameter.addTo === undefined) violations.push(`${parameterAt}.addTo: is required`);
@@ -140,7 +153,10 @@ export async function assertValidProfile(db: Executor, accountId: string, profil
     (endpoint.authenticationOptions ?? []).forEach((option, j) =>
       option.parameters.forEach((parameter, k) => {
         if (parameter.oauthConnectionId) {
-          oauthReferences.push({ at: `${at}.authenticationOptions.${j}.parameters.${k}.oauthConnectionId`, id: parameter.oauthConnectionId });
+          oauthReferences.push({
+            at: `${at}.authenticationOptions.${j}.parameters.${k}.oauthConnectionId`,
+            id: parameter.oauthConnectionId,
+          });
         }
       }),
     );

@@ -26,12 +26,25 @@ function documentOf(input: CustomConnectorInput): string {
   return JSON.stringify(document);
 }
 
-export async function createCustomConnector(db: Executor, accountId: string, input: CustomConnectorInput): Promise<CustomConnector> {
+export async function createCustomConnector(
+  db: Executor,
+  accountId: string,
+  input: CustomConnectorInput,
+): Promise<CustomConnector> {
   const id = randomUUID();
   const time = now();
   await db
     .insertInto('customConnectors')
-    .values({ id, accountId, name: input.name, document: documentOf(input), deleted: 0, deletedTime: null, lastModified: time, createdAt: time })
+    .values({
+      id,
+      accountId,
+      name: input.name,
+      document: documentOf(input),
+      deleted: 0,
+      deletedTime: null,
+      lastModified: time,
+      createdAt: time,
+    })
     .execute();
   return requireCustomConnector(db, accountId, id);
 }
@@ -46,7 +59,12 @@ export async function listCustomConnectors(db: Executor, accountId: string, incl
 
 /** Profile `id` of the account, deleted or not, or a 404 (another account's answers as if it did not exist). */
 export async function requireCustomConnector(db: Executor, accountId: string, id: string): Promise<CustomConnector> {
-  const row = await db.selectFrom('customConnectors').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  const row = await db
+    .selectFrom('customConnectors')
+    .selectAll()
+    .where('id', '=', id)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
   if (!row) throw notFound(`Custom connector ${id} does not exist.`);
   return toCustomConnector(row);
 }
@@ -61,7 +79,12 @@ export async function requireLiveEndpoint(db: Executor, accountId: string, id: s
 }
 
 /** Replaces the whole profile; a deleted profile cannot be changed (404). */
-export async function replaceCustomConnector(db: Executor, accountId: string, id: string, input: CustomConnectorInput): Promise<CustomConnector> {
+export async function replaceCustomConnector(
+  db: Executor,
+  accountId: string,
+  id: string,
+  input: CustomConnectorInput,
+): Promise<CustomConnector> {
   const result = await db
     .updateTable('customConnectors')
     .set({ name: input.name, document: documentOf(input), lastModified: now() })

@@ -36,7 +36,8 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'List the flex connector profiles (E24)',
-        description: 'The catalogue this server ships, keyed by alternateId; a publishing tool uploads each as part `connector-profile:flex-<alternateId>.json`.',
+        description:
+          'The catalogue this server ships, keyed by alternateId; a publishing tool uploads each as part `connector-profile:flex-<alternateId>.json`.',
         tags,
         response: { 200: Type.Array(FlexConnector) },
       },
@@ -49,7 +50,8 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     {
       schema: {
         summary: 'List the custom connector profiles of the account',
-        description: 'By name; deleted profiles only with `includeDeleted=true`. A publishing tool uploads each as part `connector-profile:custom-<id>.json`.',
+        description:
+          'By name; deleted profiles only with `includeDeleted=true`. A publishing tool uploads each as part `connector-profile:custom-<id>.json`.',
         tags,
         querystring: ListCustomConnectorsQuery,
         response: { 200: Type.Array(CustomConnector) },
@@ -81,7 +83,14 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
 
   app.get(
     '/custom-connectors/:customConnectorId',
-    { schema: { summary: 'Get a custom connector profile (deleted ones too)', tags, params: CustomConnectorParams, response: { 200: CustomConnector } } },
+    {
+      schema: {
+        summary: 'Get a custom connector profile (deleted ones too)',
+        tags,
+        params: CustomConnectorParams,
+        response: { 200: CustomConnector },
+      },
+    },
     async (request) => requireCustomConnector(app.store.db, request.principal.accountId, request.params.customConnectorId),
   );
 

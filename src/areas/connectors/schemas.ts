@@ -11,9 +11,12 @@ export const AuthParameter = Type.Object(
     name: Type.String({
       minLength: 1,
       maxLength: 255,
-      description: 'BASIC: username or password; BEARER: token; API_KEY: the key name; OAUTH: the value of the variable that selects this connection',
+      description:
+        'BASIC: username or password; BEARER: token; API_KEY: the key name; OAUTH: the value of the variable that selects this connection',
     }),
-    value: Type.Optional(Type.String({ maxLength: 1024, description: 'a value that is not a credential: only a BASIC username' })),
+    value: Type.Optional(
+      Type.String({ maxLength: 1024, description: 'a value that is not a credential: only a BASIC username' }),
+    ),
     secret: Type.Optional(SecretReference),
     addTo: Type.Optional(Type.Enum(['QUERY_PARAMETER', 'HEADER_PARAMETER'], { description: 'API_KEY: where the key is sent' })),
     oauthConnectionId: Type.Optional(Type.String({ format: 'uuid', description: 'OAUTH: the connection used' })),
@@ -61,10 +64,15 @@ const endpointFields = {
     description: 'http(s) URL; {name} in it is replaced by the URI parameter of that name',
   }),
   httpMethod: Type.Enum(['GET', 'POST', 'PUT', 'PATCH', 'DELETE']),
-  auth: Type.Enum(AUTH_TYPES, { description: 'the authentication used by default: NONE, or the type of one of authenticationOptions' }),
+  auth: Type.Enum(AUTH_TYPES, {
+    description: 'the authentication used by default: NONE, or the type of one of authenticationOptions',
+  }),
   authTemplate: Nullable(Type.String({ maxLength: 255 })),
   authenticationOptions: Type.Array(AuthenticationOption, { maxItems: 10 }),
-  paging: Type.Object({ type: Type.Enum(['NONE', 'OFFSET', 'PAGE_NUMBER', 'CURSOR', 'LINK_HEADER']) }, { additionalProperties: false }),
+  paging: Type.Object(
+    { type: Type.Enum(['NONE', 'OFFSET', 'PAGE_NUMBER', 'CURSOR', 'LINK_HEADER']) },
+    { additionalProperties: false },
+  ),
   headerParameters: RequestParameters,
   queryParameters: RequestParameters,
   uriParameters: RequestParameters,
@@ -94,7 +102,10 @@ export const EndpointInput = Type.Object(
 export type EndpointInput = Static<typeof EndpointInput>;
 
 const Logo = Type.Object(
-  { type: Type.String({ maxLength: 64 }), image: Type.Object({ url: Type.String({ maxLength: 2048 }) }, { additionalProperties: false }) },
+  {
+    type: Type.String({ maxLength: 64 }),
+    image: Type.Object({ url: Type.String({ maxLength: 2048 }) }, { additionalProperties: false }),
+  },
   { additionalProperties: false },
 );
 
@@ -115,12 +126,22 @@ const exampleEndpoint: Endpoint = {
   httpMethod: 'GET',
   auth: 'BEARER',
   authTemplate: null,
-  authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'token', secret: { secretName: 'github', secretKey: 'token' } }], additionalParameters: null }],
+  authenticationOptions: [
+    {
+      type: 'BEARER',
+      parameters: [{ name: 'token', secret: { secretName: 'github', secretKey: 'token' } }],
+      additionalParameters: null,
+    },
+  ],
   paging: { type: 'LINK_HEADER' },
   headerParameters: [{ name: 'Accept', value: 'application/vnd.github+json' }],
   queryParameters: [{ name: 'per_page', value: '100' }],
   uriParameters: [{ name: 'org' }],
-  structure: { schema: { type: 'object', properties: { id: { type: 'integer' }, name: { type: 'string' } } }, containedInOuterArray: true, repeatingElementPath: [] },
+  structure: {
+    schema: { type: 'object', properties: { id: { type: 'integer' }, name: { type: 'string' } } },
+    containedInOuterArray: true,
+    repeatingElementPath: [],
+  },
   body: null,
 };
 
@@ -170,7 +191,12 @@ export type CustomConnector = Static<typeof CustomConnector>;
 
 /** What a client writes; a listed profile sent back as it is also fits (id, deleted and times are ignored). */
 export const CustomConnectorInput = Type.Object(
-  { name: profileFields.name, icon: profileFields.icon, logo: profileFields.logo, endpoints: Type.Array(EndpointInput, { maxItems: 200 }) },
+  {
+    name: profileFields.name,
+    icon: profileFields.icon,
+    logo: profileFields.logo,
+    endpoints: Type.Array(EndpointInput, { maxItems: 200 }),
+  },
   {
     additionalProperties: false,
     examples: [
@@ -182,7 +208,13 @@ export const CustomConnectorInput = Type.Object(
             url: 'https://api.github.com/orgs/{org}/repos',
             httpMethod: 'GET',
             auth: 'BEARER',
-            authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'token', secret: { secretName: 'github', secretKey: 'token' } }], additionalParameters: null }],
+            authenticationOptions: [
+              {
+                type: 'BEARER',
+                parameters: [{ name: 'token', secret: { secretName: 'github', secretKey: 'token' } }],
+                additionalParameters: null,
+              },
+            ],
             uriParameters: [{ name: 'org' }],
           },
         ],
@@ -205,7 +237,11 @@ export const TestEndpointRequest = Type.Object(
           'values of the secrets the chosen option refers to, by parameter name (password, token, each API key name); OAUTH: accessToken. Used for this request only, never stored.',
       }),
     ),
-    variables: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 1024 }), { description: 'values of variables, such as the one selecting an OAuth connection' })),
+    variables: Type.Optional(
+      Type.Record(Type.String(), Type.String({ maxLength: 1024 }), {
+        description: 'values of variables, such as the one selecting an OAuth connection',
+      }),
+    ),
     uriParameters: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 4096 }))),
     queryParameters: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 4096 }))),
     headerParameters: Type.Optional(Type.Record(Type.String(), Type.String({ maxLength: 4096 }))),
@@ -224,6 +260,10 @@ export const TestEndpointResponse = Type.Object(
     body: Type.String({ description: 'the answer body as text, cut off at the deployment limit' }),
     truncated: Type.Boolean({ description: 'whether the body was cut off' }),
   },
-  { examples: [{ status: 200, headers: { 'content-type': 'application/json' }, body: '[{"id":1,"name":"hello"}]', truncated: false }] },
+  {
+    examples: [
+      { status: 200, headers: { 'content-type': 'application/json' }, body: '[{"id":1,"name":"hello"}]', truncated: false },
+    ],
+  },
 );
 export type TestEndpointResponse = Static<typeof TestEndpointResponse>;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import type { EnvironmentTable } from './tables.ts';
 import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
 
@@ -15,7 +15,11 @@ function toEnvironment(row: Pick<EnvironmentTable, 'name' | 'description' | 'def
   };
 }
 
-export async function createEnvironment(db: Executor, projectId: string, request: CreateEnvironmentRequest): Promise<Environment> {
+export async function createEnvironment(
+  db: Executor,
+  projectId: string,
+  request: CreateEnvironmentRequest,
+): Promise<Environment> {
   const row = {
     id: randomUUID(),
     projectId,
@@ -35,13 +39,15 @@ export async function createEnvironment(db: Executor, projectId: string, request
 
 export async function listEnvironments(db: Executor, projectId: string, query: PageQuery) {
   const inProject = db.selectFrom('environments').where('projectId', '=', projectId);
-  const rows = await inProject
-    .select(['name', 'description', 'defaultAgentId', 'createdAt', windowTotal])
-    .orderBy('name')
-    .limit(query.size)
-    .offset(offsetOf(query))
-    .execute();
-  const total = await totalOf(rows, query, () => countOf(inProject));
+  const [rows, total] = await Promise.all([
+    inProject
+      .select(['name', 'description', 'defaultAgentId', 'createdAt'])
+      .orderBy('name')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    countOf(inProject),
+  ]);
   return { results: rows.map(toEnvironment), total };
 }
 
@@ -59,6 +65,10 @@ export async function requireEnvironmentId(db: Executor, projectId: string, name
 
 /** Removes environment `name`; what is set per environment goes with it (foreign keys cascade). */
 export async function deleteEnvironment(db: Executor, projectId: string, name: string): Promise<void> {
-  const result = await db.deleteFrom('environments').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  const result = await db
+    .deleteFrom('environments')
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Environment "${name}" does not exist in this project.`);
 }

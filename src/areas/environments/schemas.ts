@@ -29,7 +29,12 @@ export const Environment = Type.Object(
   },
   {
     examples: [
-      { name: 'production', description: 'Live data', defaultAgentId: '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10', createdAt: '2026-11-22T09:30:00.000Z' },
+      {
+        name: 'production',
+        description: 'Live data',
+        defaultAgentId: '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10',
+        createdAt: '2026-11-22T09:30:00.000Z',
+      },
     ],
   },
 );

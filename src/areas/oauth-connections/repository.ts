@@ -22,7 +22,11 @@ function toOAuthConnection(row: Selectable<OAuthConnectionTable>): OAuthConnecti
   };
 }
 
-export async function createOAuthConnection(db: Executor, accountId: string, request: CreateOAuthConnectionRequest): Promise<OAuthConnection> {
+export async function createOAuthConnection(
+  db: Executor,
+  accountId: string,
+  request: CreateOAuthConnectionRequest,
+): Promise<OAuthConnection> {
   const id = randomUUID();
   try {
     await db
@@ -56,7 +60,12 @@ export async function listOAuthConnections(db: Executor, accountId: string): Pro
 
 /** OAuth connection `id` of the account, or a 404 (another account's answers as if it did not exist). */
 export async function requireOAuthConnection(db: Executor, accountId: string, id: string): Promise<OAuthConnection> {
-  const row = await db.selectFrom('oauthConnections').selectAll().where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  const row = await db
+    .selectFrom('oauthConnections')
+    .selectAll()
+    .where('id', '=', id)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
   if (!row) throw notFound(`OAuth connection ${id} does not exist.`);
   return toOAuthConnection(row);
 }
@@ -64,12 +73,22 @@ export async function requireOAuthConnection(db: Executor, accountId: string, id
 /** Those of `ids` that are OAuth connections of the account. */
 export async function existingOAuthConnectionIds(db: Executor, accountId: string, ids: string[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const rows = await db.selectFrom('oauthConnections').select('id').where('accountId', '=', accountId).where('id', 'in', ids).execute();
+  const rows = await db
+    .selectFrom('oauthConnections')
+    .select('id')
+    .where('accountId', '=', accountId)
+    .where('id', 'in', ids)
+    .execute();
   return new Set(rows.map((row) => row.id));
 }
 
 /** Records where the tokens of a completed setup are kept: the connection is authorized from then on. */
-export async function setUpOAuthConnection(db: Executor, accountId: string, id: string, tokens: SecretReference): Promise<OAuthConnection> {
+export async function setUpOAuthConnection(
+  db: Executor,
+  accountId: string,
+  id: string,
+  tokens: SecretReference,
+): Promise<OAuthConnection> {
   const result = await db
     .updateTable('oauthConnections')
     .set({ tokens: JSON.stringify(tokens) })
@@ -81,6 +100,10 @@ export async function setUpOAuthConnection(db: Executor, accountId: string, id: 
 }
 
 export async function deleteOAuthConnection(db: Executor, accountId: string, id: string): Promise<void> {
-  const result = await db.deleteFrom('oauthConnections').where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  const result = await db
+    .deleteFrom('oauthConnections')
+    .where('id', '=', id)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`OAuth connection ${id} does not exist.`);
 }

@@ -28,7 +28,8 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
     {
       schema: {
         summary: 'Create an OAuth connection of the account',
-        description: 'Without `tokens` the connection is pending setup: it can be attached to endpoints but not used to test them.',
+        description:
+          'Without `tokens` the connection is pending setup: it can be attached to endpoints but not used to test them.',
         tags,
         body: CreateOAuthConnectionRequest,
         response: { 201: OAuthConnection, ...problems(409) },
@@ -45,7 +46,13 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
 
   app.get(
     '/oauth-connections',
-    { schema: { summary: 'List the OAuth connections of the account, oldest first', tags, response: { 200: Type.Array(OAuthConnection) } } },
+    {
+      schema: {
+        summary: 'List the OAuth connections of the account, oldest first',
+        tags,
+        response: { 200: Type.Array(OAuthConnection) },
+      },
+    },
     async (request) => listOAuthConnections(app.store.db, request.principal.accountId),
   );
 
@@ -70,7 +77,9 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
     async (request) =>
       app.store.db
         .transaction()
-        .execute((trx) => setUpOAuthConnection(trx, request.principal.accountId, request.params.oauthConnectionId, request.body.tokens)),
+        .execute((trx) =>
+          setUpOAuthConnection(trx, request.principal.accountId, request.params.oauthConnectionId, request.body.tokens),
+        ),
   );
 
   app.delete(
@@ -78,7 +87,8 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
     {
       schema: {
         summary: 'Delete an OAuth connection (needs confirm=true)',
-        description: 'Endpoints it is attached to can no longer be tested with it. Without `confirm=true` nothing is deleted and the answer is 400.',
+        description:
+          'Endpoints it is attached to can no longer be tested with it. Without `confirm=true` nothing is deleted and the answer is 400.',
         tags,
         params: OAuthConnectionParams,
         querystring: DeleteOAuthConnectionQuery,
@@ -93,7 +103,9 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
           ['confirm: must be true to delete an OAuth connection'],
         );
       }
-      await app.store.db.transaction().execute((trx) => deleteOAuthConnection(trx, request.principal.accountId, oauthConnectionId));
+      await app.store.db
+        .transaction()
+        .execute((trx) => deleteOAuthConnection(trx, request.principal.accountId, oauthConnectionId));
       return reply.code(204).send(null);
     },
   );

@@ -30,7 +30,8 @@ export const CreateOAuthConnectionRequest = Type.Object(
     tokens: Type.Optional(
       Type.Object(SecretReference.properties, {
         additionalProperties: false,
-        description: 'where the tokens obtained by setting the connection up are kept; without it the connection is pending setup',
+        description:
+          'where the tokens obtained by setting the connection up are kept; without it the connection is pending setup',
       }),
     ),
   },
@@ -69,7 +70,9 @@ export const OAuthConnection = Type.Object(
     tokenUrl: Type.String(),
     scopes: Type.Array(Type.String()),
     tokens: Type.Optional(SecretReference),
-    status: Type.Enum(OAUTH_STATUSES, { description: 'AUTHORIZED can be used to test endpoints; PENDING_SETUP cannot until it is set up' }),
+    status: Type.Enum(OAUTH_STATUSES, {
+      description: 'AUTHORIZED can be used to test endpoints; PENDING_SETUP cannot until it is set up',
+    }),
     createdAt: Type.String({ format: 'date-time' }),
   },
   {
@@ -93,5 +96,7 @@ export const OAuthConnection = Type.Object(
 export type OAuthConnection = Static<typeof OAuthConnection>;
 
 export const DeleteOAuthConnectionQuery = Type.Object({
-  confirm: Type.Optional(Type.Boolean({ description: 'must be true: an OAuth connection is deleted only when the caller confirms it' })),
+  confirm: Type.Optional(
+    Type.Boolean({ description: 'must be true: an OAuth connection is deleted only when the caller confirms it' }),
+  ),
 });

@@ -2,12 +2,17 @@ import { randomUUID } from 'node:crypto';
 import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, totalOf, windowTotal, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import type { ProjectTable } from './tables.ts';
 import type { CreateProjectRequest, Project } from './schemas.ts';
 
 function toProject(row: Pick<ProjectTable, 'id' | 'name' | 'description' | 'createdAt'>): Project {
-  return { id: row.id, name: row.name, ...(row.description !== null && { description: row.description }), createdAt: row.createdAt };
+  return {
+    id: row.id,
+    name: row.name,
+    ...(row.description !== null && { description: row.description }),
+    createdAt: row.createdAt,
+  };
 }
 
 /**
@@ -54,18 +59,24 @@ export async function createProject(
 
 export async function listProjects(db: Executor, accountId: string, query: PageQuery) {
   const inAccount = db.selectFrom('projects').where('accountId', '=', accountId);
-  const rows = await inAccount
-    .select(['id', 'name', 'description', 'createdAt', windowTotal])
-    .orderBy('name')
-    .limit(query.size)
-    .offset(offsetOf(query))
-    .execute();
-  const total = await totalOf(rows, query, () => countOf(inAccount));
+  const [rows, total] = await Promise.all([
+    inAccount
+      .select(['id', 'name', 'description', 'createdAt'])
+      .orderBy('name')
+      .limit(query.size)
+      .offset(offsetOf(query))
+      .execute(),
+    countOf(inAccount),
+  ]);
   return { results: rows.map(toProject), total };
 }
 
 /** Removes the project; everything attached to it goes with it (foreign keys cascade). */
 export async function deleteProject(db: Executor, accountId: string, projectId: string): Promise<void> {
-  const result = await db.deleteFrom('projects').where('id', '=', projectId).where('accountId', '=', accountId).executeTakeFirst();
+  const result = await db
+    .deleteFrom('projects')
+    .where('id', '=', projectId)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Project ${projectId} does not exist.`);
 }

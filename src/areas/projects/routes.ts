@@ -54,9 +54,9 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      await app.store.db.transaction().execute((trx) =>
-        deleteProject(trx, request.principal.accountId, request.params.projectId),
-      );
+      await app.store.db
+        .transaction()
+        .execute((trx) => deleteProject(trx, request.principal.accountId, request.params.projectId));
       return reply.code(204).send(null);
     },
   );

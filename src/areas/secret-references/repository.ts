@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, totalOf, windowTotal } from '../../core/paging.ts';
+import { countOf, offsetOf } from '../../core/paging.ts';
 import type { SecretReferenceTable } from './tables.ts';
 import type { CreateSecretReferenceRequest, SecretReference, SecretReferenceQuery } from './schemas.ts';
 
@@ -47,11 +47,18 @@ export async function createSecretReference(
 export async function listSecretReferences(db: Executor, projectId: string, query: SecretReferenceQuery) {
   let filtered = db.selectFrom('secretReferences').where('projectId', '=', projectId).where('type', '=', query.type);
   if (query.provider !== undefined && query.type !== 'PASSWORD') filtered = filtered.where('provider', '=', query.provider);
-  const rows = await filtered.selectAll().select(windowTotal).orderBy('name').limit(query.size).offset(offsetOf(query)).execute();
-  return { results: rows.map(toSecretReference), total: await totalOf(rows, query, () => countOf(filtered)) };
+  const [rows, total] = await Promise.all([
+    filtered.selectAll().orderBy('name').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(filtered),
+  ]);
+  return { results: rows.map(toSecretReference), total };
 }
 
 export async function deleteSecretReference(db: Executor, projectId: string, name: string): Promise<void> {
-  const result = await db.deleteFrom('secretReferences').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  const result = await db
+    .deleteFrom('secretReferences')
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Secret reference "${name}" does not exist in this project.`);
 }

@@ -33,7 +33,15 @@ export const CreateSecretReferenceRequest = Type.Object(
   },
   {
     description: 'A reference to a secret held in a vault; the secret value itself is never sent here.',
-    examples: [{ type: 'PASSWORD', secretName: 'warehouse', secretKey: 'password', description: 'Warehouse login', vaultType: 'AWS_SECRET_MANAGER' }],
+    examples: [
+      {
+        type: 'PASSWORD',
+        secretName: 'warehouse',
+        secretKey: 'password',
+        description: 'Warehouse login',
+        vaultType: 'AWS_SECRET_MANAGER',
+      },
+    ],
   },
 );
 export type CreateSecretReferenceRequest = Static<typeof CreateSecretReferenceRequest>;
@@ -51,7 +59,14 @@ export const SecretReference = Type.Object(
   },
   {
     examples: [
-      { name: 'warehouse-password', type: 'PASSWORD', secretName: 'warehouse', secretKey: 'password', description: 'Warehouse login', vaultType: 'AWS_SECRET_MANAGER' },
+      {
+        name: 'warehouse-password',
+        type: 'PASSWORD',
+        secretName: 'warehouse',
+        secretKey: 'password',
+        description: 'Warehouse login',
+        vaultType: 'AWS_SECRET_MANAGER',
+      },
     ],
   },
 );
@@ -60,6 +75,8 @@ export type SecretReference = Static<typeof SecretReference>;
 export const SecretReferenceQuery = Type.Object({
   ...PageQuery.properties,
   type: Type.Enum(SECRET_REFERENCE_TYPES, { default: 'PASSWORD', description: 'only references of this type' }),
-  provider: Type.Optional(Type.String({ minLength: 1, maxLength: 255, description: 'only references of this provider; ignored for PASSWORD' })),
+  provider: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 255, description: 'only references of this provider; ignored for PASSWORD' }),
+  ),
 });
 export type SecretReferenceQuery = Static<typeof SecretReferenceQuery>;

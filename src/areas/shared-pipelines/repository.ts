@@ -8,7 +8,11 @@ import { PIPELINE_FILE, type SharedPipelineArtifactDetails } from './schemas.ts'
 const versionTaken = (prefix: string, versionName: string) =>
   conflict(`Version "${versionName}" of shared pipelines "${prefix}" already exists.`);
 const versionUnknown = (prefix: string, versionName?: string) =>
-  notFound(versionName ? `Version "${versionName}" of shared pipelines "${prefix}" does not exist.` : `No version of shared pipelines "${prefix}" exists.`);
+  notFound(
+    versionName
+      ? `Version "${versionName}" of shared pipelines "${prefix}" does not exist.`
+      : `No version of shared pipelines "${prefix}" exists.`,
+  );
 
 /** A 409 before an upload is read, when its version is already taken (the unique key decides at commit). */
 export async function requireVersionFree(db: Executor, accountId: string, prefix: string, versionName: string): Promise<void> {
@@ -47,7 +51,11 @@ function pipelineDescription(content: Buffer): string | undefined {
  * Stores the version and one shared pipeline per staged pipeline file; files that are not YAML
  * mappings are added to `ignored` instead. Run it in a transaction: the version appears whole or not at all.
  */
-export async function publishSharedPipelines(trx: Executor, artifact: NewSharedPipelineArtifact, upload: StagedUpload): Promise<IgnoredResource[]> {
+export async function publishSharedPipelines(
+  trx: Executor,
+  artifact: NewSharedPipelineArtifact,
+  upload: StagedUpload,
+): Promise<IgnoredResource[]> {
   let artifactId: number;
   try {
     ({ id: artifactId } = await trx
@@ -91,7 +99,13 @@ export async function publishSharedPipelines(trx: Executor, artifact: NewSharedP
   return ignored;
 }
 
-export async function setSharedPipelinesEnabled(db: Executor, accountId: string, prefix: string, versionName: string, enabled: boolean): Promise<void> {
+export async function setSharedPipelinesEnabled(
+  db: Executor,
+  accountId: string,
+  prefix: string,
+  versionName: string,
+  enabled: boolean,
+): Promise<void> {
   const result = await db
     .updateTable('sharedPipelineArtifacts')
     .set({ enabled: enabled ? 1 : 0 })
@@ -109,7 +123,10 @@ export async function getSharedPipelines(db: Executor, accountId: string, prefix
     .select(['id', 'branch', 'commitHash', 'createdAt', 'enabled', 'provider', 'sharedPipelineIdPrefix', 'versionName'])
     .where('accountId', '=', accountId)
     .where('sharedPipelineIdPrefix', '=', prefix);
-  query = versionName === undefined ? query.orderBy('createdAt', 'desc').orderBy('id', 'desc').limit(1) : query.where('versionName', '=', versionName);
+  query =
+    versionName === undefined
+      ? query.orderBy('createdAt', 'desc').orderBy('id', 'desc').limit(1)
+      : query.where('versionName', '=', versionName);
   const row = await query.executeTakeFirst();
   if (!row) throw versionUnknown(prefix, versionName);
   const pipelines = await db

@@ -2,13 +2,28 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { problems } from '../../core/openapi.ts';
 import { EnabledResult } from '../artifacts/schemas.ts';
-import { acceptUploads, headerValue, UploadBody, UploadResult, uploadValidatorCompiler, withStagedUpload, type PartRule } from '../artifacts/upload.ts';
-import { PIPELINE_FILE, PublishSharedPipelinesHeaders, SetSharedPipelinesEnabledRequest, SharedPipelinesQuery, SharedPipelinesResult } from './schemas.ts';
+import {
+  acceptUploads,
+  headerValue,
+  UploadBody,
+  UploadResult,
+  uploadValidatorCompiler,
+  withStagedUpload,
+  type PartRule,
+} from '../artifacts/upload.ts';
+import {
+  PIPELINE_FILE,
+  PublishSharedPipelinesHeaders,
+  SetSharedPipelinesEnabledRequest,
+  SharedPipelinesQuery,
+  SharedPipelinesResult,
+} from './schemas.ts';
 import { getSharedPipelines, publishSharedPipelines, requireVersionFree, setSharedPipelinesEnabled } from './repository.ts';
 
 const tags = ['Shared pipeline artifacts'];
 
-const pipelineFilesOnly: PartRule = (path) => (PIPELINE_FILE.test(path) ? undefined : 'not a pipeline file (.orch.yaml or .tran.yaml)');
+const pipelineFilesOnly: PartRule = (path) =>
+  PIPELINE_FILE.test(path) ? undefined : 'not a pipeline file (.orch.yaml or .tran.yaml)';
 
 /** Shared pipeline artifacts belong to the caller's account, not to a project. */
 export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<void> {

@@ -26,7 +26,9 @@ export type SetSharedPipelinesEnabledRequest = Static<typeof SetSharedPipelinesE
 
 export const SharedPipelinesQuery = Type.Object({
   sharedPipelineIdPrefix: SharedPipelineIdPrefix,
-  versionName: Type.Optional(Type.String({ minLength: 1, maxLength: 255, description: 'omitted: the most recently published version' })),
+  versionName: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 255, description: 'omitted: the most recently published version' }),
+  ),
 });
 
 export const SharedPipelineArtifactDetails = Type.Object({
@@ -42,7 +44,7 @@ export type SharedPipelineArtifactDetails = Static<typeof SharedPipelineArtifact
 
 export const SharedPipeline = Type.Object({
   description: Type.String({ description: 'the `description` of the pipeline file, or empty' }),
-  sharedPipelineId: Type.String({ description: '<sharedPipelineIdPrefix>/<the file\'s path without .orch.yaml or .tran.yaml>' }),
+  sharedPipelineId: Type.String({ description: "<sharedPipelineIdPrefix>/<the file's path without .orch.yaml or .tran.yaml>" }),
   sourcePipeline: Type.String({ description: 'path of the uploaded pipeline file' }),
 });
 
@@ -61,7 +63,11 @@ export const SharedPipelinesResult = Type.Object(
           versionName: '1.4.0',
         },
         sharedPipelines: [
-          { description: 'Loads a table incrementally', sharedPipelineId: 'acme-common/loaders/incremental', sourcePipeline: 'loaders/incremental.orch.yaml' },
+          {
+            description: 'Loads a table incrementally',
+            sharedPipelineId: 'acme-common/loaders/incremental',
+            sourcePipeline: 'loaders/incremental.orch.yaml',
+          },
         ],
       },
     ],

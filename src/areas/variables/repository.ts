@@ -109,7 +109,12 @@ export async function createVariable(db: Executor, projectId: string, request: C
  * Partial update. A change of type must leave the value and every override fitting the new type;
  * otherwise nothing changes and each misfit is named.
  */
-export async function updateVariable(db: Executor, projectId: string, name: string, request: UpdateVariableRequest): Promise<Variable> {
+export async function updateVariable(
+  db: Executor,
+  projectId: string,
+  name: string,
+  request: UpdateVariableRequest,
+): Promise<Variable> {
   const row = await requireVariable(db, projectId, name);
   const violations: string[] = [];
   if (request.value !== undefined) {
@@ -126,7 +131,8 @@ export async function updateVariable(db: Executor, projectId: string, name: stri
       violations.push(`environmentName: the override of "${override.environmentName}" ${expected(request.type)}`);
     }
   }
-  if (violations.length > 0) throw unprocessable('The change would leave values that do not fit the type of the variable.', violations);
+  if (violations.length > 0)
+    throw unprocessable('The change would leave values that do not fit the type of the variable.', violations);
   const changes = {
     type: request.type,
     behaviour: request.behaviour,
@@ -140,7 +146,11 @@ export async function updateVariable(db: Executor, projectId: string, name: stri
 
 /** Removes the variable; its overrides go with it (foreign keys cascade). */
 export async function deleteVariable(db: Executor, projectId: string, name: string): Promise<void> {
-  const result = await db.deleteFrom('projectVariables').where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
+  const result = await db
+    .deleteFrom('projectVariables')
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Variable "${name}" does not exist in this project.`);
   await countVariables(db, projectId, -1);
 }
@@ -172,7 +182,8 @@ export async function writeOverrides(
 ): Promise<WriteOverridesResponse> {
   const seen = new Set<string>();
   const repeated = items.flatMap((item, index) => {
-    if (seen.has(item.environmentName)) return [`body.${index}.environmentName: "${item.environmentName}" is listed more than once`];
+    if (seen.has(item.environmentName))
+      return [`body.${index}.environmentName: "${item.environmentName}" is listed more than once`];
     seen.add(item.environmentName);
     return [];
   });
@@ -209,7 +220,12 @@ export async function writeOverrides(
   return answer;
 }
 
-export async function deleteOverride(db: Executor, projectId: string, variableId: string, environmentName: string): Promise<void> {
+export async function deleteOverride(
+  db: Executor,
+  projectId: string,
+  variableId: string,
+  environmentName: string,
+): Promise<void> {
   const environmentId = await requireEnvironmentId(db, projectId, environmentName);
   const result = await db
     .deleteFrom('variableOverrides')

@@ -5,7 +5,12 @@ import { EnvironmentName } from '../environments/schemas.ts';
 /** The specification's variableName: an identifier of letters, digits, `_` and `$`, not a digit first, not `$` alone. */
 export const VARIABLE_NAME_PATTERN = '^(?!\\$$)[a-zA-Z_$][a-zA-Z0-9_$]*$';
 
-export const VariableName = Type.String({ minLength: 1, maxLength: 255, pattern: VARIABLE_NAME_PATTERN, examples: ['region_code'] });
+export const VariableName = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: VARIABLE_NAME_PATTERN,
+  examples: ['region_code'],
+});
 
 export const VARIABLE_TYPES = ['TEXT', 'NUMBER'] as const;
 export type VariableType = (typeof VARIABLE_TYPES)[number];
@@ -92,10 +97,16 @@ export const OverrideQuery = Type.Object({
   environmentName: Type.Optional(EnvironmentName),
 });
 
-export const WriteOverridesRequest = Type.Array(
-  Type.Object({ environmentName: EnvironmentName, value: VariableValue }),
-  { minItems: 1, maxItems: 1000, examples: [[{ environmentName: 'production', value: 'us-east-1' }, { environmentName: 'test', value: 'eu-west-2' }]] },
-);
+export const WriteOverridesRequest = Type.Array(Type.Object({ environmentName: EnvironmentName, value: VariableValue }), {
+  minItems: 1,
+  maxItems: 1000,
+  examples: [
+    [
+      { environmentName: 'production', value: 'us-east-1' },
+      { environmentName: 'test', value: 'eu-west-2' },
+    ],
+  ],
+});
 export type WriteOverridesRequest = Static<typeof WriteOverridesRequest>;
 
 export const WriteOverridesResponse = Type.Object(

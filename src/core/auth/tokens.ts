@@ -80,7 +80,12 @@ export class TokenService {
           if (!key) throw new InvalidToken('the token was not signed by a key of this server');
           return key;
         },
-        { algorithms: [TOKEN_ALGORITHM], issuer: this.settings.issuer, audience: this.settings.audience, requiredClaims: ['exp', 'sub'] },
+        {
+          algorithms: [TOKEN_ALGORITHM],
+          issuer: this.settings.issuer,
+          audience: this.settings.audience,
+          requiredClaims: ['exp', 'sub'],
+        },
       ));
     } catch (error) {
       throw new InvalidToken(error instanceof Error ? error.message : 'invalid token');

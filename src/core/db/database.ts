@@ -2,7 +2,16 @@ import fs from 'node:fs';
 import path from 'node:path';
 import SQLite from 'better-sqlite3';
 import pg from 'pg';
-import { CamelCasePlugin, Kysely, Migrator, PostgresDialect, SqliteDialect, sql, type SqliteDatabase, type Transaction } from 'kysely';
+import {
+  CamelCasePlugin,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  SqliteDialect,
+  sql,
+  type SqliteDatabase,
+  type Transaction,
+} from 'kysely';
 import type { Config } from '../config.ts';
 import type { Database } from './schema.ts';
 import { migrationsFor } from './migrations/index.ts';
@@ -66,7 +75,9 @@ function withStatementCache(file: SQLite.Database): SqliteDatabase {
 export async function migrate({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
   // Name the schema on PostgreSQL: otherwise Kysely takes a migration table of any schema for its own.
   const migrationTableSchema =
-    dialect === 'postgres' ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema : undefined;
+    dialect === 'postgres'
+      ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema
+      : undefined;
   const migrator = new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });
   const { error, results } = await migrator.migrateToLatest();
   if (error) throw error;

@@ -75,7 +75,8 @@ export interface CoreTables {
 }
 
 export interface Database
-  extends CoreTables,
+  extends
+    CoreTables,
     ProjectTables,
     EnvironmentTables,
     ConnectionTables,

@@ -73,6 +73,10 @@ export const projectConfiguration: PortableMigration = {
       .addColumn('created_at', 'text', (c) => c.notNull())
       .addUniqueConstraint('secret_references_project_name', ['project_id', 'name'])
       .execute();
-    await db.schema.createIndex('secret_references_type').on('secret_references').columns(['project_id', 'type', 'name']).execute();
+    await db.schema
+      .createIndex('secret_references_type')
+      .on('secret_references')
+      .columns(['project_id', 'type', 'name'])
+      .execute();
   },
 };

@@ -26,7 +26,11 @@ export const artifacts: PortableMigration = {
       .addColumn('deployed_at', 'text', (c) => c.notNull())
       .addUniqueConstraint('artifacts_environment_version', ['environment_id', 'version_name'])
       .execute();
-    await db.schema.createIndex('artifacts_environment_deployed').on('artifacts').columns(['environment_id', 'deployed_at']).execute();
+    await db.schema
+      .createIndex('artifacts_environment_deployed')
+      .on('artifacts')
+      .columns(['environment_id', 'deployed_at'])
+      .execute();
     await db.schema.createIndex('artifacts_project').on('artifacts').column('project_id').execute();
 
     await db.schema

@@ -14,7 +14,11 @@ export const connectors: PortableMigration = {
       .addColumn('last_modified', 'text', (c) => c.notNull())
       .addColumn('created_at', 'text', (c) => c.notNull())
       .execute();
-    await db.schema.createIndex('custom_connectors_account_name').on('custom_connectors').columns(['account_id', 'name']).execute();
+    await db.schema
+      .createIndex('custom_connectors_account_name')
+      .on('custom_connectors')
+      .columns(['account_id', 'name'])
+      .execute();
 
     await db.schema
       .createTable('oauth_connections')

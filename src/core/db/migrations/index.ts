@@ -15,7 +15,5 @@ const steps: Record<string, PortableMigration> = {
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
-  return Object.fromEntries(
-    Object.entries(steps).map(([name, step]) => [name, { up: (db) => step.up(db, dialect) }]),
-  );
+  return Object.fromEntries(Object.entries(steps).map(([name, step]) => [name, { up: (db) => step.up(db, dialect) }]));
 }
