@@ -55,24 +55,21 @@ pipeline:
   ],
 ];
 
-// Literal sample profiles for now: after merging with the connector issue, these are fetched from
-// GET /v1/flex-connectors and GET /v1/custom-connectors like a publishing script does.
-const FLEX_PROFILES = [
-  { alternateId: 'hubspot', name: 'HubSpot', endpoints: [], deleted: false, lastModified: '2026-11-01T10:00:00.000Z' },
-];
-const CUSTOM_PROFILES = [{ id: '3f6c9d2e-8a41-4b7e-9c55-1d2e3f4a5b6c', name: 'Internal billing API', endpoints: [] }];
+interface Profile {
+  alternateId?: string;
+  id?: string;
+}
 
-function projectFolderForm(files: ProjectFile[] = PROJECT_FOLDER): FormData {
+/** The project folder plus every connector profile, as one multipart request of a publishing tool. */
+function projectFolderForm(flex: Profile[], custom: Profile[]): FormData {
   const form = new FormData();
-  for (const [path, content] of files) form.append(path, new Blob([content], { type: 'text/plain' }), path.split('/').pop());
-  for (const profile of FLEX_PROFILES) {
-    const name = `connector-profile:flex-${profile.alternateId}.json`;
-    form.append(name, new Blob([JSON.stringify(profile)], { type: PROFILE_TYPE }), name);
-  }
-  for (const profile of CUSTOM_PROFILES) {
-    const name = `connector-profile:custom-${profile.id}.json`;
-    form.append(name, new Blob([JSON.stringify(profile)], { type: PROFILE_TYPE }), name);
-  }
+  for (const [path, content] of PROJECT_FOLDER)
+    form.append(path, new Blob([content], { type: 'text/plain' }), path.split('/').pop());
+  const parts = [
+    ...flex.map((profile) => [`connector-profile:flex-${profile.alternateId}.json`, profile] as const),
+    ...custom.map((profile) => [`connector-profile:custom-${profile.id}.json`, profile] as const),
+  ];
+  for (const [name, profile] of parts) form.append(name, new Blob([JSON.stringify(profile)], { type: PROFILE_TYPE }), name);
   return form;
 }
 
@@ -109,7 +106,19 @@ describeEachStore('artifacts', (kind) => {
     });
 
   test('publishing a project folder with its connector profiles stores every text file and profile, ignores the binary', async () => {
-    const answer = await upload(projectFolderForm(), {
+    // As a publishing tool does: fetch the flex and custom connector profiles first, then upload everything at once.
+    const created = await server.api('POST', '/custom-connectors', {
+      token: caller.token,
+      body: {
+        name: 'Internal billing API',
+        endpoints: [{ name: 'Invoices', url: 'https://billing.example.com/invoices', httpMethod: 'GET', auth: 'NONE' }],
+      },
+    });
+    assert.equal(created.status, 201, created.text);
+    const flex: Profile[] = (await server.api('GET', '/flex-connectors', { token: caller.token })).body;
+    const custom: Profile[] = (await server.api('GET', '/custom-connectors', { token: caller.token })).body;
+    assert.ok(flex.length > 0 && custom.length === 1);
+    const answer = await upload(projectFolderForm(flex, custom), {
       versionName: 'v1',
       environmentName: 'test',
       commitHash: '9fceb02d0ae598e95dc970b74767f19372d61af8',
@@ -121,15 +130,12 @@ describeEachStore('artifacts', (kind) => {
 
     const read = await details('test', 'v1');
     assert.equal(read.status, 200);
-    assert.deepEqual(read.body.assets, [
-      'README.md',
-      `connector-profile:custom-${CUSTOM_PROFILES[0].id}.json`,
-      'connector-profile:flex-hubspot.json',
-      'pipelines/orchestration/daily-load.orch.yaml',
-      'pipelines/transformation/clean-orders.tran.yaml',
-      'scripts/python/notify.py',
-      'sql/orders/merge_orders.sql',
-    ]);
+    const profileParts = [
+      ...flex.map((profile) => `connector-profile:flex-${profile.alternateId}.json`),
+      `connector-profile:custom-${custom[0].id}.json`,
+    ];
+    const files = PROJECT_FOLDER.map(([path]) => path).filter((path) => !path.endsWith('.png'));
+    assert.deepEqual(read.body.assets, [...files, ...profileParts].sort());
     const d = read.body.details;
     assert.equal(d.versionName, 'v1');
     assert.equal(d.branch, 'main');
@@ -146,9 +152,9 @@ describeEachStore('artifacts', (kind) => {
       assert.match(back.headers.get('content-type')!, /^text\/plain/);
       assert.equal(back.text, content);
     }
-    const profile = await asset('test', 'v1', 'connector-profile:flex-hubspot.json');
+    const profile = await asset('test', 'v1', `connector-profile:custom-${custom[0].id}.json`);
     assert.match(profile.headers.get('content-type')!, /^application\/vnd\.matillion\.connector-profile\+json/);
-    assert.deepEqual(profile.body, FLEX_PROFILES[0]);
+    assert.deepEqual(profile.body, custom[0]);
     expectProblem(await asset('test', 'v1', 'images/logo.png'), 404, 'not-found');
   });
 
