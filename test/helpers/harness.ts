@@ -78,8 +78,17 @@ export class TestServer {
       ...scratch.settings,
       ...overrides,
     };
-    const server = await startServer(config, logger as never);
-    return new TestServer(server, config, scratch.drop);
+    try {
+      return new TestServer(await startServer(config, logger as never), config, scratch.drop);
+    } catch (error) {
+      await scratch.drop();
+      throw error;
+    }
+  }
+
+  /** Another server process over the same store, as in a deployment of several (its close leaves the store). */
+  static async startBeside(other: TestServer): Promise<TestServer> {
+    return new TestServer(await startServer(other.config, false as never), other.config, async () => {});
   }
 
   get url(): string {
