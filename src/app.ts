@@ -7,7 +7,7 @@ import type { Store } from './core/db/database.ts';
 import { TokenService } from './core/auth/tokens.ts';
 import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
-import { errorsPlugin } from './core/errors-plugin.ts';
+import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
 import { JobQueue } from './core/jobs.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { validatorCompiler } from './core/validation.ts';
@@ -54,6 +54,11 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,
+    // A URL the router cannot take (bad encoding, an over-long segment) is answered like every other error.
+    frameworkErrors: (error, request, reply) => {
+      const detail = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path segment is too long.' : 'The URL is not valid.';
+      sendProblem(request, reply, error.statusCode ?? 400, detail);
+    },
   });
 
   app.setValidatorCompiler(validatorCompiler);

@@ -25,6 +25,12 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.equal(answer.headers.get('allow'), 'GET, HEAD, POST');
   });
 
+  test('a URL the router cannot take: 414 or 400, as problem+json', async () => {
+    const long = 'x'.repeat(1100);
+    expectProblem(await server.api('GET', `/projects/${long}`, { token: caller.token }), 414, 'uri-too-long');
+    expectProblem(await server.api('GET', '/projects/%E0%A4%A', { token: caller.token }), 400, 'bad-request');
+  });
+
   test('malformed JSON: 400 bad-request', async () => {
     const answer = await server.api('POST', '/projects', {
       token: caller.token,
