@@ -15,5 +15,21 @@ function ajv(options: Options): Ajv {
 const coercing = ajv({ coerceTypes: 'array' });
 const exact = ajv({ coerceTypes: false });
 
-export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) =>
-  (httpPart === 'body' ? exact : coercing).compile(schema as object);
+interface ObjectSchema {
+  properties: Record<string, unknown>;
+  required?: string[];
+}
+
+/** Node hands header names over in lower case; the schemas spell them as the specification does (versionName). */
+function lowerCaseNames(schema: ObjectSchema): ObjectSchema {
+  return {
+    ...schema,
+    properties: Object.fromEntries(Object.entries(schema.properties).map(([name, value]) => [name.toLowerCase(), value])),
+    required: schema.required?.map((name) => name.toLowerCase()),
+  };
+}
+
+export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
+  if (httpPart === 'body') return exact.compile(schema as object);
+  return coercing.compile(httpPart === 'headers' ? lowerCaseNames(schema as ObjectSchema) : (schema as object));
+};

@@ -81,3 +81,23 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.deepEqual(Object.keys(problem).sort(), ['detail', 'instance', 'status', 'title', 'type']);
   });
 });
+
+describeEachStore('rate limiting', (kind) => {
+  let server: TestServer;
+  before(async () => {
+    server = await TestServer.start(kind, { rateLimitMax: 3, rateLimitWindowMs: 60_000 });
+  });
+  after(() => server.close());
+
+  test('past the limit a client gets 429 too-many-requests with Retry-After; other clients are counted apart', async () => {
+    const caller = await server.newAccount();
+    const other = await server.tokenFor(caller.accountId, 'viewer');
+    const statuses = [];
+    for (let i = 0; i < 3; i += 1) statuses.push((await server.api('GET', '/projects', { token: caller.token })).status);
+    assert.deepEqual(statuses, [200, 200, 200]);
+    const limited = await server.api('GET', '/projects', { token: caller.token });
+    expectProblem(limited, 429, 'too-many-requests');
+    assert.ok(Number(limited.headers.get('retry-after')) > 0);
+    assert.equal((await server.api('GET', '/projects', { token: other })).status, 200);
+  });
+});

@@ -46,20 +46,10 @@ export const UploadBody = Type.Object(
 
 /**
  * Validator compiler of an upload operation: its body is multipart, read and checked while it streams
- * in the handler, so the body schema only documents it. Params, query and headers validate as anywhere;
- * header names are matched in lower case, as Fastify does for routes without a compiler of their own.
+ * in the handler, so the body schema only documents it. Everything else validates as anywhere.
  */
-export const uploadValidatorCompiler: FastifySchemaCompiler<unknown> = (route) => {
-  if (route.httpPart === 'body') return () => true;
-  if (route.httpPart !== 'headers') return validatorCompiler(route);
-  const schema = route.schema as { properties: Record<string, unknown>; required?: string[] };
-  const lowerCased = {
-    ...schema,
-    properties: Object.fromEntries(Object.entries(schema.properties).map(([name, value]) => [name.toLowerCase(), value])),
-    required: schema.required?.map((name) => name.toLowerCase()),
-  };
-  return validatorCompiler({ ...route, schema: lowerCased });
-};
+export const uploadValidatorCompiler: FastifySchemaCompiler<unknown> = (route) =>
+  route.httpPart === 'body' ? () => true : validatorCompiler(route);
 
 /**
  * Makes the routes registered in `scope` (and only there) take multipart bodies and nothing else:
