@@ -18,6 +18,17 @@ export const OAuthConnectionParams = Type.Object({ oauthConnectionId: OAuthConne
 
 const OAUTH_STATUSES = ['AUTHORIZED', 'PENDING_SETUP'] as const;
 
+const CREATE_EXAMPLE = {
+  name: 'Salesforce production',
+  grantType: 'AUTHORIZATION_CODE',
+  clientId: '3MVG9...',
+  clientSecret: { secretName: 'salesforce-app', secretKey: 'clientSecret' },
+  authorizationUrl: 'https://login.salesforce.com/services/oauth2/authorize',
+  tokenUrl: 'https://login.salesforce.com/services/oauth2/token',
+  scopes: ['api', 'refresh_token'],
+  tokens: { secretName: 'salesforce-tokens' },
+};
+
 export const CreateOAuthConnectionRequest = Type.Object(
   {
     name: Type.String({ minLength: 1, maxLength: 255 }),
@@ -37,18 +48,7 @@ export const CreateOAuthConnectionRequest = Type.Object(
   },
   {
     additionalProperties: false,
-    examples: [
-      {
-        name: 'Salesforce production',
-        grantType: 'AUTHORIZATION_CODE',
-        clientId: '3MVG9...',
-        clientSecret: { secretName: 'salesforce-app', secretKey: 'clientSecret' },
-        authorizationUrl: 'https://login.salesforce.com/services/oauth2/authorize',
-        tokenUrl: 'https://login.salesforce.com/services/oauth2/token',
-        scopes: ['api', 'refresh_token'],
-        tokens: { secretName: 'salesforce-tokens' },
-      },
-    ],
+    examples: [CREATE_EXAMPLE],
   },
 );
 export type CreateOAuthConnectionRequest = Static<typeof CreateOAuthConnectionRequest>;
@@ -79,14 +79,7 @@ export const OAuthConnection = Type.Object(
     examples: [
       {
         id: '7c1f9f2e-2b8a-4b7e-9a53-0d1c3e7b9a41',
-        name: 'Salesforce production',
-        grantType: 'AUTHORIZATION_CODE',
-        clientId: '3MVG9...',
-        clientSecret: { secretName: 'salesforce-app', secretKey: 'clientSecret' },
-        authorizationUrl: 'https://login.salesforce.com/services/oauth2/authorize',
-        tokenUrl: 'https://login.salesforce.com/services/oauth2/token',
-        scopes: ['api', 'refresh_token'],
-        tokens: { secretName: 'salesforce-tokens' },
+        ...CREATE_EXAMPLE,
         status: 'AUTHORIZED',
         createdAt: '2026-11-22T09:30:00.000Z',
       },
