@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Page, pageOf } from '../../core/paging.ts';
+import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, writeInProject } from '../projects/repository.ts';
 import {
   ConnectionListQuery,
   ConnectionNameQuery,
@@ -67,9 +67,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
       },
     },
     async (request) => {
-      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
-      const { results, total } = await listConnections(app.store.db, request.params.projectId, request.query);
-      return pageOf(request.query, results, total);
+      return pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listConnections);
     },
   );
 
@@ -148,9 +146,13 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
       },
     },
     async (request) => {
-      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
-      const { results, total } = await listConnectionOverrides(app.store.db, request.params.projectId, request.query);
-      return pageOf(request.query, results, total);
+      return pageInProject(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        request.query,
+        listConnectionOverrides,
+      );
     },
   );
 

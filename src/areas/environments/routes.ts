@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject } from '../projects/repository.ts';
+import { pageInProject, writeInProject } from '../projects/repository.ts';
 import { Type } from 'typebox';
 import { CreateEnvironmentRequest, Environment, EnvironmentName } from './schemas.ts';
 import { createEnvironment, deleteEnvironment, listEnvironments } from './repository.ts';
@@ -27,11 +27,10 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
       },
     },
     async (request, reply) => {
-      const { accountId } = request.principal;
-      const environment = await app.store.db.transaction().execute(async (trx) => {
-        await requireProject(trx, accountId, request.params.projectId);
-        return createEnvironment(trx, request.params.projectId, request.body);
-      });
+      const { projectId } = request.params;
+      const environment = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        createEnvironment(trx, projectId, request.body),
+      );
       request.auditIds.environmentName = environment.name;
       return reply.code(201).send(environment);
     },
@@ -49,9 +48,7 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
       },
     },
     async (request) => {
-      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
-      const { results, total } = await listEnvironments(app.store.db, request.params.projectId, request.query);
-      return pageOf(request.query, results, total);
+      return pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listEnvironments);
     },
   );
 
@@ -67,10 +64,9 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
     },
     async (request, reply) => {
       const { projectId, environmentName } = request.params;
-      await app.store.db.transaction().execute(async (trx) => {
-        await requireProject(trx, request.principal.accountId, projectId);
-        await deleteEnvironment(trx, projectId, environmentName);
-      });
+      await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        deleteEnvironment(trx, projectId, environmentName),
+      );
       return reply.code(204).send(null);
     },
   );

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { countOf, offsetOf, pageOf, type PageQuery } from '../../core/paging.ts';
 import type { ProjectTable } from './tables.ts';
 import type { CreateProjectRequest, Project } from './schemas.ts';
 
@@ -36,6 +36,19 @@ export function writeInProject<T>(db: Db, accountId: string, projectId: string, 
     await requireProject(trx, accountId, projectId);
     return write(trx);
   });
+}
+
+/** A page of what `list` finds in a project, once the project is found to be of the caller's account. */
+export async function pageInProject<Q extends PageQuery, T>(
+  db: Db,
+  accountId: string,
+  projectId: string,
+  query: Q,
+  list: (db: Db, projectId: string, query: Q) => Promise<{ results: T[]; total: number }>,
+) {
+  await requireProject(db, accountId, projectId);
+  const { results, total } = await list(db, projectId, query);
+  return pageOf(query, results, total);
 }
 
 export async function createProject(

@@ -1,9 +1,9 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Page, pageOf } from '../../core/paging.ts';
+import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, writeInProject } from '../projects/repository.ts';
 import { CreateSecretReferenceRequest, SecretReference, SecretReferenceParams, SecretReferenceQuery } from './schemas.ts';
 import { createSecretReference, deleteSecretReference, listSecretReferences } from './repository.ts';
 
@@ -44,9 +44,13 @@ export async function secretReferenceRoutes(fastify: FastifyInstance): Promise<v
       },
     },
     async (request) => {
-      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
-      const { results, total } = await listSecretReferences(app.store.db, request.params.projectId, request.query);
-      return pageOf(request.query, results, total);
+      return pageInProject(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        request.query,
+        listSecretReferences,
+      );
     },
   );
 

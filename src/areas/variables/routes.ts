@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { notFound } from '../../core/problems.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
 import {
   CreateVariableRequest,
   OverrideParams,
@@ -47,9 +47,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      await requireProject(app.store.db, request.principal.accountId, request.params.projectId);
-      const { results, total } = await listVariables(app.store.db, request.params.projectId, request.query);
-      return pageOf(request.query, results, total);
+      return pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listVariables);
     },
   );
 
