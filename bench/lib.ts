@@ -178,3 +178,28 @@ export function report(name: string, subject: LoadResult, baseline: LoadResult, 
       (subject.errors ? ` | ${subject.errors} errors` : ''),
   );
 }
+
+/**
+ * Loads the server's `path` (after a warm-up) and a bare server answering the same bytes, with the same
+ * requests; prints both and their ratio.
+ */
+export async function againstBaseline(
+  server: BenchServer,
+  name: string,
+  path: string,
+  request: { method?: string; body?: string; target?: string } = {},
+): Promise<LoadResult> {
+  const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
+  const url = `${server.url}/dpc/v1${path}`;
+  const { target, ...sent } = request;
+  const sample = await (await fetch(url, { ...sent, headers })).text();
+  const bare = await startBareServer(sample);
+  try {
+    await load(url, { ...sent, headers, seconds: 2 }); // warm-up
+    const subject = await load(url, { ...sent, headers });
+    report(name, subject, await load(bare.url, { ...sent, headers }), target);
+    return subject;
+  } finally {
+    await bare.stop();
+  }
+}
