@@ -158,6 +158,18 @@ describeEachStore('artifacts', (kind) => {
     expectProblem(await asset('test', 'v1', 'images/logo.png'), 404, 'not-found');
   });
 
+  test('parts larger than a commit batch (4 MB) are stored whole, beside small ones', async () => {
+    const large = 'select 1 as big_column from dual;\n'.repeat(160_000); // about 5.4 MB
+    const files: ProjectFile[] = [
+      ['a-small.sql', 'select 1;'],
+      ['b-large.sql', large],
+      ['c-small.sql', 'select 2;'],
+    ];
+    const answer = await upload(formOf(files), { versionName: 'large', environmentName: 'test' });
+    assert.equal(answer.status, 200, answer.text);
+    for (const [path, content] of files) assert.equal((await asset('test', 'large', path)).text, content, path);
+  });
+
   test('a version name is unique per environment: 409 on reuse, nothing replaced', async () => {
     const first = await upload(formOf([['a.sql', 'select 1;']]), { versionName: 'dup', environmentName: 'test' });
     assert.equal(first.status, 200);

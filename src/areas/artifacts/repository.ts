@@ -79,24 +79,17 @@ export async function createArtifact(trx: Executor, artifact: NewArtifact, uploa
   }
 
   const ignored = [...upload.ignored];
-  let batch: { artifactId: number; path: string; content: Buffer }[] = [];
-  let batchBytes = 0;
-  const flush = async () => {
-    if (batch.length > 0) await trx.insertInto('artifactAssets').values(batch).execute();
-    batch = [];
-    batchBytes = 0;
-  };
-  for (const part of upload.parts) {
-    const content = await upload.content(part);
-    if (part.path.startsWith(CONNECTOR_PROFILE_PREFIX) && !isJson(content)) {
-      ignored.push({ name: part.path, reason: 'connector profile is not valid JSON' });
-      continue;
+  for await (const batch of upload.batches(BATCH_ROWS, BATCH_BYTES)) {
+    const rows = [];
+    for (const { part, content } of batch) {
+      if (part.path.startsWith(CONNECTOR_PROFILE_PREFIX) && !isJson(content)) {
+        ignored.push({ name: part.path, reason: 'connector profile is not valid JSON' });
+      } else {
+        rows.push({ artifactId, path: part.path, content });
+      }
     }
-    if (batch.length >= BATCH_ROWS || batchBytes + content.length > BATCH_BYTES) await flush();
-    batch.push({ artifactId, path: part.path, content });
-    batchBytes += content.length;
+    if (rows.length > 0) await trx.insertInto('artifactAssets').values(rows).execute();
   }
-  await flush();
   return ignored;
 }
 

@@ -86,6 +86,12 @@ export interface StagedUpload {
   parts: StagedPart[];
   ignored: IgnoredResource[];
   content(part: StagedPart): Promise<Buffer>;
+  /**
+   * The parts with their contents, a batch of at most `maxRows` parts and `maxBytes` bytes (or one larger
+   * part) at a time. The contents are views of one buffer reused for every batch: use them before asking
+   * for the next, so that a large upload does not leave a heap of buffers for the collector.
+   */
+  batches(maxRows: number, maxBytes: number): AsyncGenerator<{ part: StagedPart; content: Buffer }[]>;
 }
 
 /** Why a part of this path and content type is not taken before its content is read, or undefined to take it. */
@@ -155,13 +161,31 @@ export async function withStagedUpload<T>(
     file = await open(path.join(dir, 'parts'), 'w+');
     const staged = await stage(request, limits, rule, file);
     const staging = file;
+    const read = async (part: StagedPart, into: Buffer) => {
+      const { bytesRead } = await staging.read(into, 0, part.length, part.offset);
+      if (bytesRead !== part.length) throw new Error(`staged part ${part.path} is short`);
+      return into.subarray(0, part.length);
+    };
     return await commit({
       ...staged,
-      async content(part) {
-        const buffer = Buffer.allocUnsafe(part.length);
-        const { bytesRead } = await staging.read(buffer, 0, part.length, part.offset);
-        if (bytesRead !== part.length) throw new Error(`staged part ${part.path} is short`);
-        return buffer;
+      content: (part) => read(part, Buffer.allocUnsafe(part.length)),
+      async *batches(maxRows, maxBytes) {
+        const stagedBytes = staged.parts.reduce((sum, part) => sum + part.length, 0);
+        const buffer = Buffer.allocUnsafe(Math.min(maxBytes, stagedBytes));
+        let batch: { part: StagedPart; content: Buffer }[] = [];
+        let used = 0;
+        for (const part of staged.parts) {
+          if (batch.length > 0 && (batch.length >= maxRows || used + part.length > buffer.length)) {
+            yield batch;
+            batch = [];
+            used = 0;
+          }
+          // A part larger than the batch buffer comes in a batch of its own, in a buffer of its own.
+          const into = part.length > buffer.length ? Buffer.allocUnsafe(part.length) : buffer.subarray(used);
+          batch.push({ part, content: await read(part, into) });
+          used += part.length;
+        }
+        if (batch.length > 0) yield batch;
       },
     });
   } finally {
