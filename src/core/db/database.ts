@@ -89,6 +89,12 @@ export function now(): string {
   return new Date().toISOString();
 }
 
+/** A write that refers to a row another transaction has just deleted (a project, an environment). */
+export function isForeignKeyViolation(error: unknown): boolean {
+  const code = (error as { code?: string } | undefined)?.code;
+  return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
+}
+
 export function isUniqueViolation(error: unknown): boolean {
   const e = error as { code?: string } | undefined;
   return e?.code === '23505' || e?.code === 'SQLITE_CONSTRAINT_UNIQUE' || e?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
