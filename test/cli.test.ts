@@ -88,4 +88,50 @@ describeEachStore('the dpc command and the server process', (kind) => {
       server.child.kill('SIGKILL');
     }
   });
+
+  test('two server processes on one store take concurrent writes without failing', async () => {
+    const { clientId, clientSecret } = JSON.parse(runDpc(['accounts', 'create', '--name', 'Shared'], env).stdout);
+    const servers = [await spawnServe(env), await spawnServe(env)];
+    try {
+      const tokenAnswer = await fetch(`${servers[0].url}/oauth/dpc/token`, {
+        method: 'POST',
+        body: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }),
+      });
+      const { access_token: token } = (await tokenAnswer.json()) as { access_token: string };
+      const call = (i: number, method: string, path: string, body: unknown, headers: Record<string, string> = {}) =>
+        fetch(`${servers[i % 2].url}/dpc/v1${path}`, {
+          method,
+          headers: {
+            authorization: `Bearer ${token}`,
+            ...(body instanceof FormData ? {} : { 'content-type': 'application/json' }),
+            ...headers,
+          },
+          body: body instanceof FormData ? body : JSON.stringify(body),
+        });
+      const { projectId } = (await (await call(0, 'POST', '/projects', { name: 'shared' })).json()) as { projectId: string };
+      assert.equal((await call(1, 'POST', `/projects/${projectId}/environments`, { name: 'dev' })).status, 201);
+      const upload = () => {
+        const form = new FormData();
+        for (let i = 0; i < 200; i += 1)
+          form.append(`sql/f${i}.sql`, new Blob([`select ${i};\n`.repeat(100)], { type: 'text/plain' }), 'f.sql');
+        return form;
+      };
+      const answers = await Promise.all([
+        ...Array.from({ length: 20 }, (_, i) =>
+          call(i, 'POST', `/projects/${projectId}/variables`, { name: `v${i}`, type: 'NUMBER', behaviour: 'SHARED', value: i }),
+        ),
+        ...Array.from({ length: 4 }, (_, i) =>
+          call(i, 'POST', `/projects/${projectId}/artifacts`, upload(), { versionName: `v${i}`, environmentName: 'dev' }),
+        ),
+      ]);
+      assert.deepEqual(
+        answers.map((a) => a.status),
+        [...Array(20).fill(201), ...Array(4).fill(200)],
+      );
+      const list = (await (await call(1, 'GET', `/projects/${projectId}/variables`, undefined)).json()) as { total: number };
+      assert.equal(list.total, 20);
+    } finally {
+      for (const server of servers) server.child.kill('SIGKILL');
+    }
+  });
 });

@@ -77,4 +77,56 @@ describeEachStore('concurrent writes', (kind) => {
     const left = await first.db.selectFrom('projectVariables').select('id').where('projectId', '=', doomed).execute();
     assert.deepEqual(left, []);
   });
+
+  test('the same artifact version uploaded twice at once: one stored, the other 409', async () => {
+    const form = () => {
+      const body = new FormData();
+      for (let i = 0; i < 50; i += 1)
+        body.append(`sql/file-${i}.sql`, new Blob([`select ${i};`], { type: 'text/plain' }), `file-${i}.sql`);
+      return body;
+    };
+    // On SQLite both go to one server: a second in-process server would share this event loop, and its
+    // connection's busy wait would stall the first one's upload mid-transaction (separate processes do not).
+    const racers = kind === 'sqlite' ? [first, first] : servers();
+    const answers = await Promise.all(
+      racers.map((server) =>
+        server.api('POST', `/projects/${projectId}/artifacts`, {
+          token: caller.token,
+          body: form(),
+          headers: { versionName: 'raced', environmentName: 'dev' },
+        }),
+      ),
+    );
+    assert.deepEqual(answers.map((a) => a.status).sort(), [200, 409]);
+    expectProblem(
+      answers.find((a) => a.status === 409)!,
+      409,
+      'conflict',
+    );
+    const details = await first.api('GET', `/projects/${projectId}/artifacts/details?environmentName=dev&versionName=raced`, {
+      token: caller.token,
+    });
+    assert.equal(details.body.assets.length, 50);
+  });
+
+  test('secret references and connections of one name created at once: one 201, the rest 409', async () => {
+    const references = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        servers()[i % 2].api('POST', `/projects/${projectId}/secret-references/shared-name`, {
+          token: caller.token,
+          body: { type: 'PASSWORD', secretName: 'vault-secret' },
+        }),
+      ),
+    );
+    assert.deepEqual(references.map((a) => a.status).sort(), [201, 409, 409, 409, 409, 409]);
+    const connections = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        servers()[i % 2].api('POST', `/projects/${projectId}/connections`, {
+          token: caller.token,
+          body: { name: 'warehouse', authType: 'GENERIC_SECRET', platformConnectionType: 'COMPONENT_BASIC' },
+        }),
+      ),
+    );
+    assert.deepEqual(connections.map((a) => a.status).sort(), [201, 409, 409, 409, 409, 409]);
+  });
 });

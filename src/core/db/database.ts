@@ -4,11 +4,13 @@ import SQLite from 'better-sqlite3';
 import pg from 'pg';
 import {
   CamelCasePlugin,
+  CompiledQuery,
   Kysely,
   Migrator,
   PostgresDialect,
   SqliteDialect,
   sql,
+  type Driver,
   type SqliteDatabase,
   type Transaction,
 } from 'kysely';
@@ -45,8 +47,23 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
   file.pragma('busy_timeout = 5000');
-  const db = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(file) }), plugins });
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(file) }), plugins });
   return { db, dialect: 'sqlite', close: () => db.destroy() };
+}
+
+/**
+ * SQLite transactions that take the write lock at BEGIN. A deferred transaction that reads and then
+ * writes fails at once with "database is locked" when another process wrote in between, whatever the
+ * busy timeout; an immediate one waits its turn. Every transaction here is a write.
+ */
+class ImmediateSqliteDialect extends SqliteDialect {
+  override createDriver(): Driver {
+    const driver = super.createDriver();
+    driver.beginTransaction = async (connection) => {
+      await connection.executeQuery(CompiledQuery.raw('begin immediate'));
+    };
+    return driver;
+  }
 }
 
 const STATEMENT_CACHE_SIZE = 500;
