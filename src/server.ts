@@ -15,6 +15,7 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
   try {
     await migrate(store);
     const app = await buildApp({ config, store, logger });
+    store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost an idle PostgreSQL connection; the pool replaces it');
     const url = await app.listen({ host: config.host, port: config.port });
     if (config.runJobs) app.jobs.start();
     let closing: Promise<void> | undefined;

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import pg from 'pg';
 import { after, before, test } from 'node:test';
-import { describeEachStore, scratchStore } from './helpers/harness.ts';
+import { describeEachStore, describeOnPostgres, scratchStore } from './helpers/harness.ts';
 import { runDpc, spawnServe } from './helpers/processes.ts';
 
 describeEachStore('the dpc command and the server process', (kind) => {
@@ -132,6 +133,51 @@ describeEachStore('the dpc command and the server process', (kind) => {
       assert.equal(list.total, 20);
     } finally {
       for (const server of servers) server.child.kill('SIGKILL');
+    }
+  });
+});
+
+describeOnPostgres('the server process and PostgreSQL faults', () => {
+  let env: NodeJS.ProcessEnv;
+  let drop: () => Promise<void>;
+  before(async () => {
+    const scratch = await scratchStore('postgres');
+    drop = scratch.drop;
+    env = { DPC_DATA_DIR: '', DATABASE_URL: scratch.settings.databaseUrl, LOG_LEVEL: 'info' };
+  });
+  after(() => drop());
+
+  test('the server outlives PostgreSQL dropping its connections', async () => {
+    const applicationName = `dpc-victim-${process.pid}`;
+    const url = new URL(env.DATABASE_URL!);
+    url.searchParams.set('application_name', applicationName);
+    const victimEnv = { ...env, DATABASE_URL: url.toString() };
+    const { clientId, clientSecret } = JSON.parse(runDpc(['accounts', 'create', '--name', 'Dropped'], victimEnv).stdout);
+    const server = await spawnServe(victimEnv);
+    try {
+      const tokenAnswer = await fetch(`${server.url}/oauth/dpc/token`, {
+        method: 'POST',
+        body: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }),
+      });
+      const { access_token: token } = (await tokenAnswer.json()) as { access_token: string };
+      const list = () => fetch(`${server.url}/dpc/v1/projects`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal((await list()).status, 200);
+      const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+      await admin.connect();
+      try {
+        const dropped = await admin.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = $1', [
+          applicationName,
+        ]);
+        assert.ok(dropped.rowCount! > 0);
+      } finally {
+        await admin.end();
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(server.child.exitCode, null, 'still running');
+      assert.equal((await list()).status, 200);
+      assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+    } finally {
+      server.child.kill('SIGKILL');
     }
   });
 });

@@ -18,7 +18,12 @@ const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL;
  */
 export function describeEachStore(title: string, suite: (kind: StoreKind) => void): void {
   describe(`${title} [sqlite]`, () => suite('sqlite'));
-  if (TEST_DATABASE_URL) describe(`${title} [postgres]`, () => suite('postgres'));
+  describeOnPostgres(title, () => suite('postgres'));
+}
+
+/** A suite that needs PostgreSQL itself: run when TEST_DATABASE_URL is set, skipped visibly otherwise. */
+export function describeOnPostgres(title: string, suite: () => void): void {
+  if (TEST_DATABASE_URL) describe(`${title} [postgres]`, suite);
   else describe(`${title} [postgres]`, { skip: 'TEST_DATABASE_URL is not set' }, () => {});
 }
 

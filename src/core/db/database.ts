@@ -28,6 +28,8 @@ export interface Store {
   db: Db;
   dialect: Dialect;
   close(): Promise<void>;
+  /** Told when PostgreSQL drops an idle pooled connection (a restart, a failover); the pool replaces it. */
+  onConnectionLost?: (error: Error) => void;
 }
 
 // Large counts and ids come back from pg as strings; the API speaks numbers.
@@ -39,7 +41,10 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   if (config.databaseUrl) {
     const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), plugins });
-    return { db, dialect: 'postgres', close: () => db.destroy() };
+    const store: Store = { db, dialect: 'postgres', close: () => db.destroy() };
+    // Without a listener, an idle client's error would be thrown and end the process.
+    pool.on('error', (error) => store.onConnectionLost?.(error));
+    return store;
   }
   fs.mkdirSync(config.dataDir, { recursive: true });
   const file = new SQLite(path.join(config.dataDir, 'platform.db'));
