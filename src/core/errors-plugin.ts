@@ -1,7 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import FindMyWay from 'find-my-way';
-import { isForeignKeyViolation } from './db/database.ts';
+import { isForeignKeyViolation, isTransientStoreFailure } from './db/database.ts';
 import { PROBLEM_CONTENT_TYPE, ProblemError, problemBody, type ProblemOptions } from './problems.ts';
 
 interface ValidationIssue {
@@ -101,6 +101,12 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     if (isForeignKeyViolation(error)) {
       // Checked at the start of the request, then deleted by a concurrent one before this write landed.
       return sendProblem(request, reply, 404, 'A resource this request refers to no longer exists.');
+    }
+    if (isTransientStoreFailure(error)) {
+      request.log.warn({ err: error }, 'store busy');
+      return sendProblem(request, reply, 503, 'The store is busy; nothing was written. Try again.', {
+        headers: { 'retry-after': '1' },
+      });
     }
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) return sendProblem(request, reply, status, error.message);

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import path from 'node:path';
+import SQLite from 'better-sqlite3';
 import { sql } from 'kysely';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
@@ -100,4 +102,24 @@ describeEachStore('rate limiting', (kind) => {
     assert.ok(Number(limited.headers.get('retry-after')) > 0);
     assert.equal((await server.api('GET', '/projects', { token: other })).status, 200);
   });
+});
+
+test('a store locked past its busy timeout: 503 with Retry-After, nothing written [sqlite]', async (t) => {
+  const server = await TestServer.start('sqlite');
+  t.after(() => server.close());
+  const caller = await server.newAccount();
+  // Another process holds the write lock for longer than the 5-second busy timeout.
+  const other = new SQLite(path.join(server.config.dataDir, 'platform.db'));
+  other.exec('begin immediate');
+  try {
+    const answer = await server.api('POST', '/projects', { token: caller.token, body: { name: 'blocked' } });
+    const problem = expectProblem(answer, 503, 'service-unavailable');
+    assert.match(problem.detail, /nothing was written/);
+    assert.equal(answer.headers.get('retry-after'), '1');
+  } finally {
+    other.exec('rollback');
+    other.close();
+  }
+  const listed = await server.api('GET', '/projects', { token: caller.token });
+  assert.equal(listed.body.total, 0);
 });

@@ -117,6 +117,12 @@ export function isForeignKeyViolation(error: unknown): boolean {
   return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
 }
 
+/** The store could not take the write now (locked past the busy timeout, a deadlock): worth retrying. */
+export function isTransientStoreFailure(error: unknown): boolean {
+  const code = (error as { code?: string } | undefined)?.code;
+  return code === 'SQLITE_BUSY' || code === '40P01' || code === '40001';
+}
+
 export function isUniqueViolation(error: unknown): boolean {
   const e = error as { code?: string } | undefined;
   return e?.code === '23505' || e?.code === 'SQLITE_CONSTRAINT_UNIQUE' || e?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
