@@ -41,27 +41,34 @@ export interface Caller {
   token: string;
 }
 
-/** A scratch store of its own: a temporary folder for SQLite, a fresh schema for PostgreSQL. */
+/** Runs one statement on the PostgreSQL server of TEST_DATABASE_URL. */
+async function onTestServer(statement: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await admin.connect();
+  try {
+    await admin.query(statement);
+  } finally {
+    await admin.end();
+  }
+}
+
+/**
+ * A scratch store of its own: a temporary folder for SQLite, a fresh database for PostgreSQL. A database
+ * rather than a schema, because PostgreSQL's catalog is per database: Kysely's migrator looks over every
+ * schema's tables, and a schema that another test file drops at that moment fails the look.
+ */
 export async function scratchStore(kind: StoreKind): Promise<{ settings: Partial<Config>; drop(): Promise<void> }> {
   if (kind === 'sqlite') {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-test-'));
     return { settings: { dataDir, databaseUrl: undefined }, drop: async () => rmSync(dataDir, { recursive: true, force: true }) };
   }
-  const schema = `t_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: TEST_DATABASE_URL });
-  await admin.connect();
-  await admin.query(`create schema ${schema}`);
-  await admin.end();
+  const database = `dpc_test_${randomBytes(6).toString('hex')}`;
+  await onTestServer(`create database ${database}`);
   const url = new URL(TEST_DATABASE_URL!);
-  url.searchParams.set('options', `-c search_path=${schema}`);
+  url.pathname = `/${database}`;
   return {
     settings: { databaseUrl: url.toString() },
-    drop: async () => {
-      const client = new pg.Client({ connectionString: TEST_DATABASE_URL });
-      await client.connect();
-      await client.query(`drop schema if exists ${schema} cascade`);
-      await client.end();
-    },
+    drop: () => onTestServer(`drop database if exists ${database} with (force)`),
   };
 }
 
