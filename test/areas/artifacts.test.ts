@@ -230,6 +230,29 @@ describeEachStore('artifacts', (kind) => {
     assert.equal((await asset('test', 'checks', 'ok/one.sql')).text, 'select 1;', 'the first of repeated parts is kept');
   });
 
+  test('a part without a filename is checked byte for byte like any other', async () => {
+    const boundary = 'no-filename-boundary';
+    const part = (name: string, content: Buffer) =>
+      Buffer.concat([
+        Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="${name}"\r\ncontent-type: text/plain\r\n\r\n`),
+        content,
+        Buffer.from('\r\n'),
+      ]);
+    const body = Buffer.concat([
+      part('plain.sql', Buffer.from('select 3; -- café')),
+      part('latin1.sql', Buffer.from([0x63, 0x61, 0x66, 0xe9])),
+      Buffer.from(`--${boundary}--\r\n`),
+    ]);
+    const answer = await server.api('POST', `/projects/${projectId}/artifacts`, {
+      token: caller.token,
+      body: new Uint8Array(body),
+      headers: { 'content-type': `multipart/form-data; boundary=${boundary}`, versionName: 'fields', environmentName: 'test' },
+    });
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(answer.body.ignoredResources, [{ name: 'latin1.sql', reason: 'not UTF-8 text' }]);
+    assert.equal((await asset('test', 'fields', 'plain.sql')).text, 'select 3; -- café');
+  });
+
   test('a connector profile that is not JSON, or a profile type under another name, is ignored', async () => {
     const form = new FormData();
     form.append('connector-profile:custom-broken.json', new Blob(['{not json'], { type: PROFILE_TYPE }), 'p.json');

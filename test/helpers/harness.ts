@@ -125,8 +125,13 @@ export class TestServer {
     const headers: Record<string, string> = { ...options.headers };
     if (options.token) headers.authorization = `Bearer ${options.token}`;
     let body: BodyInit | undefined;
-    if (typeof options.body === 'string' || options.body instanceof FormData || options.body instanceof URLSearchParams) {
-      body = options.body;
+    if (
+      typeof options.body === 'string' ||
+      options.body instanceof Uint8Array ||
+      options.body instanceof FormData ||
+      options.body instanceof URLSearchParams
+    ) {
+      body = options.body as BodyInit;
     } else if (options.body !== undefined) {
       body = JSON.stringify(options.body);
       headers['content-type'] ??= 'application/json';

@@ -68,7 +68,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
 
   // The upload takes multipart bodies, in a scope of its own so that every other operation stays JSON-only.
   await app.register(async (scope) => {
-    await acceptUploads(scope, app.config);
+    acceptUploads(scope);
     scope.withTypeProvider<TypeBoxTypeProvider>().post(
       '/projects/:projectId/artifacts',
       {

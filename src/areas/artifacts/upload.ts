@@ -2,19 +2,16 @@ import { isUtf8 } from 'node:buffer';
 import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyRequest, FastifySchemaCompiler } from 'fastify';
-import multipart from '@fastify/multipart';
 import { Type, type Static } from 'typebox';
-import type { Config } from '../../core/config.ts';
-import { badRequest, ProblemError } from '../../core/problems.ts';
+import { multipartParts } from '../../core/multipart.ts';
 import { validatorCompiler } from '../../core/validation.ts';
 
 /**
- * The one reader of artifact uploads (project artifacts and shared pipeline artifacts): it streams a
- * multipart body part by part into a staging file, checking every part as it goes, so memory stays
- * bounded by one chunk however large the upload. Nothing reaches the store until the whole body has
- * been read; the caller then commits the staged parts in one short transaction.
+ * The one reader of artifact uploads (project artifacts and shared pipeline artifacts): it reads a
+ * multipart body part by part into a staging file, checking every part as it comes, so memory holds one
+ * part (at most the part size limit) however large the upload. Nothing reaches the store until the
+ * whole body has been read; the caller then commits the staged parts in one short transaction.
  */
 
 export const IgnoredResource = Type.Object({ name: Type.String(), reason: Type.String() });
@@ -53,19 +50,11 @@ export const uploadValidatorCompiler: FastifySchemaCompiler<unknown> = (route) =
 
 /**
  * Makes the routes registered in `scope` (and only there) take multipart bodies and nothing else:
- * a JSON or any other body answers 415.
+ * a JSON or any other body answers 415. The body is left unread here: the handler streams it.
  */
-export async function acceptUploads(scope: FastifyInstance, config: Config): Promise<void> {
+export function acceptUploads(scope: FastifyInstance): void {
   scope.removeAllContentTypeParsers();
-  await scope.register(multipart, {
-    limits: {
-      parts: config.uploadMaxParts,
-      files: config.uploadMaxParts,
-      fields: config.uploadMaxParts,
-      fileSize: config.uploadMaxPartBytes,
-      fieldSize: config.uploadMaxPartBytes,
-    },
-  });
+  scope.addContentTypeParser('multipart/form-data', (_request, _body, done) => done(null));
 }
 
 /** Value of a header the route's schema has validated; Fastify keeps header names in lower case. */
@@ -94,7 +83,7 @@ export interface StagedUpload {
   batches(maxRows: number, maxBytes: number): AsyncGenerator<{ part: StagedPart; content: Buffer }[]>;
 }
 
-/** Why a part of this path and content type is not taken before its content is read, or undefined to take it. */
+/** Why a part of this path and content type is not taken (asked before its content is checked), or undefined to take it. */
 export type PartRule = (path: string, contentType: string) => string | undefined;
 
 /** Why `assetPath` must not be stored as a relative path, or undefined when it is safe. */
@@ -117,37 +106,12 @@ interface UploadLimits {
   uploadMaxBytes: number;
 }
 
-const LIMIT_ERRORS = new Set(['FST_PARTS_LIMIT', 'FST_FILES_LIMIT', 'FST_FIELDS_LIMIT']);
-/** What the multipart parser says of a body that breaks off inside a part (besides a premature close) or is otherwise malformed. */
-const MALFORMED_BODY = /terminated early|unexpected end|malformed/i;
-
-/**
- * Watches the raw body for the multipart closing delimiter. The multipart reader ends quietly on a
- * body cut off between two parts, so this is how a truncated upload is told from a complete one.
- */
-function watchClosingDelimiter(request: FastifyRequest): () => boolean {
-  const boundary = /boundary="?([^";]+)"?/i.exec(request.headers['content-type'] ?? '')?.[1];
-  if (!boundary) throw badRequest('The multipart body has no boundary.', ['content-type: has no boundary']);
-  const delimiter = Buffer.from(`--${boundary}--`);
-  let tail = Buffer.alloc(0);
-  let seen = false;
-  const raw = request.raw;
-  // Paused first so that listening does not start the flow before the multipart reader is piped.
-  raw.pause();
-  raw.on('data', (chunk: Buffer) => {
-    if (seen) return;
-    const window = tail.length > 0 ? Buffer.concat([tail, chunk]) : chunk;
-    if (window.includes(delimiter)) seen = true;
-    else tail = Buffer.from(window.subarray(Math.max(0, window.length - delimiter.length + 1)));
-  });
-  return () => seen && raw.complete;
-}
-
 /**
  * Reads the upload of `request` into a staging file, then runs `commit` on the staged parts; the staging
  * file is removed whatever happens. A part is kept when its path is safe and not a repeat, `rule` takes
  * it, and its content is UTF-8 text without NUL bytes; any other part is listed in `ignored` with the
- * reason. Limits answer 413; a body that ends early fails before `commit` runs, so nothing is stored.
+ * reason. Limits answer 413; a body that is malformed or ends early fails before `commit` runs, so
+ * nothing is stored.
  */
 export async function withStagedUpload<T>(
   request: FastifyRequest,
@@ -200,63 +164,87 @@ async function stage(
   rule: PartRule,
   file: FileHandle,
 ): Promise<Pick<StagedUpload, 'parts' | 'ignored'>> {
-  const complete = watchClosingDelimiter(request);
   const parts: StagedPart[] = [];
   const ignored: IgnoredResource[] = [];
   const seen = new Set<string>();
-  let offset = 0;
-  let total = 0;
-  try {
-    for await (const part of request.parts()) {
-      const assetPath = part.fieldname ?? '';
-      const source: Iterable<Buffer> | Readable =
-        part.type === 'file' ? part.file : [Buffer.from(String(part.value ?? ''), 'utf8')];
-      if (part.type === 'field' && part.valueTruncated)
-        throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
-      const refusal =
-        unsafePathReason(assetPath) ??
-        (seen.has(assetPath) ? 'duplicate path: the first part with this path is kept' : rule(assetPath, part.mimetype));
-      seen.add(assetPath);
-      // Text check as the bytes stream through; a sequence split between chunks is checked with the next one.
-      let carry = Buffer.alloc(0);
-      let contentProblem: string | undefined;
-      const start = offset;
-      for await (const chunk of source as AsyncIterable<Buffer>) {
-        total += chunk.length;
-        if (total > limits.uploadMaxBytes) throw tooLarge(`The upload is larger than ${limits.uploadMaxBytes} bytes.`);
-        if (refusal || contentProblem) continue; // drained, not stored
-        if (chunk.includes(0)) contentProblem = 'not text: contains a NUL byte';
-        else {
-          const text = carry.length > 0 ? Buffer.concat([carry, chunk]) : chunk;
-          const complete = text.length - unfinishedTail(text);
-          if (!isUtf8(text.subarray(0, complete))) contentProblem = 'not UTF-8 text';
-          carry = Buffer.from(text.subarray(complete));
-        }
-        if (!contentProblem) {
-          await file.write(chunk, 0, chunk.length, offset);
-          offset += chunk.length;
-        }
-      }
-      if (part.type === 'file' && part.file.truncated)
-        throw tooLarge(`A part is larger than ${limits.uploadMaxPartBytes} bytes.`);
-      if (!refusal && !contentProblem && carry.length > 0) contentProblem = 'not UTF-8 text';
-      const reason = refusal ?? contentProblem;
-      if (reason) {
-        ignored.push({ name: assetPath, reason });
-        offset = start; // the next part overwrites what was written of this one
-      } else {
-        parts.push({ path: assetPath, contentType: part.mimetype, offset: start, length: offset - start });
-      }
+  const staging = new StagingWriter(file);
+  const multipartLimits = {
+    maxParts: limits.uploadMaxParts,
+    maxPartBytes: limits.uploadMaxPartBytes,
+    maxBytes: limits.uploadMaxBytes,
+  };
+  for await (const part of multipartParts(request.raw, multipartLimits)) {
+    const assetPath = part.name;
+    const reason =
+      unsafePathReason(assetPath) ??
+      (seen.has(assetPath) ? 'duplicate path: the first part with this path is kept' : undefined) ??
+      rule(assetPath, part.contentType) ??
+      textProblem(part.content);
+    seen.add(assetPath);
+    if (reason) {
+      ignored.push({ name: assetPath, reason });
+      continue;
     }
-  } catch (error) {
-    const code = (error as { code?: string }).code;
-    if (code && LIMIT_ERRORS.has(code)) throw tooLarge(`An upload has at most ${limits.uploadMaxParts} parts.`);
-    if (code === 'ERR_STREAM_PREMATURE_CLOSE' || MALFORMED_BODY.test((error as Error).message))
-      throw badRequest(`The multipart body is not valid: ${(error as Error).message}. Nothing was stored.`);
-    throw error;
+    const start = staging.offset;
+    for (const piece of part.content) await staging.write(piece);
+    parts.push({ path: assetPath, contentType: part.contentType, offset: start, length: staging.offset - start });
   }
-  if (!complete()) throw badRequest('The multipart body ended before its closing boundary; nothing was stored.');
+  await staging.flush();
   return { parts, ignored };
+}
+
+/** Why `pieces` (one content, in order) are not UTF-8 text without NUL bytes, or undefined when they are. */
+function textProblem(pieces: Uint8Array[]): string | undefined {
+  // A sequence split between two pieces is checked with the next one.
+  let carry: Buffer = Buffer.alloc(0);
+  for (const piece of pieces) {
+    if (piece.includes(0)) return 'not text: contains a NUL byte';
+    const text = carry.length > 0 ? Buffer.concat([carry, piece]) : Buffer.from(piece.buffer, piece.byteOffset, piece.length);
+    const complete = text.length - unfinishedTail(text);
+    if (!isUtf8(text.subarray(0, complete))) return 'not UTF-8 text';
+    carry = text.subarray(complete);
+  }
+  return carry.length > 0 ? 'not UTF-8 text' : undefined;
+}
+
+/**
+ * Appends to the staging file through a buffer of its own, written out when full: most parts are
+ * smaller than a chunk of the body, and one file write each would keep every part's objects alive
+ * across a round trip to the file system (past the young generation of the heap, to be collected late).
+ */
+class StagingWriter {
+  private readonly buffer = Buffer.allocUnsafe(1024 * 1024);
+  private buffered = 0;
+  /** Where the buffer goes in the file. */
+  private flushedTo = 0;
+
+  constructor(private readonly file: FileHandle) {}
+
+  /** The file's length once flushed, and where the next write goes. */
+  get offset(): number {
+    return this.flushedTo + this.buffered;
+  }
+
+  async write(bytes: Uint8Array): Promise<void> {
+    const chunk = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+    let from = 0;
+    while (from < chunk.length) {
+      const copied = chunk.copy(this.buffer, this.buffered, from);
+      this.buffered += copied;
+      from += copied;
+      if (this.buffered === this.buffer.length) await this.flush();
+    }
+  }
+
+  async flush(): Promise<void> {
+    let written = 0;
+    while (written < this.buffered) {
+      const { bytesWritten } = await this.file.write(this.buffer, written, this.buffered - written, this.flushedTo + written);
+      written += bytesWritten;
+    }
+    this.flushedTo += this.buffered;
+    this.buffered = 0;
+  }
 }
 
 /** How many bytes at the end of `bytes` begin a UTF-8 sequence that `bytes` does not finish (0 to 3). */
@@ -268,9 +256,4 @@ function unfinishedTail(bytes: Buffer): number {
     return length > back ? back : 0;
   }
   return 0;
-}
-
-function tooLarge(detail: string): ProblemError {
-  // The rest of the body is not read: the connection closes after the answer.
-  return new ProblemError(413, detail, { headers: { connection: 'close' } });
 }

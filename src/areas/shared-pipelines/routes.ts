@@ -31,7 +31,7 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
 
   // The upload takes multipart bodies, in a scope of its own so that every other operation stays JSON-only.
   await app.register(async (scope) => {
-    await acceptUploads(scope, app.config);
+    acceptUploads(scope);
     scope.withTypeProvider<TypeBoxTypeProvider>().post(
       '/shared-pipelines/artifacts',
       {

@@ -1,0 +1,121 @@
+import type { IncomingMessage } from 'node:http';
+import {
+  getMultipartBoundary,
+  MaxFileSizeExceededError,
+  MaxPartsExceededError,
+  MaxTotalSizeExceededError,
+  MultipartParseError,
+  MultipartParser,
+} from '@remix-run/multipart-parser/node';
+import { badRequest, ProblemError } from './problems.ts';
+
+/** One part of a multipart body, whole. */
+export interface MultipartPart {
+  /** The name in the part's content-disposition. */
+  name: string;
+  /** The part's media type; text/plain when it names none (RFC 7578). */
+  contentType: string;
+  /** The part's bytes as sent, in pieces. */
+  content: Uint8Array[];
+}
+
+export interface MultipartLimits {
+  maxParts: number;
+  maxPartBytes: number;
+  maxBytes: number;
+}
+
+/**
+ * The parts of a multipart request body, one at a time and in order, each whole. The body is read only
+ * as fast as the caller takes the parts: memory holds one part (at most `maxPartBytes`) and one chunk of
+ * the body, however large the body. The parser makes no stream per part: with a stream per part (as
+ * busboy does), V8 soon allocates those short-lived objects straight into the old generation, and a
+ * body of many small parts then leaves tens of megabytes of garbage until a full collection.
+ *
+ * A malformed body, or one that is cut off or ends before its closing boundary, throws 400; more parts,
+ * a larger part or more bytes than `limits` allow throws 413. Once the caller stops, the rest of the body
+ * is left unread (and the answer should close the connection).
+ */
+export async function* multipartParts(raw: IncomingMessage, limits: MultipartLimits): AsyncGenerator<MultipartPart> {
+  const boundary = getMultipartBoundary(raw.headers['content-type'] ?? '');
+  if (!boundary) throw badRequest('The multipart body has no boundary.', ['content-type: has no boundary']);
+  const parser = new MultipartParser(boundary, {
+    maxParts: limits.maxParts,
+    maxFileSize: limits.maxPartBytes,
+    maxTotalSize: limits.maxBytes,
+    maxHeaderSize: 16 * 1024,
+  });
+  let closed = false;
+  try {
+    for await (const chunk of bodyChunks(raw)) {
+      if (closed) continue; // an epilogue after the closing boundary is ignored (RFC 2046)
+      try {
+        for (const part of parser.write(chunk)) {
+          yield {
+            name: formDataName(part.headers['content-disposition']),
+            contentType: part.mediaType ?? 'text/plain',
+            content: part.content,
+          };
+        }
+      } catch (error) {
+        // The parser refuses any byte after the closing boundary, even the CRLF that usually ends it.
+        if (!(error instanceof MultipartParseError && /after end of stream/.test(error.message))) throw error;
+        closed = true;
+      }
+    }
+    parser.finish();
+  } catch (error) {
+    throw problemOf(error, limits);
+  }
+}
+
+/**
+ * The name in a form-data part's content-disposition, as browsers and HTTP clients send it: quoted,
+ * with no backslash escapes (WHATWG's multipart/form-data encoding sends `"` as %22), so that a name
+ * holding a backslash reaches the caller as it was sent.
+ */
+function formDataName(disposition = ''): string {
+  const parameter = /;\s*([^\s=;]+)\s*=\s*(?:"([^"]*)"|([^;]*))/g;
+  for (let match; (match = parameter.exec(disposition));) {
+    if (match[1].toLowerCase() === 'name') return match[2] ?? match[3].trim();
+  }
+  return '';
+}
+
+function problemOf(error: unknown, limits: MultipartLimits): unknown {
+  const tooLarge = (detail: string) => new ProblemError(413, detail, { headers: { connection: 'close' } });
+  if (error instanceof MaxPartsExceededError) return tooLarge(`An upload has at most ${limits.maxParts} parts.`);
+  if (error instanceof MaxFileSizeExceededError) return tooLarge(`A part is larger than ${limits.maxPartBytes} bytes.`);
+  if (error instanceof MaxTotalSizeExceededError) return tooLarge(`The upload is larger than ${limits.maxBytes} bytes.`);
+  if (error instanceof MultipartParseError && /not finished/.test(error.message))
+    return badRequest('The multipart body ended before its closing boundary. Nothing was stored.');
+  // A part header that is not UTF-8 fails to decode with a TypeError.
+  if (error instanceof MultipartParseError || error instanceof TypeError)
+    return badRequest(`The multipart body is not valid: ${error.message}. Nothing was stored.`);
+  return error;
+}
+
+/**
+ * The chunks of a request body as they arrive, read only when asked for. Unlike the stream's own
+ * iterator, stopping early leaves the connection open, so that an error can still be answered.
+ */
+async function* bodyChunks(raw: IncomingMessage): AsyncGenerator<Buffer> {
+  for (;;) {
+    const chunk = raw.read() as Buffer | null;
+    if (chunk !== null) yield chunk;
+    else if (raw.readableEnded) return;
+    else if (raw.destroyed) throw badRequest('The request body was cut off. Nothing was stored.');
+    else await nextEvent(raw);
+  }
+}
+
+/** Waits until `raw` has more to read, has ended, or has been cut off. */
+function nextEvent(raw: IncomingMessage): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      raw.off('readable', done).off('end', done).off('close', done).off('error', done);
+      resolve();
+    };
+    raw.on('readable', done).on('end', done).on('close', done).on('error', done);
+  });
+}
