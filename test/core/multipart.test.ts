@@ -158,6 +158,19 @@ describe('multipart reading', () => {
     assert.equal(inside.problem?.status, 400);
   });
 
+  test('malformed bodies are refused (400): no opening boundary, an endless part header, a header not in UTF-8', async () => {
+    const endlessHeader = Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="${'a'.repeat(20_000)}"`);
+    const latin1Header = Buffer.concat([
+      Buffer.from(`--${BOUNDARY}\r\ncontent-disposition: form-data; name="caf`),
+      Buffer.from([0xe9]),
+      Buffer.from(`"\r\n\r\nx\r\n--${BOUNDARY}--\r\n`),
+    ]);
+    for (const body of [Buffer.from('not multipart at all'), endlessHeader, latin1Header]) {
+      const { problem } = await readOnServer(body);
+      assert.equal(problem?.status, 400, body.subarray(0, 60).toString());
+    }
+  });
+
   test('no boundary is 400; more parts, a larger part or more bytes than allowed is 413', async () => {
     const body = multipartBody([['a.txt', 'a']]);
     const noBoundary = await readOnServer(body, { contentType: 'multipart/form-data' });
