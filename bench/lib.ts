@@ -97,7 +97,7 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
   const env = { DPC_DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'warn', DPC_RATE_LIMIT_MAX: '0', ...extraEnv };
   const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
   const port = await freePort();
-  const child = spawn(process.execPath, [dpc, 'serve'], {
+  const child = spawn(process.execPath, [...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), dpc, 'serve'], {
     env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
