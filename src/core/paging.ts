@@ -1,9 +1,12 @@
 import type { SelectQueryBuilder } from 'kysely';
 import { Type, type Static, type TSchema } from 'typebox';
 
+/** The highest page number: any page times any size stays an offset both stores take (a 64-bit integer). */
+const MAX_PAGE = 2_147_483_647;
+
 /** `page` (from 0) and `size` (1 to 100, default 25), as every paged list takes them. */
 export const PageQuery = Type.Object({
-  page: Type.Integer({ minimum: 0, default: 0, description: 'page number, from 0' }),
+  page: Type.Integer({ minimum: 0, maximum: MAX_PAGE, default: 0, description: 'page number, from 0' }),
   size: Type.Integer({ minimum: 1, maximum: 100, default: 25, description: 'items per page' }),
 });
 export type PageQuery = Static<typeof PageQuery>;

@@ -69,6 +69,12 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.deepEqual(missing.violations, ['body.name: is required']);
     const badPage = expectProblem(await server.api('GET', '/projects?page=-1&size=101', { token: caller.token }), 400);
     assert.deepEqual(badPage.violations?.sort(), ['page: must be >= 0', 'size: must be <= 100']);
+    // A page past what a store's offset can hold is refused, not a failure of the store.
+    const hugePage = expectProblem(await server.api('GET', '/projects?page=9999999999999999999', { token: caller.token }), 400);
+    assert.deepEqual(hugePage.violations, ['page: must be <= 2147483647']);
+    const lastPage = await server.api('GET', '/projects?page=2147483647&size=100', { token: caller.token });
+    assert.equal(lastPage.status, 200);
+    assert.deepEqual(lastPage.body.results, []);
   });
 
   test('an unexpected failure: 500 without internals, with the request id', async () => {
