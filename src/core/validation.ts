@@ -1,5 +1,5 @@
 import type { FastifySchemaCompiler } from 'fastify';
-import { Ajv, type Options } from 'ajv';
+import { Ajv, type ErrorObject, type Options, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 
 const common: Options = { allErrors: true, useDefaults: true, removeAdditional: true, strict: false };
@@ -29,7 +29,46 @@ function lowerCaseNames(schema: ObjectSchema): ObjectSchema {
   };
 }
 
+/** Where in `value` a string holds a NUL character (as a JSON pointer), or undefined when none does. */
+function nulCharacterAt(value: unknown, pointer = ''): string | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? pointer : undefined;
+  if (typeof value !== 'object' || value === null) return undefined;
+  for (const [key, item] of Object.entries(value)) {
+    const found = nulCharacterAt(item, `${pointer}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/**
+ * `validate`, and no string anywhere in the value may hold a NUL character: PostgreSQL's text cannot
+ * store one, and the API answers the same on either store.
+ */
+function refusingNulCharacters(validate: ValidateFunction): ValidateFunction {
+  const wrapped = ((data: unknown) => {
+    wrapped.errors = null;
+    if (!validate(data)) {
+      wrapped.errors = validate.errors;
+      return false;
+    }
+    const at = nulCharacterAt(data);
+    if (at === undefined) return true;
+    const issue: ErrorObject = {
+      instancePath: at,
+      schemaPath: '',
+      keyword: 'nulCharacter',
+      params: {},
+      message: 'must not contain a NUL character',
+    };
+    wrapped.errors = [issue];
+    return false;
+  }) as ValidateFunction;
+  return wrapped;
+}
+
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  if (httpPart === 'body') return exact.compile(schema as object);
-  return coercing.compile(httpPart === 'headers' ? lowerCaseNames(schema as ObjectSchema) : (schema as object));
+  if (httpPart === 'body') return refusingNulCharacters(exact.compile(schema as object));
+  return refusingNulCharacters(
+    coercing.compile(httpPart === 'headers' ? lowerCaseNames(schema as ObjectSchema) : (schema as object)),
+  );
 };

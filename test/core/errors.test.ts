@@ -1,3 +1,5 @@
+import { Type } from 'typebox';
+import { validatorCompiler } from '../../src/core/validation.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import path from 'node:path';
@@ -69,6 +71,24 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.deepEqual(missing.violations, ['body.name: is required']);
     const badPage = expectProblem(await server.api('GET', '/projects?page=-1&size=101', { token: caller.token }), 400);
     assert.deepEqual(badPage.violations?.sort(), ['page: must be >= 0', 'size: must be <= 100']);
+    // PostgreSQL's text holds no NUL character: refused on either store, anywhere in the request.
+    const nul = expectProblem(
+      await server.api('POST', '/projects', { token: caller.token, body: { name: 'nul', description: 'a\u0000b' } }),
+      400,
+    );
+    assert.deepEqual(nul.violations, ['body.description: must not contain a NUL character']);
+    const listed = await server.api('GET', '/projects?size=100', { token: caller.token });
+    assert.ok(!listed.body.results.some((p: { name: string }) => p.name === 'nul'), 'nothing was stored');
+    // The same for query strings, path parameters and headers, with or without a pattern of their own.
+    const validateQuery = validatorCompiler({
+      schema: Type.Object({ q: Type.String(), list: Type.Array(Type.String()) }),
+      httpPart: 'querystring',
+      method: 'GET',
+      url: '/',
+    }) as ((data: unknown) => boolean) & { errors?: { instancePath: string; message: string }[] };
+    assert.equal(validateQuery({ q: 'fine', list: ['x'] }), true);
+    assert.equal(validateQuery({ q: 'fine', list: ['x', 'a\u0000b'] }), false);
+    assert.deepEqual(validateQuery.errors?.[0].instancePath, '/list/1');
     // A page past what a store's offset can hold is refused, not a failure of the store.
     const hugePage = expectProblem(await server.api('GET', '/projects?page=9999999999999999999', { token: caller.token }), 400);
     assert.deepEqual(hugePage.violations, ['page: must be <= 2147483647']);
