@@ -97,7 +97,9 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
   const env = { DPC_DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'warn', DPC_RATE_LIMIT_MAX: '0', ...extraEnv };
   const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
   const port = await freePort();
-  const child = spawn(process.execPath, [...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), dpc, 'serve'], {
+  // BENCH_NODE_FLAGS passes flags to the server's node (e.g. --cpu-prof) to see where its time goes.
+  const nodeFlags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeFlags, dpc, 'serve'], {
     env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'ignore', 'inherit'],
   });

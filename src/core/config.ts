@@ -18,6 +18,9 @@ export interface Config {
   uploadMaxParts: number;
   uploadMaxPartBytes: number;
   uploadMaxBytes: number;
+  /** Uploads read at once by this process; more wait (their bodies unread) up to uploadQueueTimeoutMs, then 503. */
+  uploadConcurrency: number;
+  uploadQueueTimeoutMs: number;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -78,6 +81,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     uploadMaxParts: integer(env, 'DPC_UPLOAD_MAX_PARTS', 20_000),
     uploadMaxPartBytes: integer(env, 'DPC_UPLOAD_MAX_PART_BYTES', 10 * 1024 * 1024),
     uploadMaxBytes: integer(env, 'DPC_UPLOAD_MAX_BYTES', 256 * 1024 * 1024),
+    uploadConcurrency: integer(env, 'DPC_UPLOAD_CONCURRENCY', 4),
+    uploadQueueTimeoutMs: integer(env, 'DPC_UPLOAD_QUEUE_TIMEOUT_MS', 60_000),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: (env.DPC_PROBLEM_TYPE_BASE || 'https://platform-api.dev/problems').replace(/\/+$/, ''),

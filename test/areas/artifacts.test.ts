@@ -590,3 +590,76 @@ describeEachStore('artifact upload limits', (kind) => {
     assert.equal(ok.status, 200, ok.text);
   });
 });
+
+describeEachStore('upload slots', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  let projectId: string;
+  before(async () => {
+    server = await TestServer.start(kind, { uploadConcurrency: 1, uploadQueueTimeoutMs: 1000 });
+    caller = await server.newAccount();
+    projectId = await server.newProject(caller);
+    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'test' } });
+  });
+  after(() => server.close());
+
+  const BOUNDARY = 'slots-boundary';
+  const part = (name: string) =>
+    `--${BOUNDARY}\r\ncontent-disposition: form-data; name="${name}"; filename="f"\r\ncontent-type: text/plain\r\n\r\nselect 1;\r\n`;
+
+  /** An upload whose body is sent up to its first part, then held until `finish` is called. */
+  function heldUpload(versionName: string) {
+    const request = http.request(`${server.url}/dpc/v1/projects/${projectId}/artifacts`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${caller.token}`,
+        'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+        versionName,
+        environmentName: 'test',
+      },
+    });
+    const answer = new Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }>((resolve, reject) => {
+      request.on('response', (response) => {
+        let text = '';
+        response.on('data', (chunk) => (text += chunk));
+        response.on('end', () => resolve({ status: response.statusCode!, headers: response.headers, text }));
+      });
+      request.on('error', reject);
+    });
+    request.write(part('a.sql'));
+    return { answer, finish: () => request.end(`${part('b.sql')}--${BOUNDARY}--\r\n`) };
+  }
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 300));
+
+  test('an upload past the concurrency waits for a slot, with its body unread', async () => {
+    const first = heldUpload('first');
+    await settle(); // the first takes the only slot
+    const second = heldUpload('second');
+    second.finish(); // whole, yet not read before the first is done
+    const order: string[] = [];
+    const answers = [first, second].map(({ answer }, i) => answer.then((a) => (order.push(i ? 'second' : 'first'), a)));
+    await settle();
+    first.finish();
+    for (const answer of await Promise.all(answers)) assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(order, ['first', 'second']);
+  });
+
+  test('one that waits past the queue timeout answers 503 with Retry-After; nothing is stored', async () => {
+    const held = heldUpload('held');
+    await settle();
+    const waiting = heldUpload('waiting');
+    waiting.finish();
+    const refused = await waiting.answer;
+    assert.equal(refused.status, 503, refused.text);
+    assert.equal(refused.headers['retry-after'], '5');
+    assert.match(refused.headers['content-type'] ?? '', /^application\/problem\+json/);
+    held.finish();
+    assert.equal((await held.answer).status, 200);
+    const stored = await server.db.selectFrom('artifacts').select('versionName').where('versionName', '=', 'waiting').execute();
+    assert.deepEqual(stored, []);
+    // The slot is free again.
+    const after = heldUpload('after');
+    after.finish();
+    assert.equal((await after.answer).status, 200);
+  });
+});

@@ -83,7 +83,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
           params: ProjectParams,
           headers: UploadArtifactHeaders,
           body: UploadBody,
-          response: { 200: UploadResult, ...problems(409) },
+          response: { 200: UploadResult, ...problems(409, 503) },
         },
       },
       async (request) => {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { multipartParts } from '../../core/multipart.ts';
+import { ProblemError } from '../../core/problems.ts';
 import { validatorCompiler } from '../../core/validation.ts';
 
 /**
@@ -104,14 +105,66 @@ interface UploadLimits {
   uploadMaxParts: number;
   uploadMaxPartBytes: number;
   uploadMaxBytes: number;
+  uploadConcurrency: number;
+  uploadQueueTimeoutMs: number;
 }
+
+/**
+ * Uploads in progress at once (0: no bound). Each holds up to a part and two buffers in memory, so
+ * bounding how many run bounds the server's memory under a burst of uploads; the others wait their
+ * turn with their bodies unread (the client is held back by TCP), and past the queue timeout answer 503.
+ */
+class UploadSlots {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limits: UploadLimits) {
+    this.free = limits.uploadConcurrency;
+  }
+
+  /** Waits for a slot; answers the function that gives it back. */
+  async take(): Promise<() => void> {
+    if (this.limits.uploadConcurrency === 0) return () => {};
+    if (this.free > 0) this.free -= 1;
+    else await this.queue();
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free += 1;
+    };
+  }
+
+  private queue(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const turn = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(turn), 1);
+        reject(
+          new ProblemError(503, `The server is reading ${this.limits.uploadConcurrency} other uploads; try again.`, {
+            headers: { 'retry-after': '5', connection: 'close' },
+          }),
+        );
+      }, this.limits.uploadQueueTimeoutMs);
+      this.waiting.push(turn);
+    });
+  }
+}
+
+/** One set of slots per server (its configuration), shared by every upload operation. */
+const slotsOf = new WeakMap<UploadLimits, UploadSlots>();
 
 /**
  * Reads the upload of `request` into a staging file, then runs `commit` on the staged parts; the staging
  * file is removed whatever happens. A part is kept when its path is safe and not a repeat, `rule` takes
  * it, and its content is UTF-8 text without NUL bytes; any other part is listed in `ignored` with the
  * reason. Limits answer 413; a body that is malformed or ends early fails before `commit` runs, so
- * nothing is stored.
+ * nothing is stored. It first waits for one of the server's upload slots (503 past the queue timeout).
  */
 export async function withStagedUpload<T>(
   request: FastifyRequest,
@@ -119,9 +172,13 @@ export async function withStagedUpload<T>(
   rule: PartRule,
   commit: (upload: StagedUpload) => Promise<T>,
 ): Promise<T> {
-  const dir = await mkdtemp(path.join(tmpdir(), 'dpc-upload-'));
+  let slots = slotsOf.get(limits);
+  if (!slots) slotsOf.set(limits, (slots = new UploadSlots(limits)));
+  const giveBack = await slots.take();
+  let dir: string | undefined;
   let file: FileHandle | undefined;
   try {
+    dir = await mkdtemp(path.join(tmpdir(), 'dpc-upload-'));
     file = await open(path.join(dir, 'parts'), 'w+');
     const staged = await stage(request, limits, rule, file);
     const staging = file;
@@ -153,8 +210,9 @@ export async function withStagedUpload<T>(
       },
     });
   } finally {
+    giveBack();
     await file?.close();
-    await rm(dir, { recursive: true, force: true });
+    if (dir) await rm(dir, { recursive: true, force: true });
   }
 }
 

@@ -44,7 +44,7 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
           consumes: ['multipart/form-data'],
           headers: PublishSharedPipelinesHeaders,
           body: UploadBody,
-          response: { 200: UploadResult, ...problems(409) },
+          response: { 200: UploadResult, ...problems(409, 503) },
         },
       },
       async (request) => {
