@@ -89,9 +89,10 @@ function problemOf(error: unknown, limits: MultipartLimits): unknown {
   if (error instanceof MaxTotalSizeExceededError) return tooLarge(`The upload is larger than ${limits.maxBytes} bytes.`);
   if (error instanceof MultipartParseError && /not finished/.test(error.message))
     return badRequest('The multipart body ended before its closing boundary. Nothing was stored.');
-  // A part header that is not UTF-8 fails to decode with a TypeError.
-  if (error instanceof MultipartParseError || error instanceof TypeError)
+  if (error instanceof MultipartParseError)
     return badRequest(`The multipart body is not valid: ${error.message}. Nothing was stored.`);
+  if ((error as { code?: string }).code === 'ERR_ENCODING_INVALID_ENCODED_DATA')
+    return badRequest('The multipart body is not valid: a part header is not UTF-8. Nothing was stored.');
   return error;
 }
 
