@@ -9,6 +9,7 @@ import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
 import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
 import { JobQueue } from './core/jobs.ts';
+import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { validatorCompiler } from './core/validation.ts';
 import { healthRoutes } from './areas/health/routes.ts';
@@ -66,6 +67,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('store', store);
   app.decorate('tokens', new TokenService(store.db, config));
   app.decorate('jobs', new JobQueue(store, { log: app.log }));
+  app.decorate('secretBox', SecretBox.fromConfig(config));
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.
   app.addHook('onSend', async (request, reply) => {

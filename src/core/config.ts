@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import path from 'node:path';
+import { parseEncryptionKey } from './secret-box.ts';
 
 /** Everything the server and the CLI read from the environment, parsed once. */
 export interface Config {
@@ -37,6 +38,8 @@ export interface Config {
   outboundMaxRedirects: number;
   /** PEM file of certificate authorities trusted for outbound HTTPS besides the usual ones. */
   outboundCaFile?: string;
+  /** Keys that encrypt secrets at rest, the first sealing; empty: a key file in the data folder. */
+  encryptionKeys: Buffer[];
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
@@ -62,6 +65,21 @@ function addressRanges(env: NodeJS.ProcessEnv, name: string): string[] {
     }
   }
   return ranges;
+}
+
+/** Comma-separated base64 keys of 32 bytes. */
+function encryptionKeys(env: NodeJS.ProcessEnv, name: string): Buffer[] {
+  return (env[name] ?? '')
+    .split(',')
+    .map((key) => key.trim())
+    .filter(Boolean)
+    .map((key, index) => {
+      try {
+        return parseEncryptionKey(key);
+      } catch (error) {
+        throw new Error(`${name}: key ${index + 1}: ${(error as Error).message}`);
+      }
+    });
 }
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -93,5 +111,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     outboundMaxResponseBytes: integer(env, 'DPC_OUTBOUND_MAX_RESPONSE_BYTES', 1024 * 1024),
     outboundMaxRedirects: integer(env, 'DPC_OUTBOUND_MAX_REDIRECTS', 5),
     outboundCaFile: env.DPC_OUTBOUND_CA_FILE ? path.resolve(env.DPC_OUTBOUND_CA_FILE) : undefined,
+    encryptionKeys: encryptionKeys(env, 'DPC_ENCRYPTION_KEYS'),
   };
 }

@@ -1,12 +1,13 @@
 /**
- * What the shared plumbing hangs on Fastify: the configuration, the store, the token service and
- * the job queue on the instance, and the authenticated caller on each request.
+ * What the shared plumbing hangs on Fastify: the configuration, the store, the token service, the
+ * job queue and the secret box on the instance, and the authenticated caller on each request.
  */
 import type { Config } from './config.ts';
 import type { Store } from './db/database.ts';
 import type { Role } from './auth/accounts.ts';
 import type { Principal, TokenService } from './auth/tokens.ts';
 import type { JobQueue } from './jobs.ts';
+import type { SecretBox } from './secret-box.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -14,6 +15,8 @@ declare module 'fastify' {
     store: Store;
     tokens: TokenService;
     jobs: JobQueue;
+    /** Encrypts secrets kept in the store with keys kept outside it. */
+    secretBox: SecretBox;
   }
   interface FastifyRequest {
     /** Set by the auth hook on every /dpc/v1 operation. */
