@@ -171,14 +171,48 @@ export async function load(
   };
 }
 
-export function report(name: string, subject: LoadResult, baseline: LoadResult, target?: string): void {
+/** A measured figure and its target: a row of the summary `npm run bench` prints at the end. */
+export interface TargetRow {
+  name: string;
+  measured: number;
+  /** what counts as met: at least / at most this much; none: printed only */
+  atLeast?: number;
+  atMost?: number;
+}
+
+const rows: TargetRow[] = [];
+
+/** Adds a row to the summary: how a bench file contributes its ratios (and their targets). */
+export function record(row: TargetRow): void {
+  rows.push(row);
+}
+
+export function met(row: TargetRow): boolean | undefined {
+  if (row.atLeast === undefined && row.atMost === undefined) return undefined;
+  return (row.atLeast === undefined || row.measured >= row.atLeast) && (row.atMost === undefined || row.measured <= row.atMost);
+}
+
+export function recorded(): readonly TargetRow[] {
+  return rows;
+}
+
+export interface Targets {
+  /** subject req/s over bare req/s, at least */
+  ratio?: number;
+  /** the subject's p99 in ms, at most */
+  p99Ms?: number;
+}
+
+export function report(name: string, subject: LoadResult, baseline: LoadResult, targets: Targets = {}): void {
   const ratio = subject.requestsPerSecond / baseline.requestsPerSecond;
   console.log(
     `${name}: ${subject.requestsPerSecond.toFixed(0)} req/s, p99 ${subject.p99Ms} ms` +
       ` | bare node:http ${baseline.requestsPerSecond.toFixed(0)} req/s, p99 ${baseline.p99Ms} ms` +
-      ` | ratio ${ratio.toFixed(2)}${target ? ` (target ${target})` : ''}` +
+      ` | ratio ${ratio.toFixed(2)}` +
       (subject.errors ? ` | ${subject.errors} errors` : ''),
   );
+  record({ name: `${name}: ratio to bare`, measured: ratio, atLeast: targets.ratio });
+  if (targets.p99Ms !== undefined) record({ name: `${name}: p99 ms`, measured: subject.p99Ms, atMost: targets.p99Ms });
 }
 
 /**
@@ -189,17 +223,17 @@ export async function againstBaseline(
   server: BenchServer,
   name: string,
   path: string,
-  request: { method?: string; body?: string; target?: string } = {},
+  request: { method?: string; body?: string; targets?: Targets } = {},
 ): Promise<LoadResult> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
   const url = `${server.url}/dpc/v1${path}`;
-  const { target, ...sent } = request;
+  const { targets, ...sent } = request;
   const sample = await (await fetch(url, { ...sent, headers })).text();
   const bare = await startBareServer(sample);
   try {
     await load(url, { ...sent, headers, seconds: 2 }); // warm-up
     const subject = await load(url, { ...sent, headers });
-    report(name, subject, await load(bare.url, { ...sent, headers }), target);
+    report(name, subject, await load(bare.url, { ...sent, headers }), targets);
     return subject;
   } finally {
     await bare.stop();
