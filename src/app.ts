@@ -66,6 +66,10 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('config', config);
   app.decorate('store', store);
   app.decorate('tokens', new TokenService(store.db, config));
+  app.addHook('onReady', () =>
+    app.tokens.startRefreshing((error) => app.log.warn({ err: error }, 'could not reload revoked clients')),
+  );
+  app.addHook('onClose', async () => app.tokens.stopRefreshing());
   app.decorate('jobs', new JobQueue(store, { log: app.log }));
   app.decorate('secretBox', SecretBox.fromConfig(config));
 

@@ -13,6 +13,8 @@ export interface Config {
   issuer: string;
   audience: string;
   tokenTtlSeconds: number;
+  /** How often each process reloads revoked clients: the bound on a revoked client's tokens still working. */
+  revocationRefreshSeconds: number;
   /** Largest JSON body accepted, in bytes (413 past it). */
   bodyLimit: number;
   /** Artifact uploads (multipart): most parts, largest part and largest total of part contents, in bytes (413 past them). */
@@ -42,11 +44,15 @@ export interface Config {
   encryptionKeys: Buffer[];
 }
 
-function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()) || value < least || value > most) {
+    throw new Error(
+      `${name} must be an integer from ${least}${most < Number.MAX_SAFE_INTEGER ? ` to ${most}` : ''}, got "${raw}"`,
+    );
+  }
   return value;
 }
 
@@ -95,6 +101,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     issuer: env.DPC_ISSUER || 'platform-api',
     audience: env.DPC_AUDIENCE || 'https://api.matillion.com',
     tokenTtlSeconds: integer(env, 'DPC_TOKEN_TTL_SECONDS', 1800),
+    revocationRefreshSeconds: integer(env, 'DPC_REVOCATION_REFRESH_SECONDS', 5, 1),
     bodyLimit: integer(env, 'DPC_BODY_LIMIT', 1024 * 1024),
     uploadMaxParts: integer(env, 'DPC_UPLOAD_MAX_PARTS', 20_000),
     uploadMaxPartBytes: integer(env, 'DPC_UPLOAD_MAX_PART_BYTES', 10 * 1024 * 1024),
