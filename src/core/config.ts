@@ -2,6 +2,11 @@ import { isIP } from 'node:net';
 import path from 'node:path';
 import { parseEncryptionKey } from './secret-box.ts';
 
+/** A setting that is not valid; its message is one line naming the variable. */
+export class ConfigError extends Error {}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
 /** Everything the server and the CLI read from the environment, parsed once. */
 export interface Config {
   host: string;
@@ -42,6 +47,9 @@ export interface Config {
   outboundCaFile?: string;
   /** Keys that encrypt secrets at rest, the first sealing; empty: a key file in the data folder. */
   encryptionKeys: Buffer[];
+  /** Whether /metrics is served, and the bearer token it then requires (none: open). */
+  metrics: boolean;
+  metricsToken?: string;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -67,7 +75,7 @@ function addressRanges(env: NodeJS.ProcessEnv, name: string): string[] {
     const family = isIP(address);
     const bits = family === 6 ? 128 : 32;
     if (!family || (prefix !== undefined && !(/^\d+$/.test(prefix) && Number(prefix) <= bits))) {
-      throw new Error(`${name} must be comma-separated addresses or CIDR ranges, got "${range}"`);
+      throw new ConfigError(`${name} must be comma-separated addresses or CIDR ranges, got "${range}"`);
     }
   }
   return ranges;
@@ -83,19 +91,32 @@ function encryptionKeys(env: NodeJS.ProcessEnv, name: string): Buffer[] {
       try {
         return parseEncryptionKey(key);
       } catch (error) {
-        throw new Error(`${name}: key ${index + 1}: ${(error as Error).message}`);
+        throw new ConfigError(`${name}: key ${index + 1}: ${(error as Error).message}`);
       }
     });
 }
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const databaseUrl = env.DATABASE_URL || undefined;
-  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    throw new Error('DATABASE_URL must be a postgres:// URL');
+/** A URL with one of `schemes`, or a one-line ConfigError naming the variable (never echoing a URL that may hold a password). */
+function url(env: NodeJS.ProcessEnv, name: string, schemes: string[], fallback?: string): string | undefined {
+  const raw = env[name] || fallback;
+  if (raw === undefined) return undefined;
+  if (!URL.canParse(raw) || !schemes.includes(new URL(raw).protocol)) {
+    throw new ConfigError(`${name} must be a ${schemes.map((s) => `${s}//`).join(' or ')} URL`);
   }
+  return raw;
+}
+
+function oneOf(env: NodeJS.ProcessEnv, name: string, allowed: string[], fallback: string): string {
+  const raw = env[name] || fallback;
+  if (!allowed.includes(raw)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
+  return raw;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
   return {
     host: env.HOST || '127.0.0.1',
-    port: integer(env, 'PORT', 8080),
+    port: integer(env, 'PORT', 8080, 0, 65535),
     dataDir: path.resolve(env.DPC_DATA_DIR || './data'),
     databaseUrl,
     issuer: env.DPC_ISSUER || 'platform-api',
@@ -110,14 +131,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     uploadQueueTimeoutMs: integer(env, 'DPC_UPLOAD_QUEUE_TIMEOUT_MS', 60_000),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
-    problemTypeBase: (env.DPC_PROBLEM_TYPE_BASE || 'https://platform-api.dev/problems').replace(/\/+$/, ''),
-    logLevel: env.LOG_LEVEL || 'info',
-    runJobs: env.DPC_RUN_JOBS !== 'false',
+    problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(
+      /\/+$/,
+      '',
+    ),
+    logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
+    runJobs: oneOf(env, 'DPC_RUN_JOBS', ['true', 'false'], 'true') === 'true',
     outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
     outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),
     outboundMaxResponseBytes: integer(env, 'DPC_OUTBOUND_MAX_RESPONSE_BYTES', 1024 * 1024),
     outboundMaxRedirects: integer(env, 'DPC_OUTBOUND_MAX_REDIRECTS', 5),
     outboundCaFile: env.DPC_OUTBOUND_CA_FILE ? path.resolve(env.DPC_OUTBOUND_CA_FILE) : undefined,
     encryptionKeys: encryptionKeys(env, 'DPC_ENCRYPTION_KEYS'),
+    metrics: oneOf(env, 'DPC_METRICS', ['true', 'false'], 'true') === 'true',
+    metricsToken: env.DPC_METRICS_TOKEN || undefined,
   };
 }
