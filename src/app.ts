@@ -11,6 +11,7 @@ import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
 import { JobQueue } from './core/jobs.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
+import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
 import { healthRoutes } from './areas/health/routes.ts';
 import { identityRoutes } from './areas/identity/routes.ts';
@@ -70,8 +71,16 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     app.tokens.startRefreshing((error) => app.log.warn({ err: error }, 'could not reload revoked clients')),
   );
   app.addHook('onClose', async () => app.tokens.stopRefreshing());
-  app.decorate('jobs', new JobQueue(store, { log: app.log }));
+  const metrics = new Metrics(() => app.jobs.depth());
+  store.onQuery = (durationMs, failed) =>
+    metrics.storeQuerySeconds.observe({ outcome: failed ? 'error' : 'query' }, durationMs / 1000);
+  app.decorate('metrics', metrics);
+  app.decorate(
+    'jobs',
+    new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
+  );
   app.decorate('secretBox', SecretBox.fromConfig(config));
+  app.decorate('shuttingDown', false);
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.
   app.addHook('onSend', async (request, reply) => {
@@ -89,11 +98,18 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       'request completed',
     );
   });
+  app.addHook('onRequestAbort', async (request) => {
+    request.log.info(
+      { method: request.method, route: request.routeOptions.url, url: request.url.split('?')[0] },
+      'request abandoned by the client',
+    );
+  });
 
   // JSON operations answer 415 to anything but JSON; multipart areas add their own parser.
   app.removeContentTypeParser('text/plain');
   await app.register(errorsPlugin);
   await app.register(openApiPlugin);
+  await app.register(metricsPlugin);
   await app.register(healthRoutes);
   await app.register(async (scope) => {
     if (config.rateLimitMax > 0) {

@@ -21,7 +21,10 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
     let closing: Promise<void> | undefined;
     const close = () =>
       (closing ??= (async () => {
-        // Stop taking requests and let those in flight finish, then stop the worker, then the store.
+        // Not ready from now on; wait for load balancers to notice, then stop taking requests and let
+        // those in flight finish, then stop the worker, then the store.
+        app.shuttingDown = true;
+        if (config.shutdownDrainMs) await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
         await app.close();
         await app.jobs.stop();
         await store.close();

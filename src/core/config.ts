@@ -49,6 +49,8 @@ export interface Config {
   encryptionKeys: Buffer[];
   /** Whether /metrics is served, and the bearer token it then requires (none: open). */
   metrics: boolean;
+  /** Time between /readyz turning 503 and the server closing, on a graceful shutdown. */
+  shutdownDrainMs: number;
   metricsToken?: string;
 }
 
@@ -145,5 +147,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     encryptionKeys: encryptionKeys(env, 'DPC_ENCRYPTION_KEYS'),
     metrics: oneOf(env, 'DPC_METRICS', ['true', 'false'], 'true') === 'true',
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
+    shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
   };
 }
