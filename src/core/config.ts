@@ -59,7 +59,7 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least =
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
   if (!/^\d+$/.test(raw.trim()) || value < least || value > most) {
-    throw new Error(
+    throw new ConfigError(
       `${name} must be an integer from ${least}${most < Number.MAX_SAFE_INTEGER ? ` to ${most}` : ''}, got "${raw}"`,
     );
   }
