@@ -216,7 +216,12 @@ export const clientCommands: Command[] = [
       const encoded = new Response(form);
       const contentType = encoded.headers.get('content-type')!;
       const body = new Uint8Array(await encoded.arrayBuffer());
-      const headers: Record<string, string> = { 'content-type': contentType, versionName, environmentName };
+      const headers: Record<string, string> = {
+        'content-type': contentType,
+        'content-length': String(body.length),
+        versionName,
+        environmentName,
+      };
       if (typeof values.branch === 'string') headers.branch = values.branch;
       if (typeof values.commit === 'string') headers.commitHash = values.commit;
       const answer = await client.request('POST', `/v1/projects/${encodeURIComponent(projectId)}/artifacts`, {
