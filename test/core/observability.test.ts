@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { after, before, test } from 'node:test';
 // @ts-expect-error: the parser ships no types
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { sql } from 'kysely';
 import { describeEachStore, TestServer } from '../helpers/harness.ts';
 
 interface Family {
@@ -90,5 +91,27 @@ describeEachStore('observability', (kind) => {
     assert.match(ready.body.detail, /shutting down/);
     assert.equal((await draining.request('GET', '/livez')).status, 200);
     await closed;
+  });
+
+  test('readiness is 503 while a migration of this code is not applied to the store', async () => {
+    const behind = await TestServer.start(kind);
+    try {
+      await sql`delete from kysely_migration where name = '0009_client_revocation'`.execute(behind.db);
+      const ready = await behind.request('GET', '/readyz');
+      assert.equal(ready.status, 503);
+      assert.match(ready.body.detail, /0009_client_revocation/);
+      assert.equal((await behind.request('GET', '/livez')).status, 200);
+    } finally {
+      await behind.close();
+    }
+  });
+
+  test('DPC_METRICS=false serves no /metrics', async () => {
+    const quiet = await TestServer.start(kind, { metrics: false });
+    try {
+      assert.equal((await quiet.request('GET', '/metrics')).status, 404);
+    } finally {
+      await quiet.close();
+    }
   });
 });
