@@ -2,18 +2,15 @@ import { loadConfig, type Config } from '../core/config.ts';
 import { migrate, openStore, type Store } from '../core/db/database.ts';
 import { createAccount, createClient, isRole, listAccounts, listClients, revokeClient, ROLES } from '../core/auth/accounts.ts';
 import { KeyRing } from '../core/auth/keys.ts';
-import { CliError, printJson, printList, required, UsageError, type Command } from './command.ts';
+import { printJson, printList, required, UsageError, type Command } from './command.ts';
 
-/** Runs `work` on the store of the configuration, migrated first; a missing account or client exits 1. */
+/** Runs `work` on the store of the configuration, migrated first. */
 async function withStore<T>(work: (store: Store, config: Config) => Promise<T>): Promise<T> {
   const config = loadConfig();
   const store = openStore(config);
   try {
     await migrate(store);
     return await work(store, config);
-  } catch (error) {
-    if (error instanceof Error && / does not exist$/.test(error.message)) throw new CliError(error.message);
-    throw error;
   } finally {
     await store.close();
   }
