@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { multipartParts } from '../../core/multipart.ts';
-import { ProblemError } from '../../core/problems.ts';
+import { badRequest, ProblemError } from '../../core/problems.ts';
 import { validatorCompiler } from '../../core/validation.ts';
 
 /**
@@ -62,6 +62,20 @@ export function acceptUploads(scope: FastifyInstance): void {
 export function headerValue(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name.toLowerCase()];
   return typeof value === 'string' ? value : undefined;
+}
+
+/**
+ * Publishing tools URL-encode the `environmentName` header (form style: a space arrives as `+` or
+ * `%20`); it is decoded in place before the route's schema checks it.
+ */
+export async function decodeEnvironmentNameHeader(request: FastifyRequest): Promise<void> {
+  const raw = request.headers.environmentname;
+  if (typeof raw !== 'string') return;
+  try {
+    request.headers.environmentname = decodeURIComponent(raw.replaceAll('+', ' '));
+  } catch {
+    throw badRequest('The request is not valid.', ['environmentName: not a valid URL encoding']);
+  }
 }
 
 export interface StagedPart {
