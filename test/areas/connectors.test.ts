@@ -297,6 +297,37 @@ describeEachStore('connector profiles', (kind) => {
     await assertNotStored('bearer-secret-1');
   });
 
+  test("the specification's spellings: paging type none (answered as written) and options with no parameters yet", async () => {
+    const connector = await connectorWith({
+      auth: 'BEARER',
+      paging: { type: 'none' },
+      authenticationOptions: [
+        { type: 'BEARER', parameters: [], additionalParameters: null },
+        { type: 'API_KEY', parameters: [], additionalParameters: null },
+        { type: 'OAUTH', parameters: [], additionalParameters: null },
+      ],
+    });
+    const stored = await server.api('GET', `/custom-connectors/${connector.id}`, { token: caller.token });
+    assert.deepEqual(stored.body.endpoints[0].paging, { type: 'none' });
+    assert.deepEqual(
+      stored.body.endpoints[0].authenticationOptions.map((o: { parameters: unknown[] }) => o.parameters),
+      [[], [], []],
+    );
+    // The credential is bound at test time: a Bearer token from the test request, nothing to bind for a key or OAuth.
+    const answer = await runTest(connector, { credentials: { token: 'bound-at-test' } });
+    assert.equal(answer.body.status, 200, answer.text);
+    assert.equal(api.received.at(-1)!.headers.authorization, 'Bearer bound-at-test');
+    expectProblem(await runTest(connector, { authType: 'API_KEY' }), 422);
+    expectProblem(await runTest(connector, { authType: 'OAUTH' }), 422);
+    const half = expectProblem(
+      await create([
+        endpoint({ authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'bearer' }], additionalParameters: null }] }),
+      ]),
+      400,
+    );
+    assert.match(half.violations!.join(), /exactly the parameters token, or none/);
+  });
+
   test('API key: added as a query parameter or a header, as the profile says', async () => {
     const connector = await connectorWith({
       auth: 'API_KEY',

@@ -92,6 +92,11 @@ async function outboundRequestOf(
     throw badRequest(`The endpoint has no ${authType} authentication option.`, [
       `body.authType: the endpoint has no ${authType} option`,
     ]);
+  if (option.parameters.length === 0 && (option.type === 'API_KEY' || option.type === 'OAUTH')) {
+    throw unprocessable(
+      `The ${option.type} option of the endpoint binds no ${option.type === 'OAUTH' ? 'OAuth connection' : 'key'} yet: add one to test it.`,
+    );
+  }
   switch (option.type) {
     case 'BASIC': {
       // The profile's URL is https (checked when it was saved), and a redirect elsewhere drops the header.

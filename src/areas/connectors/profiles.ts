@@ -90,14 +90,11 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
       violations.push(`${parameterAt}.oauthConnectionId: is required`);
     }
   });
+  // No parameters at all is valid: the credential is bound when the connector is used or tested.
   const fixed = FIXED_PARAMETERS[option.type];
-  if (fixed) {
-    const given = option.parameters.map((p) => p.name);
-    if (given.length !== fixed.length || !fixed.every((name) => given.includes(name))) {
-      violations.push(`${at}.parameters: a ${option.type} option has exactly the parameters ${fixed.join(' and ')}`);
-    }
-  } else if (option.parameters.length === 0) {
-    violations.push(`${at}.parameters: a ${option.type} option needs at least one parameter`);
+  const given = option.parameters.map((p) => p.name);
+  if (fixed && given.length > 0 && (given.length !== fixed.length || !fixed.every((name) => given.includes(name)))) {
+    violations.push(`${at}.parameters: a ${option.type} option has exactly the parameters ${fixed.join(' and ')}, or none`);
   }
   if (option.type === 'BASIC' && url && url.protocol !== 'https:') {
     violations.push(`${endpointAt}.url: must be https: Basic credentials are sent only over HTTPS`);
