@@ -29,6 +29,8 @@ export interface Config {
   /** Uploads read at once by this process; more wait (their bodies unread) up to uploadQueueTimeoutMs, then 503. */
   uploadConcurrency: number;
   uploadQueueTimeoutMs: number;
+  /** Where uploads are staged while they are read; `staging` in the data folder when not given. */
+  stagingDir?: string;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -131,6 +133,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     uploadMaxBytes: integer(env, 'DPC_UPLOAD_MAX_BYTES', 256 * 1024 * 1024),
     uploadConcurrency: integer(env, 'DPC_UPLOAD_CONCURRENCY', 4),
     uploadQueueTimeoutMs: integer(env, 'DPC_UPLOAD_QUEUE_TIMEOUT_MS', 60_000),
+    stagingDir: env.DPC_STAGING_DIR ? path.resolve(env.DPC_STAGING_DIR) : undefined,
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(
