@@ -128,6 +128,22 @@ describeEachStore('rate limiting', (kind) => {
     assert.ok(Number(limited.headers.get('retry-after')) > 0);
     assert.equal((await server.api('GET', '/projects', { token: other })).status, 200);
   });
+
+  test('failed authentications count against the address: guessing tokens ends in 429', async () => {
+    const guesser = await TestServer.startBeside(server);
+    try {
+      const statuses = [];
+      for (let i = 0; i < 4; i += 1) {
+        statuses.push((await guesser.api('GET', '/projects', { token: `not-a-token-${i}` })).status);
+      }
+      assert.deepEqual(statuses, [401, 401, 401, 429]);
+      const limited = await guesser.api('GET', '/projects');
+      expectProblem(limited, 429, 'too-many-requests');
+      assert.ok(Number(limited.headers.get('retry-after')) > 0);
+    } finally {
+      await guesser.close();
+    }
+  });
 });
 
 test('a store locked past its busy timeout: 503 with Retry-After, nothing written [sqlite]', async (t) => {
