@@ -29,7 +29,13 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
         // those in flight finish, then stop the worker, then the store.
         app.shuttingDown = true;
         if (config.shutdownDrainMs) await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
+        // A stalled client cannot hold the shutdown up past the deadline.
+        const deadline = setTimeout(() => {
+          app.log.warn({ timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline passed: closing the connections still open');
+          app.server.closeAllConnections();
+        }, config.shutdownTimeoutMs);
         await app.close();
+        clearTimeout(deadline);
         await app.jobs.stop();
         await store.close();
       })());

@@ -53,6 +53,8 @@ export interface Config {
   metrics: boolean;
   /** Time between /readyz turning 503 and the server closing, on a graceful shutdown. */
   shutdownDrainMs: number;
+  /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
+  shutdownTimeoutMs: number;
   metricsToken?: string;
 }
 
@@ -151,5 +153,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metrics: oneOf(env, 'DPC_METRICS', ['true', 'false'], 'true') === 'true',
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
     shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
+    shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
   };
 }
