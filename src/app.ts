@@ -66,7 +66,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.setValidatorCompiler(validatorCompiler);
   app.decorate('config', config);
   app.decorate('store', store);
-  app.decorate('tokens', new TokenService(store.db, config));
+  app.decorate('secretBox', SecretBox.fromConfig(config));
+  app.decorate('tokens', new TokenService(store.db, config, app.secretBox));
   app.addHook('onReady', () =>
     app.tokens.startRefreshing((error) => app.log.warn({ err: error }, 'could not reload revoked clients')),
   );
@@ -79,7 +80,6 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     'jobs',
     new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
   );
-  app.decorate('secretBox', SecretBox.fromConfig(config));
   app.decorate('shuttingDown', false);
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.

@@ -2,6 +2,7 @@ import { loadConfig, type Config } from '../core/config.ts';
 import { migrate, openStore, type Store } from '../core/db/database.ts';
 import { createAccount, createClient, isRole, listAccounts, listClients, revokeClient, ROLES } from '../core/auth/accounts.ts';
 import { KeyRing } from '../core/auth/keys.ts';
+import { SecretBox } from '../core/secret-box.ts';
 import { printJson, printList, required, UsageError, type Command } from './command.ts';
 
 /** Runs `work` on the store of the configuration, migrated first. */
@@ -14,6 +15,10 @@ async function withStore<T>(work: (store: Store, config: Config) => Promise<T>):
   } finally {
     await store.close();
   }
+}
+
+function keyRingOf(store: Store, config: Config): KeyRing {
+  return new KeyRing(store.db, config.tokenTtlSeconds, SecretBox.fromConfig(config));
 }
 
 /** The configuration as the server would use it, secrets masked: a DATABASE_URL password and the encryption keys. */
@@ -110,8 +115,17 @@ export const storeCommands: Command[] = [
     name: 'keys rotate',
     summary: 'Start signing tokens with a new key; tokens of the previous key stay valid until they expire.',
     async run({ out }) {
-      const { kid } = await withStore((store, config) => new KeyRing(store.db, config.tokenTtlSeconds).rotate());
+      const { kid } = await withStore((store, config) => keyRingOf(store, config).rotate());
       printJson(out, { kid });
+    },
+  },
+  {
+    name: 'secrets reseal',
+    summary:
+      'Seal every secret kept in the store with the first key of DPC_ENCRYPTION_KEYS (after a new key was put first); prints {"resealed":N}.',
+    async run({ out }) {
+      const resealed = await withStore((store, config) => keyRingOf(store, config).reseal());
+      printJson(out, { resealed });
     },
   },
 ];

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { SignJWT, generateKeyPair, decodeJwt, decodeProtectedHeader } from 'jose';
-import { KeyRing } from '../../src/core/auth/keys.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
 function base64url(value: unknown): string {
@@ -99,7 +98,7 @@ describeEachStore('identity and access', (kind) => {
     const now = Math.floor(Date.now() / 1000);
     const signWith = (key: CryptoKey, extra: Record<string, unknown>, kid = header.kid) =>
       new SignJWT({ ...claims, ...extra }).setProtectedHeader({ alg: 'ES256', kid }).sign(key);
-    const { key: realKey } = await new KeyRing(server.db, 1800).signingKey();
+    const { key: realKey } = await server.server.app.tokens.keys.signingKey();
     const candidates: Record<string, string | undefined> = {
       missing: undefined,
       malformed: 'not-a-jwt',
@@ -156,7 +155,7 @@ describeEachStore('identity and access', (kind) => {
 
   test('key rotation: new tokens use the new key, old tokens stay valid', async () => {
     const oldToken = await server.token(caller.clientId, caller.clientSecret);
-    const { kid } = await new KeyRing(server.db, 1800).rotate();
+    const { kid } = await server.server.app.tokens.keys.rotate();
     const newToken = await server.token(caller.clientId, caller.clientSecret);
     assert.equal(decodeProtectedHeader(newToken).kid, kid);
     assert.notEqual(decodeProtectedHeader(oldToken).kid, kid);

@@ -104,8 +104,9 @@ export class TestServer {
   }
 
   /** Another server process over the same store, as in a deployment of several (its close leaves the store). */
-  static async startBeside(other: TestServer): Promise<TestServer> {
-    return new TestServer(await startServer(other.config, false as never), other.config, async () => {});
+  static async startBeside(other: TestServer, overrides: Partial<Config> = {}): Promise<TestServer> {
+    const config = { ...other.config, ...overrides };
+    return new TestServer(await startServer(config, false as never), config, async () => {});
   }
 
   get url(): string {

@@ -4,6 +4,7 @@ import type { Db } from '../db/database.ts';
 import { isRole, type Role } from './accounts.ts';
 import { verifySecret, decoyHash } from './secrets.ts';
 import { KeyRing, TOKEN_ALGORITHM } from './keys.ts';
+import type { SecretBox } from '../secret-box.ts';
 
 export interface Principal {
   clientId: string;
@@ -40,8 +41,9 @@ export class TokenService {
   constructor(
     private readonly db: Db,
     private readonly settings: TokenSettings,
+    box: SecretBox,
   ) {
-    this.keys = new KeyRing(db, settings.tokenTtlSeconds);
+    this.keys = new KeyRing(db, settings.tokenTtlSeconds, box);
   }
 
   /** Client-credentials grant: undefined when the client is unknown or the secret is wrong. */
