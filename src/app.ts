@@ -40,6 +40,9 @@ const v1Areas = [
   eventRoutes,
 ];
 
+/** What an incoming request id may be: a token of at most 128 characters. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
 export interface AppOptions {
   config: Config;
   store: Store;
@@ -51,7 +54,12 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   const app = Fastify({
     logger: logger ?? { level: config.logLevel },
     logController: new LogController({ disableRequestLogging: true }),
-    genReqId: () => randomUUID(),
+    // An incoming X-Request-Id is kept when it is a sane token, so a request can be followed across
+    // services; anything else (too long, odd characters, log injection) is replaced.
+    genReqId: (request) => {
+      const incoming = request.headers['x-request-id'];
+      return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    },
     bodyLimit: config.bodyLimit,
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },

@@ -23,6 +23,14 @@ describeEachStore('every error is problem+json', (kind) => {
     expectProblem(await server.request('GET', '/elsewhere'), 404, 'not-found');
   });
 
+  test('a sane incoming X-Request-Id is kept (answered and logged as the request id); another is replaced', async () => {
+    const idOf = async (id: string) =>
+      (await server.request('GET', '/healthz', { headers: { 'x-request-id': id } })).headers.get('x-request-id');
+    for (const id of ['trace-1234', 'a.b:c_d-e', 'x'.repeat(128)]) assert.equal(await idOf(id), id);
+    const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+    for (const id of ['x'.repeat(129), 'has space', 'semi;colon', '"quoted"']) assert.match((await idOf(id))!, uuid, id);
+  });
+
   test('known path, wrong method: 405 with Allow', async () => {
     const answer = await server.api('PUT', '/projects', { token: caller.token, body: {} });
     expectProblem(answer, 405, 'method-not-allowed');
