@@ -8,6 +8,7 @@ import { TokenService } from './core/auth/tokens.ts';
 import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
 import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
+import { rawProblemResponse } from './core/problems.ts';
 import { JobQueue } from './core/jobs.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
@@ -64,6 +65,17 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,
+    // Failures of the HTTP parser come before there is a request; they are answered as problems too.
+    clientErrorHandler: (error: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return socket.destroy();
+      const [status, detail] =
+        error.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'The request headers are too large.']
+          : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'The request took too long to arrive.']
+            : [400, 'The request is not valid HTTP (a malformed request line or header).'];
+      socket.end(rawProblemResponse(config.problemTypeBase, status, detail));
+    },
     // A URL the router cannot take (bad encoding, an over-long segment) is answered like every other error.
     frameworkErrors: (error, request, reply) => {
       const detail = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path segment is too long.' : 'The URL is not valid.';

@@ -3,6 +3,7 @@ import { validatorCompiler } from '../../src/core/validation.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import path from 'node:path';
+import { connect } from 'node:net';
 import SQLite from 'better-sqlite3';
 import { sql } from 'kysely';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
@@ -29,6 +30,36 @@ describeEachStore('every error is problem+json', (kind) => {
     for (const id of ['trace-1234', 'a.b:c_d-e', 'x'.repeat(128)]) assert.equal(await idOf(id), id);
     const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
     for (const id of ['x'.repeat(129), 'has space', 'semi;colon', '"quoted"']) assert.match((await idOf(id))!, uuid, id);
+  });
+
+  test('what the HTTP parser refuses (bad header bytes, headers over the limit) is problem+json too', async () => {
+    const rawAnswer = (request: Buffer) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(new URL(server.url).port), '127.0.0.1');
+        let answer = '';
+        socket.on('data', (chunk) => (answer += chunk));
+        socket.on('close', () => resolve(answer));
+        socket.on('error', reject);
+        socket.write(request);
+      });
+    const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    // A NUL in a header value, a NUL or 0xFF in a header name (0xFF in a value is obs-text, which HTTP allows).
+    for (const bad of [Buffer.from('X: a\0b'), Buffer.from('X\0Y: a'), Buffer.from([0xff, 0x3a, 0x20, 0x61])]) {
+      const answer = await rawAnswer(
+        Buffer.concat([Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n'), bad, Buffer.from('\r\nConnection: close\r\n\r\n')]),
+      );
+      assert.match(answer, /^HTTP\/1\.1 400 /);
+      assert.match(answer, /content-type: application\/problem\+json/i);
+      assert.equal(bodyOf(answer).type, `${server.config.problemTypeBase}/bad-request`);
+    }
+    const large = await rawAnswer(
+      Buffer.from(`GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    );
+    assert.match(large, /^HTTP\/1\.1 431 /);
+    assert.deepEqual(
+      { status: bodyOf(large).status, title: bodyOf(large).title },
+      { status: 431, title: 'Request Header Fields Too Large' },
+    );
   });
 
   test('known path, wrong method: 405 with Allow', async () => {
