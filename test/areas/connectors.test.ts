@@ -328,6 +328,14 @@ describeEachStore('connector profiles', (kind) => {
     assert.match(half.violations!.join(), /exactly the parameters token, or none/);
   });
 
+  test('URI parameters that make the URL invalid or are not valid text: 400 naming the parameter', async () => {
+    const host = await connectorWith({ url: 'http://{h}/x', uriParameters: [{ name: 'h', value: '127.0.0.1' }] });
+    const invalid = expectProblem(await runTest(host, { uriParameters: { h: '127.0.0.1:1' } }), 400);
+    assert.deepEqual(invalid.violations, ['body.uriParameters.h: makes the endpoint URL invalid']);
+    const surrogate = expectProblem(await runTest(await connectorWith({}), { uriParameters: { itemId: '\ud800' } }), 400);
+    assert.deepEqual(surrogate.violations, ['body.uriParameters.itemId: is not valid Unicode text']);
+  });
+
   test('API key: added as a query parameter or a header, as the profile says', async () => {
     const connector = await connectorWith({
       auth: 'API_KEY',
