@@ -328,6 +328,40 @@ describeEachStore('connector profiles', (kind) => {
     assert.match(half.violations!.join(), /exactly the parameters token, or none/);
   });
 
+  test('a profile holds no credential: credential-shaped values are refused, naming the field, never echoed', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ headerParameters: [{ name: 'Authorization', value: 'Bearer s3cr3t-A' }] }, 'body.endpoints.0.headerParameters.0.value'],
+      [{ queryParameters: [{ name: 'api_key', value: 's3cr3t-B' }] }, 'body.endpoints.0.queryParameters.0.value'],
+      [{ url: 'https://user:s3cr3t-C@api.example.com/x', uriParameters: [] }, 'body.endpoints.0.url'],
+      [
+        {
+          auth: 'BEARER',
+          authenticationOptions: [{ type: 'BEARER', parameters: [], additionalParameters: { password: 's3cr3t-D' } }],
+        },
+        'body.endpoints.0.authenticationOptions.0.additionalParameters.password',
+      ],
+      [{ httpMethod: 'POST', body: '{"user": "me", "password": "s3cr3t-E"}' }, 'body.endpoints.0.body'],
+    ];
+    for (const [fields, field] of cases) {
+      const answer = await create([endpoint(fields)]);
+      const problem = expectProblem(answer, 400);
+      assert.ok(
+        problem.violations!.some((v) => v.startsWith(`${field}: a profile holds no credential`)),
+        JSON.stringify(problem.violations),
+      );
+      assert.ok(!answer.text.includes('s3cr3t'), 'not echoed');
+    }
+    // Declaring such a parameter without a value, and bodies with look-alike names, are fine.
+    const fine = await create([
+      endpoint({
+        httpMethod: 'POST',
+        headerParameters: [{ name: 'Authorization' }],
+        body: '{"pageToken": "abc", "tokenCount": 3}',
+      }),
+    ]);
+    assert.equal(fine.status, 201, fine.text);
+  });
+
   test('URI parameters that make the URL invalid or are not valid text: 400 naming the parameter', async () => {
     const host = await connectorWith({ url: 'http://{h}/x', uriParameters: [{ name: 'h', value: '127.0.0.1' }] });
     const invalid = expectProblem(await runTest(host, { uriParameters: { h: '127.0.0.1:1' } }), 400);
