@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import path from 'node:path';
 import { connect } from 'node:net';
+import { request as httpRequest } from 'node:http';
 import SQLite from 'better-sqlite3';
 import { sql } from 'kysely';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
@@ -60,6 +61,35 @@ describeEachStore('every error is problem+json', (kind) => {
       { status: bodyOf(large).status, title: bodyOf(large).title },
       { status: 431, title: 'Request Header Fields Too Large' },
     );
+  });
+
+  test('a client streaming a body far over the limit reads the 413 problem, not a broken pipe', async () => {
+    const url = new URL(`${server.url}/dpc/v1/projects`);
+    const size = 16 * 1024 * 1024;
+    for (let i = 0; i < 3; i += 1) {
+      const answer = await new Promise<{ status?: number; type?: string; error?: string }>((resolve) => {
+        const req = httpRequest(url, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', 'content-length': size },
+        });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'] }));
+        });
+        req.on('error', (error: NodeJS.ErrnoException) => resolve({ error: error.code }));
+        const chunk = Buffer.alloc(64 * 1024, 'a');
+        let sent = 0;
+        const write = () => {
+          while (sent < size) {
+            sent += chunk.length;
+            if (!req.write(chunk)) return void req.once('drain', write);
+          }
+          req.end();
+        };
+        write();
+      });
+      assert.deepEqual(answer, { status: 413, type: 'application/problem+json; charset=utf-8' });
+    }
   });
 
   test('known path, wrong method: 405 with Allow', async () => {
