@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
@@ -696,10 +698,15 @@ describeEachStore('upload slots', (kind) => {
     return { answer, finish: () => request.end(`${part('b.sql')}--${BOUNDARY}--\r\n`) };
   }
   const settle = () => new Promise((resolve) => setTimeout(resolve, 300));
+  /** Until an upload holds the slot: its staging folder appears once it does (however loaded the machine). */
+  async function slotTaken() {
+    const stagingDir = path.join(server.config.dataDir, 'staging');
+    while (readdirSync(stagingDir).length === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 
   test('an upload past the concurrency waits for a slot, with its body unread', async () => {
     const first = heldUpload('first');
-    await settle(); // the first takes the only slot
+    await slotTaken(); // the first takes the only slot
     const second = heldUpload('second');
     second.finish(); // whole, yet not read before the first is done
     const order: string[] = [];
@@ -712,7 +719,7 @@ describeEachStore('upload slots', (kind) => {
 
   test('one that waits past the queue timeout answers 503 with Retry-After; nothing is stored', async () => {
     const held = heldUpload('held');
-    await settle();
+    await slotTaken();
     const waiting = heldUpload('waiting');
     waiting.finish();
     const refused = await waiting.answer;
