@@ -1,6 +1,6 @@
 // Runs every test file under test/ with node's own test runner, TypeScript through tsx.
 // (Node 20's --test takes no glob patterns, so the files are listed here.)
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
 
@@ -17,9 +17,26 @@ const files = only.length > 0 ? only : testFiles('test').sort();
 if (!process.env.TEST_DATABASE_URL) {
   console.log('# TEST_DATABASE_URL is not set: every PostgreSQL test is SKIPPED (SQLite only).');
 }
-const result = spawnSync(
-  process.execPath,
-  ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...files],
-  { stdio: 'inherit' },
-);
-process.exit(result.status ?? 1);
+// The output passes through as it comes; skipped PostgreSQL suites are counted so that the closing
+// lines say how many were skipped and why, where the runner's own summary would hide them.
+const SKIPPED_SUITE = /\[postgres\].*# TEST_DATABASE_URL is not set/;
+let skippedSuites = 0;
+let pending = '';
+const runner = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', '--test-reporter=spec', ...files], {
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+runner.stdout.on('data', (chunk) => {
+  process.stdout.write(chunk);
+  const lines = (pending + chunk).split('\n');
+  pending = lines.pop();
+  skippedSuites += lines.filter((line) => SKIPPED_SUITE.test(line)).length;
+});
+runner.on('close', (code) => {
+  if (SKIPPED_SUITE.test(pending)) skippedSuites += 1;
+  if (skippedSuites > 0) {
+    console.log(
+      `# ${skippedSuites} PostgreSQL suites SKIPPED: TEST_DATABASE_URL is not set (set it to a server whose role may create databases; CI does)`,
+    );
+  }
+  process.exit(code ?? 1);
+});

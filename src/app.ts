@@ -8,9 +8,11 @@ import { TokenService } from './core/auth/tokens.ts';
 import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
 import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
+import { rawProblemResponse } from './core/problems.ts';
 import { JobQueue } from './core/jobs.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
+import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
 import { healthRoutes } from './areas/health/routes.ts';
 import { identityRoutes } from './areas/identity/routes.ts';
@@ -39,6 +41,9 @@ const v1Areas = [
   eventRoutes,
 ];
 
+/** What an incoming request id may be: a token of at most 128 characters. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
 export interface AppOptions {
   config: Config;
   store: Store;
@@ -50,11 +55,27 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   const app = Fastify({
     logger: logger ?? { level: config.logLevel },
     logController: new LogController({ disableRequestLogging: true }),
-    genReqId: () => randomUUID(),
+    // An incoming X-Request-Id is kept when it is a sane token, so a request can be followed across
+    // services; anything else (too long, odd characters, log injection) is replaced.
+    genReqId: (request) => {
+      const incoming = request.headers['x-request-id'];
+      return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    },
     bodyLimit: config.bodyLimit,
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,
+    // Failures of the HTTP parser come before there is a request; they are answered as problems too.
+    clientErrorHandler: (error: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable) return socket.destroy();
+      const [status, detail] =
+        error.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'The request headers are too large.']
+          : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'The request took too long to arrive.']
+            : [400, 'The request is not valid HTTP (a malformed request line or header).'];
+      socket.end(rawProblemResponse(config.problemTypeBase, status, detail));
+    },
     // A URL the router cannot take (bad encoding, an over-long segment) is answered like every other error.
     frameworkErrors: (error, request, reply) => {
       const detail = error.code === 'FST_ERR_MAX_PARAM_LENGTH' ? 'A path segment is too long.' : 'The URL is not valid.';
@@ -65,9 +86,21 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.setValidatorCompiler(validatorCompiler);
   app.decorate('config', config);
   app.decorate('store', store);
-  app.decorate('tokens', new TokenService(store.db, config));
-  app.decorate('jobs', new JobQueue(store, { log: app.log }));
   app.decorate('secretBox', SecretBox.fromConfig(config));
+  app.decorate('tokens', new TokenService(store.db, config, app.secretBox));
+  app.addHook('onReady', () =>
+    app.tokens.startRefreshing((error) => app.log.warn({ err: error }, 'could not reload revoked clients')),
+  );
+  app.addHook('onClose', async () => app.tokens.stopRefreshing());
+  const metrics = new Metrics(() => app.jobs.depth());
+  store.onQuery = (durationMs, failed) =>
+    metrics.storeQuerySeconds.observe({ outcome: failed ? 'error' : 'query' }, durationMs / 1000);
+  app.decorate('metrics', metrics);
+  app.decorate(
+    'jobs',
+    new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
+  );
+  app.decorate('shuttingDown', false);
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.
   app.addHook('onSend', async (request, reply) => {
@@ -85,11 +118,18 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       'request completed',
     );
   });
+  app.addHook('onRequestAbort', async (request) => {
+    request.log.info(
+      { method: request.method, route: request.routeOptions.url, url: request.url.split('?')[0] },
+      'request abandoned by the client',
+    );
+  });
 
   // JSON operations answer 415 to anything but JSON; multipart areas add their own parser.
   app.removeContentTypeParser('text/plain');
   await app.register(errorsPlugin);
   await app.register(openApiPlugin);
+  await app.register(metricsPlugin);
   await app.register(healthRoutes);
   await app.register(async (scope) => {
     if (config.rateLimitMax > 0) {

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Config } from './core/config.ts';
 import { migrate, openStore } from './core/db/database.ts';
 import { buildApp } from './app.ts';
+import { stagingDirOf, sweepStaging } from './areas/artifacts/upload.ts';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -16,13 +17,25 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
     await migrate(store);
     const app = await buildApp({ config, store, logger });
     store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost an idle PostgreSQL connection; the pool replaces it');
+    const stagingDir = stagingDirOf(config);
+    const swept = await sweepStaging(stagingDir);
+    if (swept > 0) app.log.warn({ swept, stagingDir }, 'removed uploads left staged by a process that ended');
     const url = await app.listen({ host: config.host, port: config.port });
     if (config.runJobs) app.jobs.start();
     let closing: Promise<void> | undefined;
     const close = () =>
       (closing ??= (async () => {
-        // Stop taking requests and let those in flight finish, then stop the worker, then the store.
+        // Not ready from now on; wait for load balancers to notice, then stop taking requests and let
+        // those in flight finish, then stop the worker, then the store.
+        app.shuttingDown = true;
+        if (config.shutdownDrainMs) await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
+        // A stalled client cannot hold the shutdown up past the deadline.
+        const deadline = setTimeout(() => {
+          app.log.warn({ timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline passed: closing the connections still open');
+          app.server.closeAllConnections();
+        }, config.shutdownTimeoutMs);
         await app.close();
+        clearTimeout(deadline);
         await app.jobs.stop();
         await store.close();
       })());

@@ -2,6 +2,11 @@ import { isIP } from 'node:net';
 import path from 'node:path';
 import { parseEncryptionKey } from './secret-box.ts';
 
+/** A setting that is not valid; its message is one line naming the variable. */
+export class ConfigError extends Error {}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
 /** Everything the server and the CLI read from the environment, parsed once. */
 export interface Config {
   host: string;
@@ -13,6 +18,8 @@ export interface Config {
   issuer: string;
   audience: string;
   tokenTtlSeconds: number;
+  /** How often each process reloads revoked clients: the bound on a revoked client's tokens still working. */
+  revocationRefreshSeconds: number;
   /** Largest JSON body accepted, in bytes (413 past it). */
   bodyLimit: number;
   /** Artifact uploads (multipart): most parts, largest part and largest total of part contents, in bytes (413 past them). */
@@ -22,6 +29,8 @@ export interface Config {
   /** Uploads read at once by this process; more wait (their bodies unread) up to uploadQueueTimeoutMs, then 503. */
   uploadConcurrency: number;
   uploadQueueTimeoutMs: number;
+  /** Where uploads are staged while they are read; `staging` in the data folder when not given. */
+  stagingDir?: string;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -40,13 +49,24 @@ export interface Config {
   outboundCaFile?: string;
   /** Keys that encrypt secrets at rest, the first sealing; empty: a key file in the data folder. */
   encryptionKeys: Buffer[];
+  /** Whether /metrics is served, and the bearer token it then requires (none: open). */
+  metrics: boolean;
+  /** Time between /readyz turning 503 and the server closing, on a graceful shutdown. */
+  shutdownDrainMs: number;
+  /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
+  shutdownTimeoutMs: number;
+  metricsToken?: string;
 }
 
-function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0) throw new Error(`${name} must be a non-negative integer, got "${raw}"`);
+  if (!/^\d+$/.test(raw.trim()) || value < least || value > most) {
+    throw new ConfigError(
+      `${name} must be an integer from ${least}${most < Number.MAX_SAFE_INTEGER ? ` to ${most}` : ''}, got "${raw}"`,
+    );
+  }
   return value;
 }
 
@@ -61,7 +81,7 @@ function addressRanges(env: NodeJS.ProcessEnv, name: string): string[] {
     const family = isIP(address);
     const bits = family === 6 ? 128 : 32;
     if (!family || (prefix !== undefined && !(/^\d+$/.test(prefix) && Number(prefix) <= bits))) {
-      throw new Error(`${name} must be comma-separated addresses or CIDR ranges, got "${range}"`);
+      throw new ConfigError(`${name} must be comma-separated addresses or CIDR ranges, got "${range}"`);
     }
   }
   return ranges;
@@ -77,40 +97,62 @@ function encryptionKeys(env: NodeJS.ProcessEnv, name: string): Buffer[] {
       try {
         return parseEncryptionKey(key);
       } catch (error) {
-        throw new Error(`${name}: key ${index + 1}: ${(error as Error).message}`);
+        throw new ConfigError(`${name}: key ${index + 1}: ${(error as Error).message}`);
       }
     });
 }
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const databaseUrl = env.DATABASE_URL || undefined;
-  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    throw new Error('DATABASE_URL must be a postgres:// URL');
+/** A URL with one of `schemes`, or a one-line ConfigError naming the variable (never echoing a URL that may hold a password). */
+function url(env: NodeJS.ProcessEnv, name: string, schemes: string[], fallback?: string): string | undefined {
+  const raw = env[name] || fallback;
+  if (raw === undefined) return undefined;
+  if (!URL.canParse(raw) || !schemes.includes(new URL(raw).protocol)) {
+    throw new ConfigError(`${name} must be a ${schemes.map((s) => `${s}//`).join(' or ')} URL`);
   }
+  return raw;
+}
+
+function oneOf(env: NodeJS.ProcessEnv, name: string, allowed: string[], fallback: string): string {
+  const raw = env[name] || fallback;
+  if (!allowed.includes(raw)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
+  return raw;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
   return {
     host: env.HOST || '127.0.0.1',
-    port: integer(env, 'PORT', 8080),
+    port: integer(env, 'PORT', 8080, 0, 65535),
     dataDir: path.resolve(env.DPC_DATA_DIR || './data'),
     databaseUrl,
     issuer: env.DPC_ISSUER || 'platform-api',
     audience: env.DPC_AUDIENCE || 'https://api.matillion.com',
     tokenTtlSeconds: integer(env, 'DPC_TOKEN_TTL_SECONDS', 1800),
+    revocationRefreshSeconds: integer(env, 'DPC_REVOCATION_REFRESH_SECONDS', 5, 1),
     bodyLimit: integer(env, 'DPC_BODY_LIMIT', 1024 * 1024),
     uploadMaxParts: integer(env, 'DPC_UPLOAD_MAX_PARTS', 20_000),
     uploadMaxPartBytes: integer(env, 'DPC_UPLOAD_MAX_PART_BYTES', 10 * 1024 * 1024),
     uploadMaxBytes: integer(env, 'DPC_UPLOAD_MAX_BYTES', 256 * 1024 * 1024),
     uploadConcurrency: integer(env, 'DPC_UPLOAD_CONCURRENCY', 4),
     uploadQueueTimeoutMs: integer(env, 'DPC_UPLOAD_QUEUE_TIMEOUT_MS', 60_000),
+    stagingDir: env.DPC_STAGING_DIR ? path.resolve(env.DPC_STAGING_DIR) : undefined,
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
-    problemTypeBase: (env.DPC_PROBLEM_TYPE_BASE || 'https://platform-api.dev/problems').replace(/\/+$/, ''),
-    logLevel: env.LOG_LEVEL || 'info',
-    runJobs: env.DPC_RUN_JOBS !== 'false',
+    problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(
+      /\/+$/,
+      '',
+    ),
+    logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
+    runJobs: oneOf(env, 'DPC_RUN_JOBS', ['true', 'false'], 'true') === 'true',
     outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
     outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),
     outboundMaxResponseBytes: integer(env, 'DPC_OUTBOUND_MAX_RESPONSE_BYTES', 1024 * 1024),
     outboundMaxRedirects: integer(env, 'DPC_OUTBOUND_MAX_REDIRECTS', 5),
     outboundCaFile: env.DPC_OUTBOUND_CA_FILE ? path.resolve(env.DPC_OUTBOUND_CA_FILE) : undefined,
     encryptionKeys: encryptionKeys(env, 'DPC_ENCRYPTION_KEYS'),
+    metrics: oneOf(env, 'DPC_METRICS', ['true', 'false'], 'true') === 'true',
+    metricsToken: env.DPC_METRICS_TOKEN || undefined,
+    shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
+    shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
   };
 }

@@ -8,6 +8,7 @@ import type { Role } from './auth/accounts.ts';
 import type { Principal, TokenService } from './auth/tokens.ts';
 import type { JobQueue } from './jobs.ts';
 import type { SecretBox } from './secret-box.ts';
+import type { Metrics } from './metrics.ts';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -17,6 +18,9 @@ declare module 'fastify' {
     jobs: JobQueue;
     /** Encrypts secrets kept in the store with keys kept outside it. */
     secretBox: SecretBox;
+    metrics: Metrics;
+    /** Set at the start of a graceful shutdown: /readyz answers 503 from then on. */
+    shuttingDown: boolean;
   }
   interface FastifyRequest {
     /** Set by the auth hook on every /dpc/v1 operation. */

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import FindMyWay from 'find-my-way';
@@ -64,6 +65,38 @@ export function sendProblem(
 }
 
 /** Renders every failure as problem+json: our own, the framework's, unknown routes, wrong methods and crashes. */
+/** How much of a body refused as too large is still read, at most, before the answer. */
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+const DRAIN_MAX_MS = 10_000;
+
+/**
+ * Reads and drops what is left of a refused body, within bounds of bytes and time. Answering while the
+ * client is still sending closes the connection under it, and most clients then report a broken pipe
+ * instead of the answer; read to the end, they read the 413.
+ */
+function drainRefusedBody(raw: IncomingMessage, maxBytes: number, maxMs: number): Promise<void> {
+  if (raw.complete || raw.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let seen = 0;
+    const done = () => {
+      clearTimeout(timer);
+      raw.off('data', onData);
+      raw.off('end', done);
+      raw.off('close', done);
+      resolve();
+    };
+    const onData = (chunk: Buffer) => {
+      seen += chunk.length;
+      if (seen > maxBytes) done();
+    };
+    const timer = setTimeout(done, maxMs);
+    raw.on('data', onData);
+    raw.once('end', done);
+    raw.once('close', done);
+    raw.resume();
+  });
+}
+
 export const errorsPlugin = fp(async (app: FastifyInstance) => {
   // A router of our own, fed with every route, tells an unknown path (404) from a wrong method (405).
   const routes = FindMyWay();
@@ -85,7 +118,10 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     return sendProblem(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
   });
 
-  app.setErrorHandler((error: FastifyError | ProblemError, request, reply) => {
+  app.setErrorHandler(async (error: FastifyError | ProblemError, request, reply) => {
+    if ((error instanceof ProblemError ? error.status : error.statusCode) === 413) {
+      await drainRefusedBody(request.raw, DRAIN_MAX_BYTES, DRAIN_MAX_MS);
+    }
     if (error instanceof ProblemError) {
       return sendProblem(request, reply, error.status, error.message, error.options);
     }

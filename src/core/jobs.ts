@@ -16,6 +16,8 @@ interface QueueSettings {
   /** How long a claimed job stays with its worker before another may take it over (the worker died). */
   leaseMs?: number;
   log?: Pick<FastifyBaseLogger, 'error' | 'warn'>;
+  /** Told how each run of a job ended (for metrics). */
+  onOutcome?: (type: string, outcome: 'done' | 'retried' | 'failed') => void;
 }
 
 /**
@@ -144,11 +146,13 @@ export class JobQueue {
     try {
       await handler(JSON.parse(job.payload), { id: job.id, attempts: job.attempts });
       await this.finish(job.id, { state: 'done', lastError: null });
+      this.settings.onOutcome?.(job.type, 'done');
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       this.settings.log?.warn({ jobId: job.id, type: job.type, attempts: job.attempts, err: error }, 'job failed');
       if (job.attempts >= job.maxAttempts) {
         await this.finish(job.id, { state: 'failed', lastError: message });
+        this.settings.onOutcome?.(job.type, 'failed');
       } else {
         const backoffMs = Math.min(60_000, 1000 * 2 ** (job.attempts - 1));
         await this.store.db
@@ -163,6 +167,7 @@ export class JobQueue {
           .where('id', '=', job.id)
           .where('lockedBy', '=', this.workerId)
           .execute();
+        this.settings.onOutcome?.(job.type, 'retried');
       }
     }
   }
@@ -174,5 +179,16 @@ export class JobQueue {
       .where('id', '=', id)
       .where('lockedBy', '=', this.workerId)
       .execute();
+  }
+
+  /** Jobs waiting or running, by state. */
+  async depth(): Promise<{ state: string; count: number }[]> {
+    const rows = await this.store.db
+      .selectFrom('jobs')
+      .select(['state', (eb) => eb.fn.countAll<number>().as('count')])
+      .where('state', 'in', ['queued', 'running'])
+      .groupBy('state')
+      .execute();
+    return rows.map((row) => ({ state: row.state, count: Number(row.count) }));
   }
 }

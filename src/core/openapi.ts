@@ -34,6 +34,51 @@ function addCommonProblems(route: RouteOptions): void {
   (schema as { security?: unknown }).security ??= [{ bearerAuth: [] }];
 }
 
+interface OpenApiOperation {
+  operationId?: string;
+  security?: unknown[];
+  parameters?: { in: string; required?: boolean; schema?: { default?: unknown } }[];
+}
+type OpenApiDocument = { paths?: Record<string, Record<string, OpenApiOperation>> } & Record<string, unknown>;
+
+const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options'];
+
+/** A stable operation id from the method and the path: GET /dpc/v1/projects/{projectId}/variables is getProjectsByProjectIdVariables. */
+function operationIdOf(method: string, path: string): string {
+  const words = path
+    .replace(/^\/dpc\/v1\//, '/')
+    .split('/')
+    .filter(Boolean)
+    .map((segment) => {
+      const parameter = /^\{(.+)\}$/.exec(segment);
+      const word = (parameter ? `by-${parameter[1]}` : segment).replace(/[^A-Za-z0-9]+(.)?/g, (_, c: string = '') =>
+        c.toUpperCase(),
+      );
+      return word.charAt(0).toUpperCase() + word.slice(1);
+    });
+  return method + words.join('');
+}
+
+/**
+ * What the route schemas cannot say alone: a query parameter with a default is optional (the schema's
+ * `required` lists it because the validator fills it in), every operation has a stable operationId, and
+ * operations outside /dpc/v1 (the token endpoint, the JWKS, health) say explicitly that they need no token.
+ */
+function settleOperations(document: OpenApiDocument): OpenApiDocument {
+  for (const [path, item] of Object.entries(document.paths ?? {})) {
+    for (const method of HTTP_METHODS) {
+      const operation = item[method];
+      if (!operation) continue;
+      operation.operationId ??= operationIdOf(method, path);
+      if (!path.startsWith('/dpc/v1/')) operation.security ??= [];
+      for (const parameter of operation.parameters ?? []) {
+        if (parameter.in === 'query' && parameter.schema?.default !== undefined) parameter.required = false;
+      }
+    }
+  }
+  return document;
+}
+
 /**
  * The OpenAPI 3.1 document, made from the route schemas that also validate requests and serialize
  * answers, at /dpc/openapi.json, and a reference page over it at /dpc/docs.
@@ -60,6 +105,8 @@ export const openApiPlugin = fp(async (app: FastifyInstance) => {
       },
     },
     refResolver: { buildLocalReference: (json, _base, _fragment, i) => String(json.$id ?? `def-${i}`) },
+    transformObject: (documentObject) =>
+      settleOperations((documentObject as unknown as { openapiObject: OpenApiDocument }).openapiObject) as never,
   });
   await app.register(swaggerUi, { routePrefix: '/dpc/docs', uiConfig: { docExpansion: 'list', deepLinking: true } });
   app.get('/dpc/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -22,6 +22,7 @@ export const STATUS_TITLES: Record<number, string> = {
   415: 'Unsupported Media Type',
   422: 'Unprocessable Entity',
   429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
   500: 'Internal Server Error',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
@@ -100,4 +101,16 @@ export function problemBody(
   };
   if (options.violations?.length) body.violations = options.violations;
   return body;
+}
+
+/**
+ * A whole HTTP/1.1 problem answer as raw bytes, for failures of the HTTP parser itself (a malformed
+ * header, headers over the limit), which come before any request exists to answer through.
+ */
+export function rawProblemResponse(typeBase: string, status: number, detail: string): string {
+  const body = JSON.stringify(problemBody(typeBase, status, detail, ''));
+  return (
+    `HTTP/1.1 ${status} ${STATUS_TITLES[status]}\r\n` +
+    `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  );
 }

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
@@ -272,6 +274,72 @@ describeEachStore('artifacts', (kind) => {
     const badEnv = expectProblem(await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: '-bad-' }), 400);
     assert.match(badEnv.violations![0], /^environmentName: /);
     expectProblem(await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'nowhere' }), 404, 'not-found');
+  });
+
+  test('an URL-encoded environmentName header (as publishing tools send it) is decoded before it is checked', async () => {
+    const name = 'Test (EU) 1';
+    assert.equal(
+      (await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } })).status,
+      201,
+    );
+    for (const [versionName, header] of [
+      ['plus', 'Test+%28EU%29+1'],
+      ['percent', 'Test%20(EU)%201'],
+      ['plain', name],
+    ]) {
+      const answer = await upload(formOf([['a.sql', 'x']]), { versionName, environmentName: header });
+      assert.equal(answer.status, 200, `${header}: ${answer.text}`);
+      assert.equal((await details(name, versionName)).status, 200);
+    }
+    const bad = expectProblem(await upload(formOf([['a.sql', 'x']]), { versionName: 'v', environmentName: 'Test%zz' }), 400);
+    assert.deepEqual(bad.violations, ['environmentName: not a valid URL encoding']);
+  });
+
+  test("details without versionName answer the latest enabled version; published pipelines list that version's pipelines", async () => {
+    const env = 'latest-env';
+    assert.equal(
+      (await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: env } })).status,
+      201,
+    );
+    const latest = () =>
+      server.api('GET', `/projects/${projectId}/artifacts/details?environmentName=${env}`, { token: caller.token });
+    const published = (query = '') =>
+      server.api('GET', `/projects/${projectId}/published-pipelines?environmentName=${env}${query}`, { token: caller.token });
+    expectProblem(await latest(), 404, 'not-found');
+    assert.deepEqual((await published()).body, { page: 0, results: [], size: 25, total: 0 });
+
+    const files: [string, string][] = [
+      ['b/load.orch.yaml', 'type: orchestration'],
+      ['a/shape.tran.yaml', 'type: transformation'],
+      ['notes.yaml', 'x: 1'],
+      ['UPPER.ORCH.YAML', 'x: 1'],
+    ];
+    assert.equal((await upload(formOf(files), { versionName: 'one', environmentName: env })).status, 200);
+    assert.equal(
+      (await upload(formOf([['c/only.orch.yaml', 'x: 1']]), { versionName: 'two', environmentName: env })).status,
+      200,
+    );
+    assert.equal((await latest()).body.details.versionName, 'two');
+
+    const disable = await server.api('PATCH', `/projects/${projectId}/artifacts`, {
+      token: caller.token,
+      body: { environmentName: env, versionName: 'two', enabled: false },
+    });
+    assert.equal(disable.status, 200, disable.text);
+    const one = await latest();
+    assert.equal(one.body.details.versionName, 'one');
+    const page = await published('&size=1');
+    assert.equal(page.body.total, 2);
+    assert.deepEqual(page.body.results, [{ name: 'a/shape.tran.yaml', publishedTime: one.body.details.deployedAt }]);
+    assert.deepEqual(
+      (await published('&page=1&size=1')).body.results.map((p: { name: string }) => p.name),
+      ['b/load.orch.yaml'],
+    );
+    expectProblem(
+      await server.api('GET', `/projects/${projectId}/published-pipelines?environmentName=nowhere`, { token: caller.token }),
+      404,
+    );
+    expectProblem(await server.api('GET', `/projects/${projectId}/published-pipelines`, { token: caller.token }), 400);
   });
 
   test('the upload takes multipart only (415), and JSON operations still refuse multipart (415)', async () => {
@@ -630,10 +698,15 @@ describeEachStore('upload slots', (kind) => {
     return { answer, finish: () => request.end(`${part('b.sql')}--${BOUNDARY}--\r\n`) };
   }
   const settle = () => new Promise((resolve) => setTimeout(resolve, 300));
+  /** Until an upload holds the slot: its staging folder appears once it does (however loaded the machine). */
+  async function slotTaken() {
+    const stagingDir = path.join(server.config.dataDir, 'staging');
+    while (readdirSync(stagingDir).length === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 
   test('an upload past the concurrency waits for a slot, with its body unread', async () => {
     const first = heldUpload('first');
-    await settle(); // the first takes the only slot
+    await slotTaken(); // the first takes the only slot
     const second = heldUpload('second');
     second.finish(); // whole, yet not read before the first is done
     const order: string[] = [];
@@ -646,7 +719,7 @@ describeEachStore('upload slots', (kind) => {
 
   test('one that waits past the queue timeout answers 503 with Retry-After; nothing is stored', async () => {
     const held = heldUpload('held');
-    await settle();
+    await slotTaken();
     const waiting = heldUpload('waiting');
     waiting.finish();
     const refused = await waiting.answer;

@@ -297,6 +297,79 @@ describeEachStore('connector profiles', (kind) => {
     await assertNotStored('bearer-secret-1');
   });
 
+  test("the specification's spellings: paging type none (answered as written) and options with no parameters yet", async () => {
+    const connector = await connectorWith({
+      auth: 'BEARER',
+      paging: { type: 'none' },
+      authenticationOptions: [
+        { type: 'BEARER', parameters: [], additionalParameters: null },
+        { type: 'API_KEY', parameters: [], additionalParameters: null },
+        { type: 'OAUTH', parameters: [], additionalParameters: null },
+      ],
+    });
+    const stored = await server.api('GET', `/custom-connectors/${connector.id}`, { token: caller.token });
+    assert.deepEqual(stored.body.endpoints[0].paging, { type: 'none' });
+    assert.deepEqual(
+      stored.body.endpoints[0].authenticationOptions.map((o: { parameters: unknown[] }) => o.parameters),
+      [[], [], []],
+    );
+    // The credential is bound at test time: a Bearer token from the test request, nothing to bind for a key or OAuth.
+    const answer = await runTest(connector, { credentials: { token: 'bound-at-test' } });
+    assert.equal(answer.body.status, 200, answer.text);
+    assert.equal(api.received.at(-1)!.headers.authorization, 'Bearer bound-at-test');
+    expectProblem(await runTest(connector, { authType: 'API_KEY' }), 422);
+    expectProblem(await runTest(connector, { authType: 'OAUTH' }), 422);
+    const half = expectProblem(
+      await create([
+        endpoint({ authenticationOptions: [{ type: 'BEARER', parameters: [{ name: 'bearer' }], additionalParameters: null }] }),
+      ]),
+      400,
+    );
+    assert.match(half.violations!.join(), /exactly the parameters token, or none/);
+  });
+
+  test('a profile holds no credential: credential-shaped values are refused, naming the field, never echoed', async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ headerParameters: [{ name: 'Authorization', value: 'Bearer s3cr3t-A' }] }, 'body.endpoints.0.headerParameters.0.value'],
+      [{ queryParameters: [{ name: 'api_key', value: 's3cr3t-B' }] }, 'body.endpoints.0.queryParameters.0.value'],
+      [{ url: 'https://user:s3cr3t-C@api.example.com/x', uriParameters: [] }, 'body.endpoints.0.url'],
+      [
+        {
+          auth: 'BEARER',
+          authenticationOptions: [{ type: 'BEARER', parameters: [], additionalParameters: { password: 's3cr3t-D' } }],
+        },
+        'body.endpoints.0.authenticationOptions.0.additionalParameters.password',
+      ],
+      [{ httpMethod: 'POST', body: '{"user": "me", "password": "s3cr3t-E"}' }, 'body.endpoints.0.body'],
+    ];
+    for (const [fields, field] of cases) {
+      const answer = await create([endpoint(fields)]);
+      const problem = expectProblem(answer, 400);
+      assert.ok(
+        problem.violations!.some((v) => v.startsWith(`${field}: a profile holds no credential`)),
+        JSON.stringify(problem.violations),
+      );
+      assert.ok(!answer.text.includes('s3cr3t'), 'not echoed');
+    }
+    // Declaring such a parameter without a value, and bodies with look-alike names, are fine.
+    const fine = await create([
+      endpoint({
+        httpMethod: 'POST',
+        headerParameters: [{ name: 'Authorization' }],
+        body: '{"pageToken": "abc", "tokenCount": 3}',
+      }),
+    ]);
+    assert.equal(fine.status, 201, fine.text);
+  });
+
+  test('URI parameters that make the URL invalid or are not valid text: 400 naming the parameter', async () => {
+    const host = await connectorWith({ url: 'http://{h}/x', uriParameters: [{ name: 'h', value: '127.0.0.1' }] });
+    const invalid = expectProblem(await runTest(host, { uriParameters: { h: '127.0.0.1:1' } }), 400);
+    assert.deepEqual(invalid.violations, ['body.uriParameters.h: makes the endpoint URL invalid']);
+    const surrogate = expectProblem(await runTest(await connectorWith({}), { uriParameters: { itemId: '\ud800' } }), 400);
+    assert.deepEqual(surrogate.violations, ['body.uriParameters.itemId: is not valid Unicode text']);
+  });
+
   test('API key: added as a query parameter or a header, as the profile says', async () => {
     const connector = await connectorWith({
       auth: 'API_KEY',

@@ -79,6 +79,50 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     ]);
   });
 
+  test(
+    'a "billion laughs" pipeline file is refused with a reason, without stalling the server',
+    { timeout: 20_000 },
+    async () => {
+      const lines = ['a0: &a0 [x, x, x, x, x, x, x, x, x]'];
+      for (let i = 1; i < 12; i += 1)
+        lines.push(
+          `a${i}: &a${i} [${Array(9)
+            .fill(`*a${i - 1}`)
+            .join(', ')}]`,
+        );
+      const bomb = lines.join('\n');
+      const aliased = 'description: reuses a block\nbase: &base {retries: 3}\nstep: *base\n';
+      const health = (async () => {
+        const started = Date.now();
+        await server.request('GET', '/healthz');
+        return Date.now() - started;
+      })();
+      const answer = await publish(
+        [
+          ['bomb.orch.yaml', bomb],
+          ['aliased.orch.yaml', aliased],
+          ['broken.tran.yaml', 'a: ['],
+          ['huge.orch.yaml', `description: big\nx: "${'y'.repeat(1024 * 1024)}"\n`],
+        ],
+        { sharedPipelineIdPrefix: 'bounded', versionName: 'v1' },
+      );
+      assert.equal(answer.status, 200, answer.text);
+      const reasons = Object.fromEntries(
+        answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]),
+      );
+      assert.match(reasons['bomb.orch.yaml'], /^not a pipeline: its aliases expand past \d+ nodes$/);
+      assert.match(reasons['broken.tran.yaml'], /^not a pipeline: not valid YAML/);
+      assert.match(reasons['huge.orch.yaml'], /^not a pipeline: larger than \d+ bytes$/);
+      assert.equal(reasons['aliased.orch.yaml'], undefined, 'a file with a few aliases is a pipeline');
+      const details = await detailsOf({ sharedPipelineIdPrefix: 'bounded', versionName: 'v1' });
+      assert.deepEqual(
+        details.body.sharedPipelines.map((p: { description: string }) => p.description),
+        ['reuses a block'],
+      );
+      assert.ok((await health) < 5000, 'the server kept answering');
+    },
+  );
+
   test('a version is unique per prefix (409); E14 without versionName answers the latest', async () => {
     const headers = { sharedPipelineIdPrefix: 'versions', versionName: 'v1' };
     assert.equal((await publish([['a.orch.yaml', LOADER]], headers)).status, 200);

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { SignJWT, generateKeyPair, decodeJwt, decodeProtectedHeader } from 'jose';
-import { KeyRing } from '../../src/core/auth/keys.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
 function base64url(value: unknown): string {
@@ -81,6 +80,38 @@ describeEachStore('identity and access', (kind) => {
     assert.equal(audience.body.error, 'invalid_target');
   });
 
+  test('malformed client credentials are invalid_request, never a 500 (form, JSON, HTTP Basic, NUL)', async () => {
+    const token = (body: unknown, headers: Record<string, string> = {}) =>
+      server.request('POST', '/oauth/dpc/token', { body, headers });
+    const expectOAuthError = (answer: { status: number; body: { error: string } }, status: number, error: string) => {
+      assert.equal(answer.status, status, JSON.stringify(answer.body));
+      assert.equal(answer.body.error, error);
+    };
+    for (const odd of [{ x: 1 }, 42, ['a', 'b'], null, true]) {
+      expectOAuthError(
+        await token({ grant_type: 'client_credentials', client_id: caller.clientId, client_secret: odd }),
+        400,
+        'invalid_request',
+      );
+      expectOAuthError(
+        await token({ grant_type: 'client_credentials', client_id: odd, client_secret: 'x' }),
+        400,
+        'invalid_request',
+      );
+    }
+    const form = (fields: Record<string, string>) => new URLSearchParams({ grant_type: 'client_credentials', ...fields });
+    expectOAuthError(await token(form({ client_id: 'who\u0000', client_secret: 'x' })), 400, 'invalid_request');
+    for (const basic of ['%zz:secret', `${caller.clientId}:%E0%A4%A`, 'who%00:x']) {
+      const authorization = `Basic ${Buffer.from(basic).toString('base64')}`;
+      expectOAuthError(await token(form({}), { authorization }), 400, 'invalid_request');
+    }
+    // Percent-encoded Basic credentials (RFC 6749 2.3.1) still work.
+    const encoded = Buffer.from(`${encodeURIComponent(caller.clientId)}:${encodeURIComponent(caller.clientSecret)}`).toString(
+      'base64',
+    );
+    assert.equal((await token(form({}), { authorization: `Basic ${encoded}` })).status, 200);
+  });
+
   test('client secrets are stored only as salted scrypt hashes', async () => {
     const row = await server.db
       .selectFrom('apiClients')
@@ -99,7 +130,7 @@ describeEachStore('identity and access', (kind) => {
     const now = Math.floor(Date.now() / 1000);
     const signWith = (key: CryptoKey, extra: Record<string, unknown>, kid = header.kid) =>
       new SignJWT({ ...claims, ...extra }).setProtectedHeader({ alg: 'ES256', kid }).sign(key);
-    const { key: realKey } = await new KeyRing(server.db, 1800).signingKey();
+    const { key: realKey } = await server.server.app.tokens.keys.signingKey();
     const candidates: Record<string, string | undefined> = {
       missing: undefined,
       malformed: 'not-a-jwt',
@@ -156,7 +187,7 @@ describeEachStore('identity and access', (kind) => {
 
   test('key rotation: new tokens use the new key, old tokens stay valid', async () => {
     const oldToken = await server.token(caller.clientId, caller.clientSecret);
-    const { kid } = await new KeyRing(server.db, 1800).rotate();
+    const { kid } = await server.server.app.tokens.keys.rotate();
     const newToken = await server.token(caller.clientId, caller.clientSecret);
     assert.equal(decodeProtectedHeader(newToken).kid, kid);
     assert.notEqual(decodeProtectedHeader(oldToken).kid, kid);

@@ -3,6 +3,8 @@ import { validatorCompiler } from '../../src/core/validation.ts';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import path from 'node:path';
+import { connect } from 'node:net';
+import { request as httpRequest } from 'node:http';
 import SQLite from 'better-sqlite3';
 import { sql } from 'kysely';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
@@ -21,6 +23,73 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.equal(problem.instance, '/dpc/v1/nothing-here');
     assert.equal(problem.title, 'Not Found');
     expectProblem(await server.request('GET', '/elsewhere'), 404, 'not-found');
+  });
+
+  test('a sane incoming X-Request-Id is kept (answered and logged as the request id); another is replaced', async () => {
+    const idOf = async (id: string) =>
+      (await server.request('GET', '/healthz', { headers: { 'x-request-id': id } })).headers.get('x-request-id');
+    for (const id of ['trace-1234', 'a.b:c_d-e', 'x'.repeat(128)]) assert.equal(await idOf(id), id);
+    const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+    for (const id of ['x'.repeat(129), 'has space', 'semi;colon', '"quoted"']) assert.match((await idOf(id))!, uuid, id);
+  });
+
+  test('what the HTTP parser refuses (bad header bytes, headers over the limit) is problem+json too', async () => {
+    const rawAnswer = (request: Buffer) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(new URL(server.url).port), '127.0.0.1');
+        let answer = '';
+        socket.on('data', (chunk) => (answer += chunk));
+        socket.on('close', () => resolve(answer));
+        socket.on('error', reject);
+        socket.write(request);
+      });
+    const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    // A NUL in a header value, a NUL or 0xFF in a header name (0xFF in a value is obs-text, which HTTP allows).
+    for (const bad of [Buffer.from('X: a\0b'), Buffer.from('X\0Y: a'), Buffer.from([0xff, 0x3a, 0x20, 0x61])]) {
+      const answer = await rawAnswer(
+        Buffer.concat([Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n'), bad, Buffer.from('\r\nConnection: close\r\n\r\n')]),
+      );
+      assert.match(answer, /^HTTP\/1\.1 400 /);
+      assert.match(answer, /content-type: application\/problem\+json/i);
+      assert.equal(bodyOf(answer).type, `${server.config.problemTypeBase}/bad-request`);
+    }
+    const large = await rawAnswer(
+      Buffer.from(`GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
+    );
+    assert.match(large, /^HTTP\/1\.1 431 /);
+    assert.deepEqual(
+      { status: bodyOf(large).status, title: bodyOf(large).title },
+      { status: 431, title: 'Request Header Fields Too Large' },
+    );
+  });
+
+  test('a client streaming a body far over the limit reads the 413 problem, not a broken pipe', async () => {
+    const url = new URL(`${server.url}/dpc/v1/projects`);
+    const size = 16 * 1024 * 1024;
+    for (let i = 0; i < 3; i += 1) {
+      const answer = await new Promise<{ status?: number; type?: string; error?: string }>((resolve) => {
+        const req = httpRequest(url, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', 'content-length': size },
+        });
+        req.on('response', (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'] }));
+        });
+        req.on('error', (error: NodeJS.ErrnoException) => resolve({ error: error.code }));
+        const chunk = Buffer.alloc(64 * 1024, 'a');
+        let sent = 0;
+        const write = () => {
+          while (sent < size) {
+            sent += chunk.length;
+            if (!req.write(chunk)) return void req.once('drain', write);
+          }
+          req.end();
+        };
+        write();
+      });
+      assert.deepEqual(answer, { status: 413, type: 'application/problem+json; charset=utf-8' });
+    }
   });
 
   test('known path, wrong method: 405 with Allow', async () => {
@@ -127,6 +196,22 @@ describeEachStore('rate limiting', (kind) => {
     expectProblem(limited, 429, 'too-many-requests');
     assert.ok(Number(limited.headers.get('retry-after')) > 0);
     assert.equal((await server.api('GET', '/projects', { token: other })).status, 200);
+  });
+
+  test('failed authentications count against the address: guessing tokens ends in 429', async () => {
+    const guesser = await TestServer.startBeside(server);
+    try {
+      const statuses = [];
+      for (let i = 0; i < 4; i += 1) {
+        statuses.push((await guesser.api('GET', '/projects', { token: `not-a-token-${i}` })).status);
+      }
+      assert.deepEqual(statuses, [401, 401, 401, 429]);
+      const limited = await guesser.api('GET', '/projects');
+      expectProblem(limited, 429, 'too-many-requests');
+      assert.ok(Number(limited.headers.get('retry-after')) > 0);
+    } finally {
+      await guesser.close();
+    }
   });
 });
 

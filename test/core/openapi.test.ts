@@ -46,6 +46,22 @@ test('the OpenAPI document describes every operation, its security, errors and e
   for (const path of ['/dpc/v1/projects', '/dpc/v1/projects/{projectId}', '/dpc/v1/events', '/oauth/dpc/token']) {
     assert.ok(document.paths[path], path);
   }
+  // Every operation has a unique operationId; nothing with a default is required; no token where none is needed.
+  const ids = operations.map((o) => o.operation.operationId);
+  assert.ok(
+    ids.every((id) => typeof id === 'string' && /^[a-z][A-Za-z0-9]*$/.test(id)),
+    'operationIds',
+  );
+  assert.equal(new Set(ids).size, ids.length, 'operationIds are unique');
+  for (const { path, method, operation } of operations) {
+    for (const parameter of operation.parameters ?? []) {
+      if (parameter.schema?.default !== undefined) {
+        assert.notEqual(parameter.required, true, `${method} ${path}: ${parameter.name} has a default`);
+      }
+    }
+    if (!path.startsWith('/dpc/v1/')) assert.deepEqual(operation.security, [], `${method} ${path} needs no token`);
+  }
+  assert.equal(document.paths['/dpc/v1/projects/{projectId}/variables'].get.operationId, 'getProjectsByProjectIdVariables');
 });
 
 describe('documentation pages', () => {

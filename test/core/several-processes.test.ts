@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { KeyRing } from '../../src/core/auth/keys.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
 describeEachStore('several server processes on one store', (kind) => {
@@ -35,7 +34,7 @@ describeEachStore('several server processes on one store', (kind) => {
   });
 
   test('after a key rotation in one process, the other verifies tokens of the new key', async () => {
-    await new KeyRing(second.db, 1800).rotate();
+    await second.server.app.tokens.keys.rotate();
     const token = await second.token(caller.clientId, caller.clientSecret);
     assert.equal((await first.api('GET', '/projects', { token })).status, 200);
     assert.equal((await first.api('GET', '/projects', { token: caller.token })).status, 200, 'the old key still verifies');

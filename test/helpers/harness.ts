@@ -66,9 +66,14 @@ export async function scratchStore(kind: StoreKind): Promise<{ settings: Partial
   await onTestServer(`create database ${database}`);
   const url = new URL(TEST_DATABASE_URL!);
   url.pathname = `/${database}`;
+  // A data folder of its own too: the encryption key file and upload staging live there on either store.
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-test-'));
   return {
-    settings: { databaseUrl: url.toString() },
-    drop: () => onTestServer(`drop database if exists ${database} with (force)`),
+    settings: { databaseUrl: url.toString(), dataDir },
+    drop: async () => {
+      rmSync(dataDir, { recursive: true, force: true });
+      await onTestServer(`drop database if exists ${database} with (force)`);
+    },
   };
 }
 
@@ -99,8 +104,9 @@ export class TestServer {
   }
 
   /** Another server process over the same store, as in a deployment of several (its close leaves the store). */
-  static async startBeside(other: TestServer): Promise<TestServer> {
-    return new TestServer(await startServer(other.config, false as never), other.config, async () => {});
+  static async startBeside(other: TestServer, overrides: Partial<Config> = {}): Promise<TestServer> {
+    const config = { ...other.config, ...overrides };
+    return new TestServer(await startServer(config, false as never), config, async () => {});
   }
 
   get url(): string {

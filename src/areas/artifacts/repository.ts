@@ -1,5 +1,5 @@
 import type { Executor } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import type { ArtifactTable } from './tables.ts';
@@ -102,15 +102,61 @@ function isJson(content: Buffer): boolean {
   }
 }
 
-async function requireArtifact(db: Executor, environmentId: string, versionName: string) {
-  const row = await db
+/** Version `versionName` of the environment, or without a name its latest enabled version (most recently deployed); else a 404. */
+async function requireArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
+  const inEnvironment = db
     .selectFrom('artifacts')
     .select(['id', ...DETAILS_COLUMNS])
-    .where('environmentId', '=', environmentId)
-    .where('versionName', '=', versionName)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Version "${versionName}" does not exist in this environment.`);
+    .where('environmentId', '=', environmentId);
+  const row = await (
+    versionName === undefined
+      ? inEnvironment.where('enabled', '=', 1).orderBy('deployedAt', 'desc').orderBy('id', 'desc').limit(1)
+      : inEnvironment.where('versionName', '=', versionName)
+  ).executeTakeFirst();
+  if (!row) {
+    throw notFound(
+      versionName === undefined
+        ? 'This environment has no enabled version.'
+        : `Version "${versionName}" does not exist in this environment.`,
+    );
+  }
   return row;
+}
+
+/** File name endings of pipelines: orchestration and transformation. */
+export const PIPELINE_EXTENSIONS = ['.orch.yaml', '.tran.yaml'];
+
+/**
+ * The pipeline files of the environment's latest enabled version, by path, with the time that version
+ * was deployed; an environment with no enabled version has none.
+ */
+export async function listPublishedPipelines(db: Executor, environmentId: string, query: PageQuery) {
+  const latest = await db
+    .selectFrom('artifacts')
+    .select(['id', 'deployedAt'])
+    .where('environmentId', '=', environmentId)
+    .where('enabled', '=', 1)
+    .orderBy('deployedAt', 'desc')
+    .orderBy('id', 'desc')
+    .executeTakeFirst();
+  if (!latest) return { results: [], total: 0 };
+  // substr from length - n + 1 ends both stores' strings alike (LIKE is case-insensitive on SQLite only).
+  const pipelines = db
+    .selectFrom('artifactAssets')
+    .where('artifactId', '=', latest.id)
+    .where((eb) =>
+      eb.or(
+        PIPELINE_EXTENSIONS.map(
+          (extension) =>
+            sql<boolean>`substr(${eb.ref('path')}, length(${eb.ref('path')}) - ${extension.length - 1}) = ${extension}`,
+        ),
+      ),
+    );
+  const [rows, total] = await Promise.all([
+    pipelines.select('path').orderBy('path').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(pipelines),
+  ]);
+  return { results: rows.map((row) => ({ name: row.path, publishedTime: latest.deployedAt })), total };
 }
 
 /** The artifacts of an environment, the most recently deployed first. */
@@ -129,7 +175,7 @@ export async function listArtifacts(db: Executor, environmentId: string, query: 
   return { results: rows.map(toDetails), total };
 }
 
-export async function getArtifact(db: Executor, environmentId: string, versionName: string) {
+export async function getArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
   const row = await requireArtifact(db, environmentId, versionName);
   const assets = await db.selectFrom('artifactAssets').select('path').where('artifactId', '=', row.id).orderBy('path').execute();
   return { assets: assets.map((a) => a.path), details: toDetails(row) };

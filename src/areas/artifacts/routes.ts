@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import type { Executor } from '../../core/db/database.ts';
-import { Page, pageOf } from '../../core/paging.ts';
+import { Page, pageOf, type PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
 import { requireProject } from '../projects/repository.ts';
@@ -19,6 +19,8 @@ import {
   ListArtifactsQuery,
   PromoteArtifactRequest,
   PromoteArtifactResponse,
+  PublishedPipeline,
+  PublishedPipelinesQuery,
   SetArtifactEnabledRequest,
   UploadArtifactHeaders,
 } from './schemas.ts';
@@ -27,12 +29,14 @@ import {
   getArtifact,
   getAssetContent,
   listArtifacts,
+  listPublishedPipelines,
   promoteArtifact,
   requireVersionFree,
   setArtifactEnabled,
 } from './repository.ts';
 import {
   acceptUploads,
+  decodeEnvironmentNameHeader,
   headerValue,
   UploadBody,
   UploadResult,
@@ -47,6 +51,19 @@ const tags = ['Artifacts'];
 async function requireEnvironment(db: Executor, accountId: string, projectId: string, environmentName: string): Promise<string> {
   await requireProject(db, accountId, projectId);
   return requireEnvironmentId(db, projectId, environmentName);
+}
+
+/** A page of what `list` finds in environment `environmentName` of the caller's project. */
+async function pageInEnvironment<T>(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  { environmentName, page, size }: { environmentName: string } & PageQuery,
+  list: (db: Executor, environmentId: string, query: PageQuery) => Promise<{ results: T[]; total: number }>,
+) {
+  const environmentId = await requireEnvironment(db, accountId, projectId, environmentName);
+  const { results, total } = await list(db, environmentId, { page, size });
+  return pageOf({ page, size }, results, total);
 }
 
 const PROFILE_NAMES = 'connector-profile:flex-<id>.json or connector-profile:custom-<id>.json';
@@ -73,6 +90,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
       '/projects/:projectId/artifacts',
       {
         validatorCompiler: uploadValidatorCompiler,
+        preValidation: decodeEnvironmentNameHeader,
         schema: {
           summary: 'Upload an artifact: every file of the project as one version (E10)',
           description:
@@ -126,24 +144,16 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Page(ArtifactDetails) },
       },
     },
-    async (request) => {
-      const { environmentName, page, size } = request.query;
-      const environmentId = await requireEnvironment(
-        app.store.db,
-        request.principal.accountId,
-        request.params.projectId,
-        environmentName,
-      );
-      const { results, total } = await listArtifacts(app.store.db, environmentId, { page, size });
-      return pageOf({ page, size }, results, total);
-    },
+    async (request) =>
+      pageInEnvironment(app.store.db, request.principal.accountId, request.params.projectId, request.query, listArtifacts),
   );
 
   app.get(
     '/projects/:projectId/artifacts/details',
     {
       schema: {
-        summary: 'Get one version of an environment: its asset paths and details (E12)',
+        summary:
+          'Get one version of an environment (the latest enabled one without versionName): its asset paths and details (E12)',
         tags,
         params: ProjectParams,
         querystring: ArtifactQuery,
@@ -160,6 +170,27 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
       );
       return getArtifact(app.store.db, environmentId, versionName);
     },
+  );
+
+  app.get(
+    '/projects/:projectId/published-pipelines',
+    {
+      schema: {
+        summary: "List the pipelines of an environment's latest enabled version",
+        tags,
+        params: ProjectParams,
+        querystring: PublishedPipelinesQuery,
+        response: { 200: Page(PublishedPipeline) },
+      },
+    },
+    async (request) =>
+      pageInEnvironment(
+        app.store.db,
+        request.principal.accountId,
+        request.params.projectId,
+        request.query,
+        listPublishedPipelines,
+      ),
   );
 
   app.get(

@@ -46,7 +46,29 @@ export type ArtifactDetails = Static<typeof ArtifactDetails>;
 
 export const ListArtifactsQuery = Type.Object({ environmentName: EnvironmentName, ...PageQuery.properties });
 
-export const ArtifactQuery = Type.Object({ environmentName: EnvironmentName, versionName: VersionName });
+export const ArtifactQuery = Type.Object({
+  environmentName: EnvironmentName,
+  versionName: Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 255,
+      description: "the version; without it, the environment's latest enabled version",
+    }),
+  ),
+});
+
+export const PublishedPipelinesQuery = ListArtifactsQuery;
+
+export const PublishedPipeline = Type.Object(
+  {
+    name: Type.String({ description: 'path of the pipeline file in the artifact' }),
+    publishedTime: Type.String({
+      format: 'date-time',
+      description: 'when the version holding it was deployed to the environment',
+    }),
+  },
+  { examples: [{ name: 'pipelines/load.orch.yaml', publishedTime: '2026-11-22T09:30:00.000Z' }] },
+);
 
 export const AssetQuery = Type.Object({
   environmentName: EnvironmentName,

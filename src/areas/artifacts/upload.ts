@@ -1,11 +1,10 @@
 import { isUtf8 } from 'node:buffer';
-import { mkdtemp, open, rm, type FileHandle } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, mkdtemp, open, readdir, rm, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import type { FastifyInstance, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { multipartParts } from '../../core/multipart.ts';
-import { ProblemError } from '../../core/problems.ts';
+import { badRequest, ProblemError } from '../../core/problems.ts';
 import { validatorCompiler } from '../../core/validation.ts';
 
 /**
@@ -64,6 +63,20 @@ export function headerValue(request: FastifyRequest, name: string): string | und
   return typeof value === 'string' ? value : undefined;
 }
 
+/**
+ * Publishing tools URL-encode the `environmentName` header (form style: a space arrives as `+` or
+ * `%20`); it is decoded in place before the route's schema checks it.
+ */
+export async function decodeEnvironmentNameHeader(request: FastifyRequest): Promise<void> {
+  const raw = request.headers.environmentname;
+  if (typeof raw !== 'string') return;
+  try {
+    request.headers.environmentname = decodeURIComponent(raw.replaceAll('+', ' '));
+  } catch {
+    throw badRequest('The request is not valid.', ['environmentName: not a valid URL encoding']);
+  }
+}
+
 export interface StagedPart {
   path: string;
   contentType: string;
@@ -107,6 +120,8 @@ interface UploadLimits {
   uploadMaxBytes: number;
   uploadConcurrency: number;
   uploadQueueTimeoutMs: number;
+  stagingDir?: string;
+  dataDir: string;
 }
 
 /**
@@ -156,6 +171,41 @@ class UploadSlots {
   }
 }
 
+/** Staging folders are named `upload-<pid>-<random>`, so that a sweep can tell whose they are. */
+const STAGING_PREFIX = 'upload-';
+
+/** The folder uploads are staged in: the configured one, else `staging` in the data folder. */
+export function stagingDirOf(config: Pick<UploadLimits, 'stagingDir' | 'dataDir'>): string {
+  return config.stagingDir ?? path.join(config.dataDir, 'staging');
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Makes the staging folder and removes what uploads cut off by a crash left there: every staging folder
+ * of a process that no longer runs (other server processes on this host may be staging beside us).
+ * Answers how many were removed.
+ */
+export async function sweepStaging(stagingDir: string): Promise<number> {
+  // Our own pid counts as alive: several servers in one process (tests) stage side by side.
+  await mkdir(stagingDir, { recursive: true });
+  let removed = 0;
+  for (const name of await readdir(stagingDir)) {
+    const pid = Number(/^upload-(\d+)-/.exec(name)?.[1]);
+    if (pid && isAlive(pid)) continue;
+    await rm(path.join(stagingDir, name), { recursive: true, force: true });
+    removed += 1;
+  }
+  return removed;
+}
+
 /** One set of slots per server (its configuration), shared by every upload operation. */
 const slotsOf = new WeakMap<UploadLimits, UploadSlots>();
 
@@ -178,7 +228,7 @@ export async function withStagedUpload<T>(
   let dir: string | undefined;
   let file: FileHandle | undefined;
   try {
-    dir = await mkdtemp(path.join(tmpdir(), 'dpc-upload-'));
+    dir = await mkdtemp(path.join(stagingDirOf(limits), `${STAGING_PREFIX}${process.pid}-`));
     file = await open(path.join(dir, 'parts'), 'w+');
     const staged = await stage(request, limits, rule, file);
     const staging = file;

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
@@ -51,7 +52,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
         createConnection(trx, request.params.projectId, clientId, request.body),
       );
       request.auditIds.connectionName = connection.name;
-      return reply.code(201).send(connection);
+      return sendCreated(request, reply, { query: { connectionName: connection.name } }, connection);
     },
   );
 
@@ -130,7 +131,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
       const override = await writeInProject(app.store.db, request.principal.accountId, request.params.projectId, (trx) =>
         createConnectionOverride(trx, request.params.projectId, request.body),
       );
-      return reply.code(201).send(override);
+      return sendCreated(request, reply, { query: { connectionName, environmentName } }, override);
     },
   );
 

@@ -57,6 +57,28 @@ async function oauthAccessToken(
   return credential(request, 'accessToken');
 }
 
+/** The endpoint's URL with its URI parameters put in, or a 400 naming the parameters that make it invalid. */
+function urlWith(template: string, uriValues: Map<string, string>): URL {
+  const used = [...new Set([...template.matchAll(URI_PLACEHOLDER)].map(([, name]) => name))];
+  const encoded = new Map<string, string>();
+  for (const name of used) {
+    try {
+      encoded.set(name, encodeURIComponent(uriValues.get(name)!));
+    } catch {
+      // A lone surrogate has no UTF-8 form to percent-encode.
+      throw badRequest('A URI parameter is not valid text.', [`body.uriParameters.${name}: is not valid Unicode text`]);
+    }
+  }
+  const text = template.replace(URI_PLACEHOLDER, (_, name: string) => encoded.get(name)!);
+  if (!URL.canParse(text)) {
+    throw badRequest(
+      'The endpoint URL is not a valid URL once its URI parameters are put in.',
+      used.map((name) => `body.uriParameters.${name}: makes the endpoint URL invalid`),
+    );
+  }
+  return new URL(text);
+}
+
 /** The request the endpoint describes, authenticated as the test request asks. */
 async function outboundRequestOf(
   db: Executor,
@@ -72,7 +94,7 @@ async function outboundRequestOf(
       missing.map((name) => `body.uriParameters.${name}: is required`),
     );
   }
-  const url = new URL(endpoint.url.replace(URI_PLACEHOLDER, (_, name: string) => encodeURIComponent(uriValues.get(name)!)));
+  const url = urlWith(endpoint.url, uriValues);
   for (const [name, value] of valuesOf(endpoint.queryParameters, request.queryParameters)) url.searchParams.set(name, value);
   const headers = Object.fromEntries(valuesOf(endpoint.headerParameters, request.headerParameters));
   if (endpoint.body !== null) headers['content-type'] ??= 'application/json';
@@ -92,6 +114,11 @@ async function outboundRequestOf(
     throw badRequest(`The endpoint has no ${authType} authentication option.`, [
       `body.authType: the endpoint has no ${authType} option`,
     ]);
+  if (option.parameters.length === 0 && (option.type === 'API_KEY' || option.type === 'OAUTH')) {
+    throw unprocessable(
+      `The ${option.type} option of the endpoint binds no ${option.type === 'OAUTH' ? 'OAuth connection' : 'key'} yet: add one to test it.`,
+    );
+  }
   switch (option.type) {
     case 'BASIC': {
       // The profile's URL is https (checked when it was saved), and a redirect elsewhere drops the header.

@@ -90,14 +90,11 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
       violations.push(`${parameterAt}.oauthConnectionId: is required`);
     }
   });
+  // No parameters at all is valid: the credential is bound when the connector is used or tested.
   const fixed = FIXED_PARAMETERS[option.type];
-  if (fixed) {
-    const given = option.parameters.map((p) => p.name);
-    if (given.length !== fixed.length || !fixed.every((name) => given.includes(name))) {
-      violations.push(`${at}.parameters: a ${option.type} option has exactly the parameters ${fixed.join(' and ')}`);
-    }
-  } else if (option.parameters.length === 0) {
-    violations.push(`${at}.parameters: a ${option.type} option needs at least one parameter`);
+  const given = option.parameters.map((p) => p.name);
+  if (fixed && given.length > 0 && (given.length !== fixed.length || !fixed.every((name) => given.includes(name)))) {
+    violations.push(`${at}.parameters: a ${option.type} option has exactly the parameters ${fixed.join(' and ')}, or none`);
   }
   if (option.type === 'BASIC' && url && url.protocol !== 'https:') {
     violations.push(`${endpointAt}.url: must be https: Basic credentials are sent only over HTTPS`);
@@ -108,11 +105,41 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
   return violations;
 }
 
+/** Names under which requests carry credentials: such a name may be declared, but holds no stored value. */
+const CREDENTIAL_NAME =
+  /^(authorization|proxy-authorization|cookie|x-api-key|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|password|passwd|pwd|secret|client[_-]?secret|private[_-]?key)$/i;
+/** A credential-named field with a value, in a JSON or form-encoded body. */
+const CREDENTIAL_IN_BODY =
+  /(?<![\w-])["']?(password|passwd|pwd|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|private[_-]?key)["']?\s*[:=]\s*["']?[^\s"'&,}]/i;
+const NO_CREDENTIAL = 'a profile holds no credential: bind it through an authentication option (a secret reference)';
+
+/** Credentials written where a profile keeps plain values: default parameter values, the URL, additional parameters, the body. */
+function credentialViolations(endpoint: EndpointInput, at: string, url: URL | undefined): string[] {
+  const violations: string[] = [];
+  if (url && (url.username || url.password)) violations.push(`${at}.url: ${NO_CREDENTIAL}, not in the URL`);
+  for (const list of ['headerParameters', 'queryParameters', 'uriParameters'] as const) {
+    (endpoint[list] ?? []).forEach((parameter, k) => {
+      if (parameter.value !== undefined && CREDENTIAL_NAME.test(parameter.name)) {
+        violations.push(`${at}.${list}.${k}.value: ${NO_CREDENTIAL} (give "${parameter.name}" when testing)`);
+      }
+    });
+  }
+  (endpoint.authenticationOptions ?? []).forEach((option, j) => {
+    for (const key of Object.keys(option.additionalParameters ?? {})) {
+      if (CREDENTIAL_NAME.test(key))
+        violations.push(`${at}.authenticationOptions.${j}.additionalParameters.${key}: ${NO_CREDENTIAL}`);
+    }
+  });
+  if (endpoint.body && CREDENTIAL_IN_BODY.test(endpoint.body)) violations.push(`${at}.body: ${NO_CREDENTIAL}`);
+  return violations;
+}
+
 function endpointViolations(endpoint: EndpointInput, at: string): string[] {
   const violations: string[] = [];
   const sample = endpoint.url.replace(URI_PLACEHOLDER, 'x');
   const url = URL.canParse(sample) ? new URL(sample) : undefined;
   if (!url || !['http:', 'https:'].includes(url.protocol)) violations.push(`${at}.url: must be an http or https URL`);
+  violations.push(...credentialViolations(endpoint, at, url));
   const uriNames = new Set((endpoint.uriParameters ?? []).map((p) => p.name));
   for (const [, name] of endpoint.url.matchAll(URI_PLACEHOLDER)) {
     if (!uriNames.has(name)) violations.push(`${at}.url: {${name}} has no URI parameter of that name`);

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Type } from 'typebox';
 import { problems } from '../../core/openapi.ts';
 import { OutboundClient, outboundSettings } from '../../core/outbound.ts';
@@ -77,7 +78,7 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
         return createCustomConnector(trx, accountId, request.body);
       });
       request.auditIds.customConnectorId = connector.id;
-      return reply.code(201).send(connector);
+      return sendCreated(request, reply, { segment: connector.id }, connector);
     },
   );
 

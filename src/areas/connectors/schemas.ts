@@ -70,7 +70,11 @@ const endpointFields = {
   authTemplate: Nullable(Type.String({ maxLength: 255 })),
   authenticationOptions: Type.Array(AuthenticationOption, { maxItems: 10 }),
   paging: Type.Object(
-    { type: Type.Enum(['NONE', 'OFFSET', 'PAGE_NUMBER', 'CURSOR', 'LINK_HEADER']) },
+    {
+      type: Type.Enum(['NONE', 'none', 'OFFSET', 'PAGE_NUMBER', 'CURSOR', 'LINK_HEADER'], {
+        description: 'NONE or none (the specification spells it so; answered as written) for no paging',
+      }),
+    },
     { additionalProperties: false },
   ),
   headerParameters: RequestParameters,

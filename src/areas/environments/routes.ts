@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
@@ -32,7 +33,7 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
         createEnvironment(trx, projectId, request.body),
       );
       request.auditIds.environmentName = environment.name;
-      return reply.code(201).send(environment);
+      return sendCreated(request, reply, { segment: environment.name }, environment);
     },
   );
 

@@ -7,17 +7,24 @@ function oauthError(reply: FastifyReply, status: number, error: string, descript
   return reply.code(status).header('cache-control', 'no-store').send({ error, error_description: description });
 }
 
-/** Client credentials from the form, or from HTTP Basic as RFC 6749 section 2.3.1 also allows. */
+/**
+ * Client credentials from the form, or from HTTP Basic as RFC 6749 section 2.3.1 also allows (each part
+ * form-URL-encoded); undefined when the Basic credentials are malformed.
+ */
 function clientCredentials(form: Record<string, string>, authorization: string | undefined) {
   const basic = authorization && /^Basic\s+(\S+)$/i.exec(authorization);
   if (basic) {
     const decoded = Buffer.from(basic[1], 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     if (colon > 0) {
-      return {
-        clientId: decodeURIComponent(decoded.slice(0, colon)),
-        clientSecret: decodeURIComponent(decoded.slice(colon + 1)),
-      };
+      try {
+        return {
+          clientId: decodeURIComponent(decoded.slice(0, colon).replaceAll('+', ' ')),
+          clientSecret: decodeURIComponent(decoded.slice(colon + 1).replaceAll('+', ' ')),
+        };
+      } catch {
+        return undefined;
+      }
     }
   }
   return { clientId: form.client_id, clientSecret: form.client_secret };
@@ -58,6 +65,10 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
+      // A field that is not a string (a JSON body's object, number or array) or that holds a NUL.
+      if (request.validationError) {
+        return oauthError(reply, 400, 'invalid_request', `The request is malformed: ${request.validationError.message}.`);
+      }
       const form = (request.body ?? {}) as Record<string, string>;
       if (form.grant_type !== 'client_credentials') {
         return form.grant_type
@@ -67,7 +78,11 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
       if (form.audience !== undefined && form.audience !== app.config.audience) {
         return oauthError(reply, 400, 'invalid_target', `The audience must be ${app.config.audience}.`);
       }
-      const { clientId, clientSecret } = clientCredentials(form, request.headers.authorization);
+      const credentials = clientCredentials(form, request.headers.authorization);
+      if (!credentials || credentials.clientId?.includes('\0') || credentials.clientSecret?.includes('\0')) {
+        return oauthError(reply, 400, 'invalid_request', 'The HTTP Basic client credentials are malformed.');
+      }
+      const { clientId, clientSecret } = credentials;
       if (!clientId || !clientSecret) {
         return oauthError(reply, 401, 'invalid_client', 'client_id and client_secret are required.');
       }

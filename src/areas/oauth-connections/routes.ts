@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Type } from 'typebox';
 import { problems } from '../../core/openapi.ts';
 import { badRequest } from '../../core/problems.ts';
@@ -40,7 +41,7 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
         .transaction()
         .execute((trx) => createOAuthConnection(trx, request.principal.accountId, request.body));
       request.auditIds.oauthConnectionId = connection.id;
-      return reply.code(201).send(connection);
+      return sendCreated(request, reply, { segment: connection.id }, connection);
     },
   );
 

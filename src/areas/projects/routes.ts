@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery, pageOf } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
@@ -23,7 +24,7 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const projectId = await createProject(app.store.db, request.principal.accountId, request.principal.clientId, request.body);
       request.auditIds.projectId = projectId;
-      return reply.code(201).send({ projectId });
+      return sendCreated(request, reply, { segment: projectId }, { projectId });
     },
   );
 

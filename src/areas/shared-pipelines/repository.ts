@@ -1,8 +1,8 @@
-import { parse as parseYaml } from 'yaml';
+import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from '../../core/bounded-yaml.ts';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import type { IgnoredResource, StagedUpload } from '../artifacts/upload.ts';
+import type { IgnoredResource, StagedPart, StagedUpload } from '../artifacts/upload.ts';
 import { PIPELINE_FILE, type SharedPipelineArtifactDetails } from './schemas.ts';
 
 const versionTaken = (prefix: string, versionName: string) =>
@@ -34,28 +34,43 @@ export interface NewSharedPipelineArtifact {
   commitHash?: string;
 }
 
-/** The `description` of a pipeline file, or undefined when the file is not a YAML mapping. */
-function pipelineDescription(content: Buffer): string | undefined {
-  let document: unknown;
-  try {
-    document = parseYaml(content.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-  if (typeof document !== 'object' || document === null || Array.isArray(document)) return undefined;
-  const description = (document as Record<string, unknown>).description;
-  return typeof description === 'string' ? description : '';
+/** A staged pipeline file that is a YAML mapping, and its `description`. */
+export interface DescribedPipeline {
+  part: StagedPart;
+  description: string;
 }
 
 /**
- * Stores the version and one shared pipeline per staged pipeline file; files that are not YAML
- * mappings are added to `ignored` instead. Run it in a transaction: the version appears whole or not at all.
+ * Reads each staged pipeline file (bounded: see parseBoundedYaml) and keeps those that are YAML mappings,
+ * with their top-level `description`; the others are added to `ignored` with the reason. It runs before
+ * the transaction, so parsing never holds the store's write lock.
+ */
+export async function describePipelines(upload: StagedUpload, ignored: IgnoredResource[]): Promise<DescribedPipeline[]> {
+  const described: DescribedPipeline[] = [];
+  for (const part of upload.parts) {
+    const parsed = parseBoundedYaml((await upload.content(part)).toString('utf8'), PIPELINE_YAML_BOUNDS);
+    if ('refused' in parsed) {
+      ignored.push({ name: part.path, reason: `not a pipeline: ${parsed.refused}` });
+    } else if (typeof parsed.value !== 'object' || parsed.value === null || Array.isArray(parsed.value)) {
+      ignored.push({ name: part.path, reason: 'not a pipeline: not a YAML mapping' });
+    } else {
+      const description = (parsed.value as Record<string, unknown>).description;
+      described.push({ part, description: typeof description === 'string' ? description : '' });
+    }
+  }
+  return described;
+}
+
+/**
+ * Stores the version and one shared pipeline per described pipeline file. Run it in a transaction: the
+ * version appears whole or not at all.
  */
 export async function publishSharedPipelines(
   trx: Executor,
   artifact: NewSharedPipelineArtifact,
   upload: StagedUpload,
-): Promise<IgnoredResource[]> {
+  pipelines: DescribedPipeline[],
+): Promise<void> {
   let artifactId: number;
   try {
     ({ id: artifactId } = await trx
@@ -76,15 +91,9 @@ export async function publishSharedPipelines(
     if (isUniqueViolation(error)) throw versionTaken(artifact.sharedPipelineIdPrefix, artifact.versionName);
     throw error;
   }
-  const ignored = [...upload.ignored];
   // One row per pipeline: pipeline files are few and each is bounded by the part size limit.
-  for (const part of upload.parts) {
+  for (const { part, description } of pipelines) {
     const content = await upload.content(part);
-    const description = pipelineDescription(content);
-    if (description === undefined) {
-      ignored.push({ name: part.path, reason: 'not a pipeline: not a YAML mapping' });
-      continue;
-    }
     await trx
       .insertInto('sharedPipelines')
       .values({
@@ -96,7 +105,6 @@ export async function publishSharedPipelines(
       })
       .execute();
   }
-  return ignored;
 }
 
 export async function setSharedPipelinesEnabled(

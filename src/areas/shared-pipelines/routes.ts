@@ -18,7 +18,13 @@ import {
   SharedPipelinesQuery,
   SharedPipelinesResult,
 } from './schemas.ts';
-import { getSharedPipelines, publishSharedPipelines, requireVersionFree, setSharedPipelinesEnabled } from './repository.ts';
+import {
+  describePipelines,
+  getSharedPipelines,
+  publishSharedPipelines,
+  requireVersionFree,
+  setSharedPipelinesEnabled,
+} from './repository.ts';
 
 const tags = ['Shared pipeline artifacts'];
 
@@ -52,8 +58,10 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
         const sharedPipelineIdPrefix = headerValue(request, 'sharedPipelineIdPrefix')!;
         const versionName = headerValue(request, 'versionName')!;
         await requireVersionFree(app.store.db, accountId, sharedPipelineIdPrefix, versionName);
-        const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, (upload) =>
-          app.store.db.transaction().execute((trx) =>
+        const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, async (upload) => {
+          const ignored = [...upload.ignored];
+          const pipelines = await describePipelines(upload, ignored);
+          await app.store.db.transaction().execute((trx) =>
             publishSharedPipelines(
               trx,
               {
@@ -64,9 +72,11 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
                 commitHash: headerValue(request, 'commitHash'),
               },
               upload,
+              pipelines,
             ),
-          ),
-        );
+          );
+          return ignored;
+        });
         Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         return { ignoredResources, versionName };
       },

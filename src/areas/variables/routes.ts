@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
 import { Type } from 'typebox';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
@@ -68,7 +69,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
         createVariable(trx, projectId, request.body),
       );
       request.auditIds.variableName = variable.name;
-      return reply.code(201).send(variable);
+      return sendCreated(request, reply, { segment: variable.name }, variable);
     },
   );
 

@@ -45,3 +45,38 @@ export function createAccount(db: Db, name: string): Promise<ClientCredentials &
     return { accountId, ...(await createClient(trx, accountId, 'admin', 'admin client')) };
   });
 }
+
+export interface ClientSummary {
+  clientId: string;
+  name: string;
+  role: string;
+  createdAt: string;
+  revokedAt: string | null;
+}
+
+export function listAccounts(db: Executor): Promise<{ accountId: string; name: string; createdAt: string }[]> {
+  return db.selectFrom('accounts').select(['id as accountId', 'name', 'createdAt']).orderBy('createdAt').orderBy('id').execute();
+}
+
+/** The clients of an account, revoked ones included; never their secret hashes. */
+export async function listClients(db: Executor, accountId: string): Promise<ClientSummary[]> {
+  const account = await db.selectFrom('accounts').select('id').where('id', '=', accountId).executeTakeFirst();
+  if (!account) throw new Error(`account ${accountId} does not exist`);
+  return db
+    .selectFrom('apiClients')
+    .select(['id as clientId', 'name', 'role', 'createdAt', 'revokedAt'])
+    .where('accountId', '=', accountId)
+    .orderBy('createdAt')
+    .orderBy('id')
+    .execute();
+}
+
+/** Revokes a client (once: a second revocation keeps the first time); its tokens stop working as servers refresh. */
+export async function revokeClient(db: Executor, clientId: string): Promise<{ clientId: string; revokedAt: string }> {
+  const client = await db.selectFrom('apiClients').select('revokedAt').where('id', '=', clientId).executeTakeFirst();
+  if (!client) throw new Error(`client ${clientId} does not exist`);
+  if (client.revokedAt) return { clientId, revokedAt: client.revokedAt };
+  const revokedAt = now();
+  await db.updateTable('apiClients').set({ revokedAt }).where('id', '=', clientId).execute();
+  return { clientId, revokedAt };
+}

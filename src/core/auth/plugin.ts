@@ -31,8 +31,14 @@ async function authenticate(request: FastifyRequest): Promise<Principal> {
 /** Guards every operation of the scope it is registered in: a valid token, the right account, a high enough role. */
 export const authPlugin = fp(async (app: FastifyInstance) => {
   app.decorateRequest('principal', null as unknown as Principal);
-  app.addHook('onRequest', async (request) => {
-    const principal = await authenticate(request);
+  // A failed authentication counts against its address's rate limit (the limiter itself runs only after
+  // authentication, per client), so that guessing tokens is limited too.
+  const countFailure = app.hasDecorator('rateLimit') ? app.rateLimit({ keyGenerator: (request) => request.ip }) : undefined;
+  app.addHook('onRequest', async (request, reply) => {
+    const principal = await authenticate(request).catch(async (error: unknown) => {
+      await countFailure?.call(app, request, reply);
+      throw error;
+    });
     const accountHeader = request.headers['account-id'];
     if (accountHeader !== undefined && accountHeader !== principal.accountId) {
       throw new ProblemError(403, 'The account-id header does not match the account of the bearer token.');

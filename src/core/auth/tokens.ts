@@ -4,6 +4,7 @@ import type { Db } from '../db/database.ts';
 import { isRole, type Role } from './accounts.ts';
 import { verifySecret, decoyHash } from './secrets.ts';
 import { KeyRing, TOKEN_ALGORITHM } from './keys.ts';
+import type { SecretBox } from '../secret-box.ts';
 
 export interface Principal {
   clientId: string;
@@ -23,6 +24,7 @@ interface TokenSettings {
   issuer: string;
   audience: string;
   tokenTtlSeconds: number;
+  revocationRefreshSeconds: number;
 }
 
 // Verified tokens are remembered until they expire, so a hot path pays for the signature check once.
@@ -31,12 +33,17 @@ const CACHE_LIMIT = 10_000;
 export class TokenService {
   readonly keys: KeyRing;
   private readonly verified = new Map<string, { principal: Principal; expiresAt: number }>();
+  // Revoked client ids, reloaded from the store every revocationRefreshSeconds: every process stops
+  // honouring a revoked client's tokens within that bound, without a store query per request.
+  private revoked = new Set<string>();
+  private refresher?: NodeJS.Timeout;
 
   constructor(
     private readonly db: Db,
     private readonly settings: TokenSettings,
+    box: SecretBox,
   ) {
-    this.keys = new KeyRing(db, settings.tokenTtlSeconds);
+    this.keys = new KeyRing(db, settings.tokenTtlSeconds, box);
   }
 
   /** Client-credentials grant: undefined when the client is unknown or the secret is wrong. */
@@ -45,6 +52,7 @@ export class TokenService {
       .selectFrom('apiClients')
       .select(['id', 'accountId', 'role', 'secretHash'])
       .where('id', '=', clientId)
+      .where('revokedAt', 'is', null)
       .executeTakeFirst();
     const valid = await verifySecret(clientSecret, client?.secretHash ?? (await decoyHash));
     if (!client || !valid) return undefined;
@@ -66,6 +74,7 @@ export class TokenService {
   /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */
   async verify(token: string): Promise<Principal> {
     const cached = this.verified.get(token);
+    if (cached && this.revoked.has(cached.principal.clientId)) throw new InvalidToken('the client was revoked');
     if (cached) {
       if (cached.expiresAt > Date.now()) return cached.principal;
       this.verified.delete(token);
@@ -94,9 +103,29 @@ export class TokenService {
     if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
       throw new InvalidToken('the token lacks the claims of this server');
     }
+    if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
     const principal: Principal = { clientId: sub, accountId, role };
     if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
     this.verified.set(token, { principal, expiresAt: exp * 1000 });
     return principal;
+  }
+
+  /** Reloads the revoked clients from the store. */
+  async refreshRevocations(): Promise<void> {
+    const rows = await this.db.selectFrom('apiClients').select('id').where('revokedAt', 'is not', null).execute();
+    this.revoked = new Set(rows.map((row) => row.id));
+  }
+
+  /** Loads the revoked clients now and then every revocationRefreshSeconds; a failed reload keeps the last list. */
+  async startRefreshing(onError: (error: unknown) => void): Promise<void> {
+    await this.refreshRevocations();
+    this.refresher = setInterval(
+      () => this.refreshRevocations().catch(onError),
+      this.settings.revocationRefreshSeconds * 1000,
+    ).unref();
+  }
+
+  stopRefreshing(): void {
+    clearInterval(this.refresher);
   }
 }

@@ -11,6 +11,7 @@ import {
   SqliteDialect,
   sql,
   type Driver,
+  type LogEvent,
   type SqliteDatabase,
   type Transaction,
 } from 'kysely';
@@ -28,6 +29,8 @@ export interface Store {
   db: Db;
   dialect: Dialect;
   close(): Promise<void>;
+  /** Told the duration of every query (for metrics). */
+  onQuery?: (durationMs: number, failed: boolean) => void;
   /** Told when PostgreSQL drops an idle pooled connection (a restart, a failover); the pool replaces it. */
   onConnectionLost?: (error: Error) => void;
 }
@@ -38,10 +41,13 @@ pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 /** Opens the configured store: PostgreSQL when a URL is given, else SQLite under the data folder. */
 export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Store {
   const plugins = [new CamelCasePlugin()];
+  // Kysely times every query for its log function; the store hands the time to whoever listens.
+  const observed: Pick<Store, 'onQuery'> = {};
+  const log = (event: LogEvent) => observed.onQuery?.(event.queryDurationMillis, event.level === 'error');
   if (config.databaseUrl) {
     const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), plugins });
-    const store: Store = { db, dialect: 'postgres', close: () => db.destroy() };
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), plugins, log });
+    const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
     // Without a listener, an idle client's error would be thrown and end the process.
     pool.on('error', (error) => store.onConnectionLost?.(error));
     return store;
@@ -52,8 +58,8 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
   file.pragma('busy_timeout = 5000');
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(file) }), plugins });
-  return { db, dialect: 'sqlite', close: () => db.destroy() };
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(file) }), plugins, log });
+  return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
 
 /**
@@ -94,14 +100,23 @@ function withStatementCache(file: SQLite.Database): SqliteDatabase {
 }
 
 /** Applies every pending migration; safe to run from several processes at once. */
-export async function migrate({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
+async function migratorOf({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promise<Migrator> {
   // Name the schema on PostgreSQL: otherwise Kysely takes a migration table of any schema for its own.
   const migrationTableSchema =
     dialect === 'postgres'
       ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema
       : undefined;
-  const migrator = new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });
-  const { error, results } = await migrator.migrateToLatest();
+  return new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });
+}
+
+/** Names of the migrations this code has that the store has not applied (a newer release is rolling out). */
+export async function pendingMigrations(store: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
+  const migrations = await (await migratorOf(store)).getMigrations();
+  return migrations.filter((m) => !m.executedAt).map((m) => m.name);
+}
+
+export async function migrate(store: Pick<Store, 'db' | 'dialect'>): Promise<string[]> {
+  const { error, results } = await (await migratorOf(store)).migrateToLatest();
   if (error) throw error;
   return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
 }

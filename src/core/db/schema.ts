@@ -27,6 +27,8 @@ export interface ApiClientTable {
   role: string;
   secretHash: string;
   createdAt: string;
+  /** Set when the client is revoked: it gets no token, and its tokens stop working. */
+  revokedAt: string | null;
 }
 
 export interface SigningKeyTable {

@@ -1,0 +1,234 @@
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { CliError, EXIT, required, UsageError, type Command, type Invocation } from './command.ts';
+
+const PROFILE_TYPE = 'application/vnd.matillion.connector-profile+json';
+
+const CLIENT_ENVIRONMENT =
+  'Reads DPC_URL (the server, default http://127.0.0.1:8080), DPC_CLIENT_ID and DPC_CLIENT_SECRET\n' +
+  '(an API client of the account). The secret and the token are never printed.';
+
+/** Talks to a running server with a client id and secret from the environment, as any API client would. */
+class ApiClient {
+  private token?: string;
+
+  constructor(
+    readonly baseUrl: string,
+    private readonly clientId: string,
+    private readonly clientSecret: string,
+  ) {}
+
+  static fromEnvironment(env: NodeJS.ProcessEnv = process.env): ApiClient {
+    const clientId = env.DPC_CLIENT_ID;
+    const clientSecret = env.DPC_CLIENT_SECRET;
+    if (!clientId || !clientSecret) throw new CliError('DPC_CLIENT_ID and DPC_CLIENT_SECRET must be set', EXIT.config);
+    const baseUrl = (env.DPC_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
+    if (!URL.canParse(baseUrl) || !/^https?:$/.test(new URL(baseUrl).protocol)) {
+      throw new CliError(`DPC_URL must be an http(s) URL, got "${baseUrl}"`, EXIT.config);
+    }
+    return new ApiClient(baseUrl, clientId, clientSecret);
+  }
+
+  private async send(url: string, init: RequestInit): Promise<Response> {
+    try {
+      return await fetch(url, init);
+    } catch (error) {
+      throw new CliError(`cannot reach ${this.baseUrl}: ${(error as Error).cause ?? (error as Error).message}`, EXIT.unreachable);
+    }
+  }
+
+  private async bearer(): Promise<string> {
+    if (this.token) return this.token;
+    const answer = await this.send(`${this.baseUrl}/oauth/dpc/token`, {
+      method: 'POST',
+      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: this.clientId, client_secret: this.clientSecret }),
+    });
+    if (!answer.ok) throw new CliError(`the server refused the client credentials (${answer.status})`, EXIT.unreachable);
+    this.token = ((await answer.json()) as { access_token: string }).access_token;
+    return this.token;
+  }
+
+  /** A request to `/dpc` + apiPath ("/v1/projects"; "/dpc/v1/projects" is taken too). */
+  async request(method: string, apiPath: string, init: { body?: BodyInit; headers?: Record<string, string> } = {}) {
+    const relative = apiPath.startsWith('/dpc/') ? apiPath : `/dpc${apiPath.startsWith('/') ? '' : '/'}${apiPath}`;
+    return this.send(`${this.baseUrl}${relative}`, {
+      method,
+      headers: { ...init.headers, authorization: `Bearer ${await this.bearer()}` },
+      body: init.body,
+      ...(init.body instanceof ReadableStream ? { duplex: 'half' } : {}),
+    });
+  }
+
+  /** The JSON answer of a GET; an error answer fails the command. */
+  async getJson<T>(apiPath: string): Promise<T> {
+    const answer = await this.request('GET', apiPath);
+    if (!answer.ok) throw new CliError(`GET ${apiPath} answered ${answer.status}: ${await answer.text()}`);
+    return (await answer.json()) as T;
+  }
+}
+
+/** Text files only (UTF-8 without NUL bytes), as the server stores them; dot folders (.git) are left out. */
+async function projectFiles(root: string): Promise<{ files: { name: string; content: string }[]; skipped: string[] }> {
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  const files: { name: string; content: string }[] = [];
+  const skipped: string[] = [];
+  const entries = await readdir(root, { recursive: true, withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
+    throw new UsageError(`cannot read ${root}: ${error.code ?? error.message}`);
+  });
+  for (const entry of entries) {
+    if (!entry.isFile()) continue;
+    const full = path.join(entry.parentPath, entry.name);
+    const name = path.relative(root, full).split(path.sep).join('/');
+    if (name.split('/').some((segment) => segment.startsWith('.'))) continue;
+    const bytes = await readFile(full);
+    try {
+      if (bytes.includes(0)) throw new TypeError('NUL byte');
+      files.push({ name, content: decoder.decode(bytes) });
+    } catch {
+      skipped.push(name);
+    }
+  }
+  files.sort((a, b) => (a.name < b.name ? -1 : 1));
+  return { files, skipped };
+}
+
+/** Reports upload progress: a redrawn bar on a terminal, a plain line per quarter otherwise. */
+function progressReporter(err: NodeJS.WriteStream, total: number): (sent: number) => void {
+  let lastQuarter = -1;
+  return (sent) => {
+    const fraction = total === 0 ? 1 : sent / total;
+    if (err.isTTY) {
+      const width = 30;
+      const filled = Math.round(fraction * width);
+      err.write(`\r[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${Math.floor(fraction * 100)}% ${sent}/${total} bytes`);
+      if (sent === total) err.write('\n');
+    } else if (Math.floor(fraction * 4) > lastQuarter) {
+      lastQuarter = Math.floor(fraction * 4);
+      err.write(`uploaded ${sent} of ${total} bytes\n`);
+    }
+  };
+}
+
+/** The body as a stream of 64 KiB chunks, telling `onProgress` the bytes handed over so far. */
+function countedStream(body: Uint8Array, onProgress: (sent: number) => void): ReadableStream<Uint8Array> {
+  const chunk = 64 * 1024;
+  let offset = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (offset >= body.length) {
+        onProgress(body.length);
+        return controller.close();
+      }
+      controller.enqueue(body.subarray(offset, offset + chunk));
+      offset = Math.min(offset + chunk, body.length);
+      if (offset < body.length) onProgress(offset);
+    },
+  });
+}
+
+/** Prints an answer body as it came; an error status fails the command (exit 1). */
+async function relay(invocation: Invocation, answer: Response, what: string): Promise<void> {
+  const text = await answer.text();
+  if (text) invocation.out.write(text.endsWith('\n') ? text : `${text}\n`);
+  if (!answer.ok) throw new CliError(`${what} answered ${answer.status}`);
+}
+
+const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
+
+export const clientCommands: Command[] = [
+  {
+    name: 'api',
+    usage: 'METHOD PATH',
+    summary: 'Call any operation of a running server: dpc api GET /v1/projects; prints the answer body.',
+    details: `PATH is under /dpc ("/v1/projects"). An answer of 400 or more exits 1.\n${CLIENT_ENVIRONMENT}`,
+    options: { data: { type: 'string' } },
+    optionHelp: { data: 'a JSON body to send' },
+    async run(invocation) {
+      const [method, apiPath, ...rest] = invocation.args;
+      if (!method || !apiPath || rest.length) throw new UsageError('give METHOD and PATH');
+      if (!METHODS.includes(method.toUpperCase())) throw new UsageError(`METHOD must be one of ${METHODS.join(', ')}`);
+      if (!apiPath.startsWith('/')) throw new UsageError('PATH must start with /');
+      const data = invocation.values.data;
+      if (typeof data === 'string') {
+        try {
+          JSON.parse(data);
+        } catch {
+          throw new UsageError('--data must be JSON');
+        }
+      }
+      const client = ApiClient.fromEnvironment();
+      const answer = await client.request(
+        method.toUpperCase(),
+        apiPath,
+        typeof data === 'string' ? { body: data, headers: { 'content-type': 'application/json' } } : {},
+      );
+      await relay(invocation, answer, `${method.toUpperCase()} ${apiPath}`);
+    },
+  },
+  {
+    name: 'publish',
+    usage: 'DIR',
+    summary: 'Upload a project folder as an artifact version, with the connector profiles; prints the answer.',
+    details:
+      'Every text file under DIR is a part named by its relative path (dot folders such as .git and\n' +
+      'files that are not UTF-8 text are left out and named on stderr). The flex and custom connector\n' +
+      'profiles of the account (GET /v1/flex-connectors, /v1/custom-connectors) are added as parts\n' +
+      'connector-profile:flex-<alternateId>.json and connector-profile:custom-<id>.json.\n' +
+      `Progress goes to stderr: a bar on a terminal, plain lines otherwise.\n${CLIENT_ENVIRONMENT}`,
+    options: {
+      project: { type: 'string' },
+      environment: { type: 'string' },
+      version: { type: 'string' },
+      branch: { type: 'string' },
+      commit: { type: 'string' },
+    },
+    optionHelp: {
+      project: 'project id (required)',
+      environment: 'environment name (required)',
+      version: 'version name (required)',
+      branch: 'branch recorded with the version',
+      commit: 'commit hash recorded with the version',
+    },
+    async run(invocation) {
+      const { values, args, err } = invocation;
+      if (args.length !== 1) throw new UsageError('give exactly one DIR');
+      const projectId = required(values, 'project');
+      const environmentName = required(values, 'environment');
+      const versionName = required(values, 'version');
+      const { files, skipped } = await projectFiles(path.resolve(args[0]));
+      for (const name of skipped) err.write(`skipped ${name}: not UTF-8 text\n`);
+
+      const client = ApiClient.fromEnvironment();
+      const flex = await client.getJson<{ alternateId: string }[]>('/v1/flex-connectors');
+      const custom = await client.getJson<{ id: string }[]>('/v1/custom-connectors');
+      const form = new FormData();
+      for (const file of files)
+        form.append(file.name, new Blob([file.content], { type: 'text/plain' }), path.posix.basename(file.name));
+      const profiles = [
+        ...flex.map((profile) => ({ name: `connector-profile:flex-${profile.alternateId}.json`, profile })),
+        ...custom.map((profile) => ({ name: `connector-profile:custom-${profile.id}.json`, profile })),
+      ];
+      for (const { name, profile } of profiles)
+        form.append(name, new Blob([JSON.stringify(profile)], { type: PROFILE_TYPE }), name);
+      err.write(`publishing ${files.length} files and ${profiles.length} connector profiles to ${client.baseUrl}\n`);
+
+      // Encoded whole first, so that the progress has a total; a project folder fits in memory.
+      const encoded = new Response(form);
+      const contentType = encoded.headers.get('content-type')!;
+      const body = new Uint8Array(await encoded.arrayBuffer());
+      const headers: Record<string, string> = {
+        'content-type': contentType,
+        'content-length': String(body.length),
+        versionName,
+        environmentName,
+      };
+      if (typeof values.branch === 'string') headers.branch = values.branch;
+      if (typeof values.commit === 'string') headers.commitHash = values.commit;
+      const answer = await client.request('POST', `/v1/projects/${encodeURIComponent(projectId)}/artifacts`, {
+        body: countedStream(body, progressReporter(err, body.length)),
+        headers,
+      });
+      await relay(invocation, answer, 'the upload');
+    },
+  },
+];

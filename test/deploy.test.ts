@@ -1,0 +1,55 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
+
+// Docker is not needed to run the tests: these check the deployment files say what the README says.
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const read = (file: string) => readFileSync(path.join(root, file), 'utf8');
+
+interface Service {
+  build?: string;
+  image?: string;
+  command?: string[];
+  environment?: Record<string, string>;
+  depends_on?: Record<string, { condition: string }> | string[];
+  ports?: string[];
+  volumes?: string[];
+}
+
+test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as the README says', () => {
+  const compose = parse(read('compose.yaml'), { merge: true }) as { services: Record<string, Service> };
+  const services = compose.services;
+  assert.deepEqual(Object.keys(services).sort(), ['api-1', 'api-2', 'lb', 'migrate', 'postgres']);
+  for (const name of ['api-1', 'api-2', 'migrate']) {
+    assert.equal(services[name].build, '.', name);
+    assert.match(services[name].environment!.DATABASE_URL, /^postgres:\/\/dpc:.*@postgres:5432\/dpc$/);
+    assert.ok(services[name].environment!.DPC_ENCRYPTION_KEYS, 'every instance gets the same keys');
+  }
+  assert.deepEqual(services.migrate.command, ['migrate']);
+  assert.deepEqual(services['api-1'].depends_on, { migrate: { condition: 'service_completed_successfully' } });
+  assert.match(services.postgres.image!, /^postgres:/);
+  assert.deepEqual(services.lb.ports, ['8080:8080']);
+  const nginx = read('deploy/nginx.conf');
+  for (const upstream of ['api-1:8080', 'api-2:8080']) assert.ok(nginx.includes(`server ${upstream}`), upstream);
+  assert.ok(services.lb.volumes!.some((volume) => volume.startsWith('./deploy/nginx.conf:')));
+
+  const readme = read('README.md');
+  for (const name of ['compose.yaml', 'api-1', 'api-2', 'lb', 'postgres', 'migrate', 'deploy/nginx.conf', 'docker compose up']) {
+    assert.ok(readme.includes(name), `the README names ${name}`);
+  }
+});
+
+test('the Dockerfile builds in one stage and runs as a non-root user without build tools', () => {
+  const stages = read('Dockerfile')
+    .split(/^FROM /m)
+    .slice(1);
+  assert.equal(stages.length, 2, 'multi-stage');
+  const final = stages[1];
+  assert.match(final, /^USER node$/m);
+  assert.match(final, /COPY --from=build \/app\/node_modules/);
+  assert.doesNotMatch(final, /apt-get|g\+\+|make|python/, 'no build tools in the final image');
+  assert.match(final, /\/readyz/, 'the health check asks for readiness');
+});
