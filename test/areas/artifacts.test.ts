@@ -709,12 +709,23 @@ describeEachStore('upload slots', (kind) => {
     await slotTaken(); // the first takes the only slot
     const second = heldUpload('second');
     second.finish(); // whole, yet not read before the first is done
-    const order: string[] = [];
-    const answers = [first, second].map(({ answer }, i) => answer.then((a) => (order.push(i ? 'second' : 'first'), a)));
     await settle();
+    assert.equal(readdirSync(path.join(server.config.dataDir, 'staging')).length, 1, 'the second is not staged while it waits');
     first.finish();
-    for (const answer of await Promise.all(answers)) assert.equal(answer.status, 200, answer.text);
-    assert.deepEqual(order, ['first', 'second']);
+    for (const answer of await Promise.all([first.answer, second.answer])) assert.equal(answer.status, 200, answer.text);
+    // The slot is given back once the first is committed, so the second is committed after it (their answers
+    // may still cross on the wire).
+    const committed = await server.db
+      .selectFrom('artifacts')
+      .select(['versionName', 'createdAt'])
+      .where('versionName', 'in', ['first', 'second'])
+      .orderBy('createdAt')
+      .orderBy('id')
+      .execute();
+    assert.deepEqual(
+      committed.map((row) => row.versionName),
+      ['first', 'second'],
+    );
   });
 
   test('one that waits past the queue timeout answers 503 with Retry-After; nothing is stored', async () => {
