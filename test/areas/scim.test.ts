@@ -154,4 +154,580 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal(listed.text.includes('t1meMa$heen') || listed.text.includes('password'), false, listed.text);
     expectScimError(await scim('GET', '/Users/00000000-0000-0000-0000-000000000000'), 404);
   });
+
+  test('directory-integration tokens: admins create (secret once), list and revoke; a token reaches only SCIM of its account', async () => {
+    const created = await server.api('POST', '/directory-integration/tokens', { token: caller.token, body: { name: 'okta' } });
+    assert.equal(created.status, 201, created.text);
+    const { id, token: secret } = created.body;
+    assert.match(secret, /^dpcdir_/);
+    const row = await server.db.selectFrom('directoryTokens').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    assert.equal(JSON.stringify(row).includes(secret.split('.')[1]), false, 'the secret is not stored');
+    const listed = await server.api('GET', '/directory-integration/tokens', { token: caller.token });
+    assert.equal(listed.status, 200);
+    assert.ok(listed.body.some((t: { id: string }) => t.id === id));
+    assert.equal(listed.text.includes(secret), false);
+
+    assert.equal((await scim('GET', '/Users', undefined, {}, secret)).status, 200);
+    // Nothing but SCIM: not the account's projects, not the tokens.
+    expectProblem(await server.api('GET', '/projects', { token: secret }), 403);
+    expectProblem(await server.api('GET', '/directory-integration/tokens', { token: secret }), 403);
+    expectProblem(await server.api('POST', '/directory-integration/tokens', { token: secret, body: { name: 'x' } }), 403);
+    // Only admins manage tokens and reach SCIM; an admin's access token may call SCIM too.
+    for (const role of ['viewer', 'developer'] as const) {
+      const other = await server.tokenFor(caller.accountId, role);
+      expectProblem(await server.api('GET', '/directory-integration/tokens', { token: other }), 403);
+      expectProblem(await server.api('POST', '/directory-integration/tokens', { token: other, body: { name: 'x' } }), 403);
+      expectScimError(await scim('GET', '/Users', undefined, {}, other), 403);
+    }
+    assert.equal((await scim('GET', '/Users', undefined, {}, caller.token)).status, 200);
+
+    const revoked = await server.api('DELETE', `/directory-integration/tokens/${id}`, { token: caller.token });
+    assert.equal(revoked.status, 200, revoked.text);
+    assert.ok(revoked.body.revokedAt);
+    expectScimError(await scim('GET', '/Users', undefined, {}, secret), 401);
+    expectScimError(await scim('GET', '/Users', undefined, {}, `${secret.slice(0, -2)}xx`), 401);
+    expectProblem(
+      await server.api('DELETE', `/directory-integration/tokens/${crypto.randomUUID()}`, { token: caller.token }),
+      404,
+    );
+    expectProblem(await server.api('POST', '/directory-integration/tokens', { token: caller.token, body: { name: '' } }), 400);
+  });
+
+  test('errors: SCIM error schema for scim+json clients, problem+json (with scimType) for the others', async () => {
+    const bad = `${BASE}/Users?filter=${encodeURIComponent('userName eq')}`;
+    expectScimError(await server.api('GET', bad, { token, headers: { accept: SCIM } }), 400, 'invalidFilter');
+    const problem = expectProblem(await server.api('GET', bad, { token }), 400);
+    assert.equal((problem as { scimType?: string }).scimType, 'invalidFilter');
+    const missing = await server.api('POST', `${BASE}/Users`, { token, body: {} });
+    assert.equal(expectProblem(missing, 400).detail, 'userName is required.');
+    expectScimError(await scim('POST', '/Users', { displayName: 'no user name' }), 400, 'invalidValue');
+    // Sent as scim+json, answered as SCIM even without Accept.
+    const sent = await server.api('POST', `${BASE}/Users`, {
+      token,
+      body: JSON.stringify({}),
+      headers: { 'content-type': SCIM },
+    });
+    expectScimError(sent, 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', '{not json'), 400);
+  });
+
+  test('filters compile every operator, logic, parentheses and attribute paths, case-insensitively where the attribute is', async () => {
+    const other = await server.newAccount('filters');
+    const adminToken = other.token;
+    const make = (userName: string, extra: Record<string, unknown>) => user(userName, extra, adminToken);
+    await make('Alice@Example.com', {
+      externalId: 'EXT-a',
+      name: { familyName: 'Smith', givenName: 'Alice' },
+      title: 'Engineer',
+      active: true,
+      emails: [
+        { value: 'alice@work.example', type: 'work' },
+        { value: 'alice@home.example', type: 'home' },
+      ],
+    });
+    await make('bob@example.com', {
+      externalId: 'ext-b',
+      name: { familyName: 'Jones', givenName: 'Bob' },
+      active: false,
+      emails: [{ value: 'bob@home.example', type: 'work' }],
+    });
+    await make('carol@other.org', {
+      name: { familyName: 'Smithers' },
+      title: 'Manager',
+      emails: [{ value: 'carol@work.example', type: 'home' }],
+    });
+    const query = async (filter: string) => {
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(filter)}`, undefined, {}, adminToken);
+      assert.equal(answer.status, 200, `${filter}: ${answer.text}`);
+      assert.deepEqual(answer.body.schemas, ['urn:ietf:params:scim:api:messages:2.0:ListResponse']);
+      assert.equal(answer.body.totalResults, answer.body.Resources.length);
+      return ids(answer);
+    };
+    const all = ['Alice@Example.com', 'bob@example.com', 'carol@other.org'];
+    assert.deepEqual(await query('userName eq "alice@example.com"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('USERNAME Eq "ALICE@EXAMPLE.COM"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('userName ne "alice@example.com"'), ['bob@example.com', 'carol@other.org']);
+    assert.deepEqual(await query('userName co "EXAMPLE"'), ['Alice@Example.com', 'bob@example.com']);
+    assert.deepEqual(await query('userName sw "b"'), ['bob@example.com']);
+    assert.deepEqual(await query('userName ew ".ORG"'), ['carol@other.org']);
+    assert.deepEqual(await query('title pr'), ['Alice@Example.com', 'carol@other.org']);
+    assert.deepEqual(await query('name.familyName sw "smith"'), ['Alice@Example.com', 'carol@other.org']);
+    assert.deepEqual(await query('name.familyName eq "Smith"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('userName gt "b"'), ['bob@example.com', 'carol@other.org']);
+    assert.deepEqual(await query('userName ge "bob@example.com"'), ['bob@example.com', 'carol@other.org']);
+    assert.deepEqual(await query('userName lt "bob@example.com"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('userName le "bob@example.com"'), ['Alice@Example.com', 'bob@example.com']);
+    // externalId is case-exact.
+    assert.deepEqual(await query('externalId eq "EXT-a"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('externalId eq "ext-a"'), []);
+    assert.deepEqual(await query('active eq true'), ['Alice@Example.com']);
+    assert.deepEqual(await query('active eq false'), ['bob@example.com']);
+    // Logic and parentheses.
+    assert.deepEqual(await query('title eq "engineer" or active eq false'), ['Alice@Example.com', 'bob@example.com']);
+    assert.deepEqual(await query('name.familyName sw "smith" and not (title eq "manager")'), ['Alice@Example.com']);
+    assert.deepEqual(await query('(userName sw "a" or userName sw "c") and title pr and not (active eq true)'), [
+      'carol@other.org',
+    ]);
+    // Multi-valued attributes: any value, or one value meeting the whole value filter.
+    assert.deepEqual(await query('emails co "home.example"'), ['Alice@Example.com', 'bob@example.com']);
+    assert.deepEqual(await query('emails.value ew "@work.example"'), ['Alice@Example.com', 'carol@other.org']);
+    assert.deepEqual(await query('emails[type eq "work" and value co "home"]'), ['bob@example.com']);
+    assert.deepEqual(await query('emails[type eq "work"].value co "work.example"'), ['Alice@Example.com']);
+    assert.deepEqual(await query('emails[type eq "home"].value co "work.example"'), ['carol@other.org']);
+    assert.deepEqual(await query('emails[not (type eq "work")]'), ['Alice@Example.com', 'carol@other.org']);
+    assert.deepEqual(await query('emails[type eq "work" or value sw "carol"]'), all);
+    // Dates: meta.created and meta.lastModified, against any RFC 3339 spelling.
+    assert.deepEqual(await query('meta.created gt "2000-01-01T00:00:00Z"'), all);
+    assert.deepEqual(await query('meta.lastModified lt "2000-01-01T00:00:00+01:00"'), []);
+    assert.deepEqual(await query('meta.created ge "2000-01-01T00:00:00Z" and meta.created le "2999-01-01T00:00:00Z"'), all);
+    assert.deepEqual(await query('meta.created eq "2000-01-01T00:00:00Z"'), []);
+    assert.deepEqual(await query('urn:ietf:params:scim:schemas:core:2.0:User:userName eq "bob@example.com"'), [
+      'bob@example.com',
+    ]);
+
+    for (const bad of [
+      'userName eq',
+      'userName xx "a"',
+      'nope eq "a"',
+      'password eq "x"',
+      'active gt true',
+      'meta.created gt "yesterday"',
+      'name eq "x"',
+      'emails[value eq "a"',
+      '',
+    ]) {
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(bad)}`, undefined, {}, adminToken);
+      assert.equal(expectScimError(answer, 400).scimType, 'invalidFilter', bad);
+    }
+  });
+
+  test('lists page with startIndex/count, sort with sortBy/sortOrder, and answer the attributes asked for', async () => {
+    const other = await server.newAccount('paging');
+    const names = ['delta', 'alpha', 'echo', 'charlie', 'bravo'];
+    for (const name of names)
+      await user(`${name}@example.com`, { displayName: name.toUpperCase(), name: { givenName: name } }, other.token);
+    const list = (q: string) => scim('GET', `/Users?${q}`, undefined, {}, other.token);
+    const page = await list('sortBy=userName&startIndex=2&count=2');
+    assert.equal(page.body.totalResults, 5);
+    assert.equal(page.body.startIndex, 2);
+    assert.equal(page.body.itemsPerPage, 2);
+    assert.deepEqual(
+      page.body.Resources.map((r: { userName: string }) => r.userName),
+      ['bravo@example.com', 'charlie@example.com'],
+    );
+    const descending = await list('sortBy=displayName&sortOrder=descending&count=3');
+    assert.deepEqual(
+      descending.body.Resources.map((r: { displayName: string }) => r.displayName),
+      ['ECHO', 'DELTA', 'CHARLIE'],
+    );
+    const counted = await list('count=0');
+    assert.deepEqual([counted.body.totalResults, counted.body.Resources], [5, []]);
+    const beyond = await list('startIndex=0&count=100&sortBy=meta.created');
+    assert.equal(beyond.body.startIndex, 1);
+    assert.equal(beyond.body.Resources.length, 5);
+    const picked = await list('attributes=userName,name.givenName&sortBy=userName&count=1');
+    assert.deepEqual(picked.body.Resources[0], {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      id: picked.body.Resources[0].id,
+      userName: 'alpha@example.com',
+      name: { givenName: 'alpha' },
+    });
+    const trimmed = await list('excludedAttributes=name,meta,displayName&sortBy=userName&count=1');
+    assert.deepEqual(Object.keys(trimmed.body.Resources[0]).sort(), ['id', 'schemas', 'userName']);
+    const one = await scim('GET', `/Users/${picked.body.Resources[0].id}?attributes=displayName`, undefined, {}, other.token);
+    assert.deepEqual(Object.keys(one.body).sort(), ['displayName', 'id', 'schemas']);
+    expectScimError(await list('sortBy=nothing'), 400);
+    expectScimError(await list('attributes=nothing'), 400, 'invalidPath');
+  });
+
+  test('userName is unique case-insensitively: 409 uniqueness on create, replace and patch', async () => {
+    const first = await user('Unique.Person@example.com');
+    expectScimError(await scim('POST', '/Users', { userName: 'unique.person@EXAMPLE.com' }), 409, 'uniqueness');
+    const second = await user('second.person@example.com');
+    expectScimError(await scim('PUT', `/Users/${second.id}`, { userName: 'UNIQUE.PERSON@example.com' }), 409, 'uniqueness');
+    expectScimError(
+      await scim(
+        'PATCH',
+        `/Users/${second.id}`,
+        patchOf({ op: 'replace', path: 'userName', value: 'unique.person@example.com' }),
+      ),
+      409,
+      'uniqueness',
+    );
+    // The same user may change the case of its own userName.
+    const renamed = await scim(
+      'PATCH',
+      `/Users/${first.id}`,
+      patchOf({ op: 'replace', path: 'userName', value: 'unique.person@example.com' }),
+    );
+    assert.equal(renamed.status, 200, renamed.text);
+    assert.equal(renamed.body.userName, 'unique.person@example.com');
+  });
+
+  test('PUT replaces a user; PATCH applies add, remove and replace with and without paths and value filters', async () => {
+    const created = await user('patch.me@example.com', {
+      name: { givenName: 'Pat', familyName: 'Me' },
+      emails: [{ value: 'pat@work.example', type: 'work', primary: true }],
+      title: 'Intern',
+      password: 'first secret',
+    });
+    const path = `/Users/${created.id}`;
+    const patch = async (...operations: unknown[]) => {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(answer.status, 200, answer.text);
+      assert.equal(answer.text.includes('secret'), false);
+      return answer.body;
+    };
+    let body = await patch({ op: 'replace', value: { active: false, 'name.givenName': 'Patricia', id: 'ignored' } });
+    assert.equal(body.active, false);
+    assert.equal(body.name.givenName, 'Patricia');
+    assert.equal(body.id, created.id);
+    body = await patch({ op: 'Replace', path: 'active', value: 'True' });
+    assert.equal(body.active, true);
+    body = await patch({ op: 'REPLACE', path: 'emails[type eq "work"].value', value: 'patricia@work.example' });
+    assert.deepEqual(body.emails, [{ value: 'patricia@work.example', type: 'work', primary: true }]);
+    body = await patch({
+      op: 'add',
+      path: 'emails',
+      value: [
+        { value: 'pat@home.example', type: 'home' },
+        { value: 'patricia@work.example', type: 'work', primary: true },
+      ],
+    });
+    assert.equal(body.emails.length, 2, 'a value already there is not added twice');
+    body = await patch({ op: 'replace', path: 'phoneNumbers[type eq "mobile"].value', value: '+1 555 0100' });
+    assert.deepEqual(
+      body.phoneNumbers,
+      [{ type: 'mobile', value: '+1 555 0100' }],
+      'a value filter of equalities names the value to create',
+    );
+    body = await patch(
+      { op: 'remove', path: 'emails[type eq "home"]' },
+      { op: 'remove', path: 'title' },
+      { op: 'add', path: 'name', value: { middleName: 'Q' } },
+    );
+    assert.deepEqual(
+      body.emails.map((e: { type: string }) => e.type),
+      ['work'],
+    );
+    assert.equal(body.title, undefined);
+    assert.deepEqual(body.name, { givenName: 'Patricia', familyName: 'Me', middleName: 'Q' });
+    body = await patch(
+      { op: 'remove', path: 'name.middleName' },
+      { op: 'add', path: 'urn:ietf:params:scim:schemas:core:2.0:User:nickName', value: 'Trish' },
+    );
+    assert.equal(body.name.middleName, undefined);
+    assert.equal(body.nickName, 'Trish');
+    // Another schema's attribute (Entra's enterprise extension) is ignored, not refused.
+    body = await patch({
+      op: 'add',
+      path: 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User:department',
+      value: 'R&D',
+    });
+    assert.equal(body.meta.version, 'W/"9"');
+    // The password is replaced (hash changes) and never answered.
+    const before = await server.db
+      .selectFrom('scimUsers')
+      .select('passwordHash')
+      .where('id', '=', created.id)
+      .executeTakeFirstOrThrow();
+    await patch({ op: 'replace', path: 'password', value: 'second secret' });
+    const afterPatch = await server.db
+      .selectFrom('scimUsers')
+      .select('passwordHash')
+      .where('id', '=', created.id)
+      .executeTakeFirstOrThrow();
+    assert.notEqual(afterPatch.passwordHash, before.passwordHash);
+
+    const replaced = await scim('PUT', path, { userName: 'patch.me@example.com', displayName: 'Only this' });
+    assert.equal(replaced.status, 200, replaced.text);
+    assert.deepEqual(Object.keys(replaced.body).sort(), ['displayName', 'id', 'meta', 'schemas', 'userName']);
+    assert.equal(replaced.body.meta.created, created.meta.created);
+    const kept = await server.db
+      .selectFrom('scimUsers')
+      .select('passwordHash')
+      .where('id', '=', created.id)
+      .executeTakeFirstOrThrow();
+    assert.equal(kept.passwordHash, afterPatch.passwordHash, 'PUT without a password keeps it');
+    expectScimError(await scim('PUT', '/Users/00000000-0000-0000-0000-000000000000', { userName: 'x' }), 404);
+  });
+
+  test('PATCH failures: each scimType, and one bad operation leaves the resource unchanged', async () => {
+    const created = await user('atomic@example.com', { title: 'Before', emails: [{ value: 'a@work.example', type: 'work' }] });
+    const path = `/Users/${created.id}`;
+    const cases: [unknown, string][] = [
+      [{ Operations: [{ op: 'add', path: 'title', value: 'x' }] }, 'invalidSyntax'],
+      [
+        { schemas: ['urn:ietf:params:scim:api:messages:2.0:Nope'], Operations: [{ op: 'add', path: 'title', value: 'x' }] },
+        'invalidSyntax',
+      ],
+      [patchOf(), 'invalidSyntax'],
+      [patchOf({ op: 'move', path: 'title', value: 'x' }), 'invalidSyntax'],
+      [patchOf({ op: 'remove' }), 'noTarget'],
+      [patchOf({ op: 'replace', path: 'emails[value co "nothing"].type', value: 'home' }), 'noTarget'],
+      [patchOf({ op: 'replace', path: 'nothing', value: 'x' }), 'invalidPath'],
+      [patchOf({ op: 'replace', path: 'name.nothing', value: 'x' }), 'invalidPath'],
+      [patchOf({ op: 'replace', path: 'title[value eq "x"]', value: 'x' }), 'invalidPath'],
+      [patchOf({ op: 'replace', path: 'emails[type eq]', value: 'x' }), 'invalidFilter'],
+      [patchOf({ op: 'replace', path: 'active', value: 'maybe' }), 'invalidValue'],
+      [patchOf({ op: 'replace', path: 'emails', value: 'not a list' }), 'invalidValue'],
+      [patchOf({ op: 'replace', path: 'id', value: 'mine' }), 'mutability'],
+      [patchOf({ op: 'add', path: 'groups', value: [{ value: 'x' }] }), 'mutability'],
+      [patchOf({ op: 'remove', path: 'userName' }), 'invalidValue'],
+    ];
+    for (const [body, scimType] of cases) {
+      const answer = await scim('PATCH', path, body);
+      assert.equal(expectScimError(answer, 400).scimType, scimType, JSON.stringify(body));
+    }
+    // Good operations first, a bad one last: nothing changes.
+    const answer = await scim(
+      'PATCH',
+      path,
+      patchOf(
+        { op: 'replace', path: 'title', value: 'After' },
+        { op: 'add', path: 'nickName', value: 'n' },
+        { op: 'replace', path: 'active', value: 42 },
+      ),
+    );
+    expectScimError(answer, 400, 'invalidValue');
+    const read = await scim('GET', path);
+    assert.equal(read.body.title, 'Before');
+    assert.equal(read.body.nickName, undefined);
+    assert.equal(read.body.meta.version, 'W/"1"');
+  });
+
+  test('ETags: If-Match with another version is 412 for PUT, PATCH and DELETE; If-None-Match answers 304', async () => {
+    const created = await user('etag@example.com');
+    const path = `/Users/${created.id}`;
+    const stale = { 'if-match': 'W/"7"' };
+    expectScimError(await scim('PUT', path, { userName: 'etag@example.com', title: 'x' }, stale), 412);
+    expectScimError(await scim('PATCH', path, patchOf({ op: 'add', path: 'title', value: 'x' }), stale), 412);
+    expectScimError(await scim('DELETE', path, undefined, stale), 412);
+    const patched = await scim('PATCH', path, patchOf({ op: 'add', path: 'title', value: 'x' }), { 'if-match': 'W/"1"' });
+    assert.equal(patched.status, 200, patched.text);
+    assert.equal(patched.headers.get('etag'), 'W/"2"');
+    expectScimError(await scim('PATCH', path, patchOf({ op: 'add', path: 'title', value: 'y' }), { 'if-match': 'W/"1"' }), 412);
+    assert.equal((await scim('GET', path, undefined, { 'if-none-match': 'W/"2"' })).status, 304);
+    assert.equal((await scim('GET', path, undefined, { 'if-none-match': 'W/"1"' })).status, 200);
+    assert.equal((await scim('PUT', path, { userName: 'etag@example.com' }, { 'if-match': '*' })).status, 200);
+    assert.equal((await scim('DELETE', path, undefined, { 'if-match': 'W/"3"' })).status, 204);
+    expectScimError(await scim('GET', path), 404);
+    expectScimError(await scim('DELETE', path), 404);
+  });
+
+  test("groups: extension fields, members in their own table, the users' groups, and the project grant", async () => {
+    const projectId = await server.newProject(caller, 'Warehouse');
+    const [ann, ben] = [await user('ann@example.com', { displayName: 'Ann' }), await user('ben@example.com')];
+    const created = await group('Engineers', {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:Group', GROUP_EXTENSION],
+      [GROUP_EXTENSION]: { projectId, role: 'developer', environment: 'production' },
+      members: [{ value: ann.id }],
+    });
+    assert.deepEqual(created.schemas, ['urn:ietf:params:scim:schemas:core:2.0:Group', GROUP_EXTENSION]);
+    const fields = {
+      accountId: caller.accountId,
+      accountName: 'test account',
+      projectId,
+      projectName: 'Warehouse',
+      environment: 'production',
+      role: 'developer',
+    };
+    assert.deepEqual(created[GROUP_EXTENSION], fields);
+    for (const [name, value] of Object.entries(fields)) assert.equal(created[name], value, name);
+    assert.deepEqual(created.members, [
+      { value: ann.id, $ref: `${created.meta.location.split('/Groups/')[0]}/Users/${ann.id}`, display: 'Ann', type: 'USER' },
+    ]);
+    const rows = await server.db.selectFrom('scimGroupMembers').selectAll().where('groupId', '=', created.id).execute();
+    assert.deepEqual(rows, [{ groupId: created.id, userId: ann.id }]);
+
+    const annRead = await scim('GET', `/Users/${ann.id}`);
+    assert.deepEqual(annRead.body.groups, [
+      { value: created.id, $ref: created.meta.location, display: 'Engineers', type: 'DIRECT' },
+    ]);
+    assert.equal((await scim('GET', `/Users/${ben.id}`)).body.groups, undefined);
+    const grants = await server.api('GET', `/directory-integration/users/${ann.id}/project-grants`, { token: caller.token });
+    assert.deepEqual(grants.body, [{ projectId, projectName: 'Warehouse', role: 'developer', groupId: created.id }]);
+    assert.deepEqual(
+      (await server.api('GET', `/directory-integration/users/${ben.id}/project-grants`, { token: caller.token })).body,
+      [],
+    );
+
+    // Filters over members and groups, and a group without its members.
+    assert.deepEqual(ids(await find(`members[value eq "${ann.id}"]`, 'Groups')), ['Engineers']);
+    assert.deepEqual(ids(await find(`members.value eq "${ben.id}"`, 'Groups')), []);
+    assert.deepEqual(ids(await find(`groups.value eq "${created.id}"`)), ['ann@example.com']);
+    assert.deepEqual(ids(await find('displayName eq "engineers"', 'Groups')), ['Engineers']);
+    assert.deepEqual(ids(await find(`projectId eq "${projectId}" and role eq "developer"`, 'Groups')), ['Engineers']);
+    const lean = await scim('GET', `/Groups/${created.id}?excludedAttributes=members`);
+    assert.equal(lean.body.members, undefined);
+    assert.equal(lean.body.displayName, 'Engineers');
+
+    expectScimError(await scim('POST', '/Groups', { displayName: 'x', projectId: crypto.randomUUID() }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Groups', { displayName: 'x', role: 'owner' }), 400, 'invalidValue');
+    expectScimError(
+      await scim('POST', '/Groups', { displayName: 'x', members: [{ value: crypto.randomUUID() }] }),
+      400,
+      'invalidValue',
+    );
+
+    // Deleting a user removes its memberships; deleting the group removes the grant.
+    assert.equal((await scim('DELETE', `/Users/${ann.id}`)).status, 204);
+    assert.deepEqual((await scim('GET', `/Groups/${created.id}`)).body.members, []);
+    assert.equal((await scim('DELETE', `/Groups/${created.id}`)).status, 204);
+    expectScimError(await scim('GET', `/Groups/${created.id}`), 404);
+  });
+
+  test('E25 patches group members: add (duplicates ignored), remove by filter or by value, remove all, replace, atomically', async () => {
+    const users = [];
+    for (const name of ['m1', 'm2', 'm3', 'm4']) users.push((await user(`${name}@members.example`)).id);
+    const [u1, u2, u3, u4] = users;
+    const created = await group('Patched');
+    const path = `/Groups/${created.id}`;
+    const members = async () => ((await scim('GET', path)).body.members as { value: string }[]).map((m) => m.value).sort();
+    const patch = async (...operations: unknown[]) => {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(answer.status, 200, answer.text);
+      return answer;
+    };
+    await patch({ op: 'add', path: 'members', value: [{ value: u1 }, { value: u2 }] });
+    assert.deepEqual(await members(), [u1, u2].sort());
+    await patch(
+      { op: 'Add', path: 'members', value: [{ value: u2 }, { value: u3, display: 'ignored' }] },
+      { op: 'add', path: 'members', value: [{ value: u3 }] },
+    );
+    assert.deepEqual(await members(), [u1, u2, u3].sort());
+    await patch({ op: 'remove', path: `members[value eq "${u1}"]` });
+    assert.deepEqual(await members(), [u2, u3].sort());
+    await patch({ op: 'Remove', path: 'members', value: [{ value: u2 }] });
+    assert.deepEqual(await members(), [u3]);
+    await patch({ op: 'add', value: { members: [{ value: u4 }], displayName: 'Renamed' } });
+    assert.deepEqual(await members(), [u3, u4].sort());
+    await patch({ op: 'remove', path: 'members' });
+    assert.deepEqual(await members(), []);
+    await patch({ op: 'replace', path: 'members', value: [{ value: u1 }, { value: u4 }] });
+    assert.deepEqual(await members(), [u1, u4].sort());
+    await patch({ op: 'remove', path: `members[value eq "${u1}" or value eq "${u4}"]` });
+    assert.deepEqual(await members(), []);
+    const renamed = await patch(
+      { op: 'replace', path: 'displayName', value: 'Final' },
+      { op: 'replace', path: `${GROUP_EXTENSION}:environment`, value: 'test' },
+    );
+    assert.equal(renamed.body.displayName, 'Final');
+    assert.equal(renamed.body[GROUP_EXTENSION].environment, 'test');
+    assert.deepEqual(ids(await find('displayName eq "final"', 'Groups')), ['Final']);
+
+    // Atomic: a valid add, then a member of another account, a bad path, a bad filter: nothing changes.
+    await patch({ op: 'add', path: 'members', value: [{ value: u1 }] });
+    const version = (await scim('GET', path)).body.meta.version;
+    const stranger = (await user('stranger@example.com', {}, (await server.newAccount('stranger')).token)).id;
+    const failures: [unknown[], string][] = [
+      [
+        [
+          { op: 'add', path: 'members', value: [{ value: u2 }] },
+          { op: 'add', path: 'members', value: [{ value: stranger }] },
+        ],
+        'invalidValue',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'add', path: 'members', value: [{ value: 'not-a-user' }] },
+        ],
+        'invalidValue',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'replace', path: 'members[value eq "x"].display', value: 'y' },
+        ],
+        'invalidPath',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'remove', path: 'members[display eq "x"]' },
+        ],
+        'invalidFilter',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'remove', path: 'members[value eq ]' },
+        ],
+        'invalidFilter',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'replace', path: 'nothing', value: 'x' },
+        ],
+        'invalidPath',
+      ],
+      [[{ op: 'remove', path: 'members' }, { op: 'remove' }], 'noTarget'],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'replace', path: 'displayName', value: 7 },
+        ],
+        'invalidValue',
+      ],
+      [
+        [
+          { op: 'remove', path: 'members' },
+          { op: 'add', path: 'members', value: [{ value: u2, type: 'Group' }] },
+        ],
+        'invalidValue',
+      ],
+    ];
+    for (const [operations, scimType] of failures) {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(expectScimError(answer, 400).scimType, scimType, JSON.stringify(operations));
+    }
+    expectScimError(await scim('PATCH', path, { Operations: [{ op: 'remove', path: 'members' }] }), 400, 'invalidSyntax');
+    const after = await scim('GET', path);
+    assert.deepEqual(
+      after.body.members.map((m: { value: string }) => m.value),
+      [u1],
+    );
+    assert.equal(after.body.meta.version, version);
+    expectScimError(await scim('PATCH', path, patchOf({ op: 'remove', path: 'members' }), { 'if-match': 'W/"1"' }), 412);
+    expectScimError(
+      await scim('PATCH', '/Groups/00000000-0000-0000-0000-000000000000', patchOf({ op: 'remove', path: 'members' })),
+      404,
+    );
+    // PUT replaces the members too.
+    const replaced = await scim('PUT', path, { displayName: 'Final', members: [{ value: u2 }, { value: u3 }] });
+    assert.equal(replaced.status, 200, replaced.text);
+    assert.deepEqual(await members(), [u2, u3].sort());
+  });
+
+  test("accounts never see each other's users or groups", async () => {
+    const mine = await user('isolated@example.com');
+    const myGroup = await group('Isolated');
+    const other = await server.newAccount('other');
+    const otherToken = (await server.api('POST', '/directory-integration/tokens', { token: other.token, body: { name: 'idp' } }))
+      .body.token;
+    const as = (method: string, path: string, body?: unknown) => scim(method, path, body, {}, otherToken);
+    expectScimError(await as('GET', `/Users/${mine.id}`), 404);
+    expectScimError(await as('GET', `/Groups/${myGroup.id}`), 404);
+    expectScimError(await as('PATCH', `/Users/${mine.id}`, patchOf({ op: 'replace', path: 'active', value: false })), 404);
+    expectScimError(await as('PUT', `/Groups/${myGroup.id}`, { displayName: 'taken' }), 404);
+    expectScimError(await as('DELETE', `/Users/${mine.id}`), 404);
+    const listed = await as('GET', `/Users?filter=${encodeURIComponent('userName eq "isolated@example.com"')}`);
+    assert.equal(listed.body.totalResults, 0);
+    assert.equal((await as('GET', '/Groups')).body.totalResults, 0);
+    // The same userName may exist in another account.
+    const theirs = await user('isolated@example.com', {}, otherToken);
+    const theirGroup = (await as('POST', '/Groups', { displayName: 'Theirs' })).body;
+    expectScimError(
+      await as('PATCH', `/Groups/${theirGroup.id}`, patchOf({ op: 'add', path: 'members', value: [{ value: mine.id }] })),
+      400,
+      'invalidValue',
+    );
+    expectScimError(
+      await scim('PATCH', `/Groups/${myGroup.id}`, patchOf({ op: 'add', path: 'members', value: [{ value: theirs.id }] })),
+      400,
+      'invalidValue',
+    );
+  });
 });

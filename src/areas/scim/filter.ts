@@ -41,6 +41,7 @@ function correlated(text: string): string {
     } else if (text[i] === '[') {
       let close = i + 1;
       while (close < text.length && text[close] !== ']') close = text[close] === '"' ? endOfString(text, close) : close + 1;
+      if (close >= text.length) throw invalidFilter('The filter has a "[" without its "]".');
       const inner = correlated(text.slice(i + 1, close));
       const trailing = TRAILING_COMPARISON.exec(text.slice(close + 1));
       if (trailing) {
@@ -287,7 +288,7 @@ export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<
 }
 
 /** What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource, the least of a multi-valued one. */
-export function sortKey(scope: FilterScope, sortBy: string): Sql {
+export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown> {
   const found = target(scope, sortBy);
   if (found.leaf.type === 'complex' || membership(scope, found.root))
     throw scimError(400, 'invalidPath', `${sortBy} cannot be sorted by.`);

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import type { RawBuilder, SelectQueryBuilder } from 'kysely';
 import type { Db, Dialect, Executor, Trx } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { hashSecret } from '../../core/auth/secrets.ts';
 import { GROUP, USER, type ResourceKind } from './definitions.ts';
 import { filterCondition, membershipCondition, parseFilter, sortKey, type FilterScope } from './filter.ts';
@@ -285,6 +286,16 @@ function filterScope(scope: Scope, kind: ResourceKind): FilterScope {
   };
 }
 
+/** Sorted by `order` when there is one, resources without a value last either way (both stores alike). */
+function sorted<Q extends SelectQueryBuilder<any, any, any>>(
+  q: Q,
+  order: RawBuilder<unknown> | undefined,
+  sortOrder?: string,
+): Q {
+  if (!order) return q;
+  return q.orderBy(sql`(${order}) is null`).orderBy(order, sortOrder === 'descending' ? 'desc' : 'asc') as Q;
+}
+
 export interface ListAnswer {
   totalResults: number;
   startIndex: number;
@@ -302,7 +313,7 @@ async function list<Row extends { id: string }>(
       condition: ReturnType<typeof filterCondition> | undefined,
       offset: number,
       limit: number,
-      order: unknown,
+      order: RawBuilder<unknown> | undefined,
     ) => Promise<Row[]>;
     count: (condition: ReturnType<typeof filterCondition> | undefined) => Promise<number>;
   },
@@ -334,11 +345,7 @@ export function listUsers(scope: Scope, query: ListQuery): Promise<ListAnswer> {
           .select(['id', 'document', 'version', 'createdAt', 'lastModified'])
           .where('accountId', '=', scope.accountId);
         if (condition) q = q.where(condition);
-        if (order) {
-          const direction = query.sortOrder === 'descending' ? 'desc' : 'asc';
-          q = q.orderBy(order as never, direction);
-        }
-        return q.orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
+        return sorted(q, order, query.sortOrder).orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
       },
       count: async (condition) => {
         let q = scope.db.selectFrom('scimUsers').where('accountId', '=', scope.accountId);
@@ -610,8 +617,7 @@ export function listGroups(scope: Scope, query: ListQuery): Promise<ListAnswer> 
           .select(['id', 'document', 'projectId', 'version', 'createdAt', 'lastModified'])
           .where('accountId', '=', scope.accountId);
         if (condition) q = q.where(condition);
-        if (order) q = q.orderBy(order as never, query.sortOrder === 'descending' ? 'desc' : 'asc');
-        return q.orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
+        return sorted(q, order, query.sortOrder).orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
       },
       count: async (condition) => {
         let q = scope.db.selectFrom('scimGroups').where('accountId', '=', scope.accountId);
