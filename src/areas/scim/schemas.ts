@@ -62,9 +62,13 @@ function jsonSchemaOf(definition: AttributeDefinition): Record<string, unknown> 
   const description = definition.description;
   let schema: Record<string, unknown>;
   if (definition.type === 'complex') {
+    const subs = definition.subAttributes ?? [];
+    // "$ref" cannot be a key of `properties`: schema tools read it as a reference. A pattern says the same.
+    const references = subs.filter((sub) => sub.name === '$ref');
     schema = {
       type: 'object',
-      properties: Object.fromEntries((definition.subAttributes ?? []).map((sub) => [sub.name, jsonSchemaOf(sub)])),
+      properties: Object.fromEntries(subs.filter((sub) => sub.name !== '$ref').map((sub) => [sub.name, jsonSchemaOf(sub)])),
+      ...(references.length > 0 && { patternProperties: { '^\\$ref$': jsonSchemaOf(references[0]) } }),
     };
   } else if (definition.type === 'boolean') schema = { type: 'boolean' };
   else if (definition.type === 'dateTime') schema = { type: 'string', format: 'date-time' };
