@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import SCIMMY from 'scimmy';
+import { filter as referenceFilter, parse as parseFilter } from 'scim2-parse-filter';
 import { describeEachStore, expectProblem, TestServer, type Answer, type Caller } from '../helpers/harness.ts';
 
 const SCIM = 'application/scim+json';
@@ -729,5 +731,326 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       400,
       'invalidValue',
     );
+  });
+
+  test("Okta's provisioning sequence: find by userName, create, read, update, deactivate, push a group and its members", async () => {
+    const okta = (method: string, path: string, body?: unknown) =>
+      scim(method, path, body, body === undefined ? {} : { 'content-type': 'application/scim+json; charset=utf-8' });
+    const lookup = await okta(
+      'GET',
+      `/Users?filter=${encodeURIComponent('userName eq "isabella.okta@example.com"')}&startIndex=1&count=100`,
+    );
+    assert.deepEqual(lookup.body, {
+      schemas: ['urn:ietf:params:scim:api:messages:2.0:ListResponse'],
+      totalResults: 0,
+      startIndex: 1,
+      itemsPerPage: 0,
+      Resources: [],
+    });
+    const created = await okta('POST', '/Users', {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      userName: 'isabella.okta@example.com',
+      name: { givenName: 'Isabella', familyName: 'Okta' },
+      emails: [{ primary: true, value: 'isabella.okta@example.com', type: 'work' }],
+      displayName: 'Isabella Okta',
+      locale: 'en-US',
+      externalId: '00ujl29u0le5T6Aj10h7',
+      groups: [],
+      password: '1mz050nq',
+      active: true,
+    });
+    assert.equal(created.status, 201, created.text);
+    const id = created.body.id;
+    const found = await okta(
+      'GET',
+      `/Users?filter=${encodeURIComponent('userName eq "Isabella.Okta@example.com"')}&startIndex=1&count=100`,
+    );
+    assert.equal(found.body.totalResults, 1);
+    assert.equal(found.body.Resources[0].id, id);
+    assert.equal((await okta('GET', `/Users/${id}`)).body.active, true);
+    const updated = await okta('PUT', `/Users/${id}`, { ...created.body, name: { givenName: 'Bella', familyName: 'Okta' } });
+    assert.equal(updated.status, 200, updated.text);
+    assert.equal(updated.body.name.givenName, 'Bella');
+    const deactivated = await okta('PATCH', `/Users/${id}`, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'replace', value: { active: false } }],
+    });
+    assert.equal(deactivated.status, 200, deactivated.text);
+    assert.equal(deactivated.body.active, false);
+    assert.deepEqual(ids(await find('active eq false and userName eq "isabella.okta@example.com"')), [
+      'isabella.okta@example.com',
+    ]);
+
+    const pushed = await okta('POST', '/Groups', {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:Group'],
+      displayName: 'Okta Test Group',
+      members: [],
+    });
+    assert.equal(pushed.status, 201, pushed.text);
+    const groupPath = `/Groups/${pushed.body.id}`;
+    assert.equal(
+      (await okta('GET', `/Groups?filter=${encodeURIComponent('displayName eq "Okta Test Group"')}&startIndex=1&count=100`)).body
+        .totalResults,
+      1,
+    );
+    const renamed = await okta('PATCH', groupPath, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'replace', value: { id: pushed.body.id, displayName: 'Okta Group' } }],
+    });
+    assert.equal(renamed.body.displayName, 'Okta Group');
+    const added = await okta('PATCH', groupPath, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'add', path: 'members', value: [{ value: id, display: 'isabella.okta@example.com' }] }],
+    });
+    assert.deepEqual(
+      added.body.members.map((m: { value: string }) => m.value),
+      [id],
+    );
+    const removed = await okta('PATCH', groupPath, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'remove', path: `members[value eq "${id}"]` }],
+    });
+    assert.deepEqual(removed.body.members, []);
+    assert.equal((await okta('GET', '/Groups?startIndex=1&count=100')).status, 200);
+    assert.equal((await okta('DELETE', groupPath)).status, 204);
+  });
+
+  test("Microsoft Entra's provisioning sequence: filter, create with the enterprise extension, PATCH with its quirks, group members", async () => {
+    const entra = (method: string, path: string, body?: unknown) => scim(method, path, body);
+    const userName = 'Test_User_dfeef4c5-5681-4387-b016-bdf221e82081';
+    assert.equal((await entra('GET', `/Users?filter=${encodeURIComponent(`userName eq "${userName}"`)}`)).body.totalResults, 0);
+    const created = await entra('POST', '/Users', {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User', 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User'],
+      externalId: '0a21f0f2-8d2a-4f8e-bf98-7363c4aed4ef',
+      userName,
+      active: true,
+      emails: [{ primary: true, type: 'work', value: 'Test_User_fd0ea19b-0777-472c-9f96-4f70d2226f2e@testuser.com' }],
+      meta: { resourceType: 'User' },
+      name: { formatted: 'givenName familyName', familyName: 'familyName', givenName: 'givenName' },
+      roles: [],
+      'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User': { department: 'R&D' },
+    });
+    assert.equal(created.status, 201, created.text);
+    const id = created.body.id;
+    assert.equal(
+      (await entra('GET', `/Users?filter=${encodeURIComponent(`userName eq "${userName.toLowerCase()}"`)}`)).body.Resources[0].id,
+      id,
+    );
+    const patched = await entra('PATCH', `/Users/${id}`, {
+      schemas: [PATCH_OP],
+      Operations: [
+        { op: 'Replace', path: 'emails[type eq "work"].value', value: 'updatedEmail@microsoft.com' },
+        { op: 'Replace', path: 'name.familyName', value: 'updatedFamilyName' },
+        { op: 'Add', path: 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User:employeeNumber', value: '42' },
+      ],
+    });
+    assert.equal(patched.status, 200, patched.text);
+    assert.equal(patched.body.emails[0].value, 'updatedEmail@microsoft.com');
+    assert.equal(patched.body.name.familyName, 'updatedFamilyName');
+    const disabled = await entra('PATCH', `/Users/${id}`, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'Replace', path: 'active', value: 'False' }],
+    });
+    assert.equal(disabled.body.active, false);
+
+    const group = await entra('POST', '/Groups', {
+      schemas: [
+        'urn:ietf:params:scim:schemas:core:2.0:Group',
+        'http://schemas.microsoft.com/2006/11/ResourceManagement/ADSCIM/2.0/Group',
+      ],
+      externalId: '8aa1a0c0-c4c3-4bc0-b4a5-2ef676900159',
+      displayName: 'displayName',
+      meta: { resourceType: 'Group' },
+    });
+    assert.equal(group.status, 201, group.text);
+    const gid = group.body.id;
+    const byName = await entra(
+      'GET',
+      `/Groups?excludedAttributes=members&filter=${encodeURIComponent('displayName eq "displayName"')}`,
+    );
+    assert.equal(byName.body.Resources[0].id, gid);
+    assert.equal(byName.body.Resources[0].members, undefined);
+    const add = await entra('PATCH', `/Groups/${gid}`, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'Add', path: 'members', value: [{ $ref: null, value: id }] }],
+    });
+    assert.equal(add.status, 200, add.text);
+    const member = await entra(
+      'GET',
+      `/Groups?excludedAttributes=members&filter=${encodeURIComponent(`id eq "${gid}" and members[value eq "${id}"]`)}`,
+    );
+    assert.equal(member.body.totalResults, 1);
+    const remove = await entra('PATCH', `/Groups/${gid}`, {
+      schemas: [PATCH_OP],
+      Operations: [{ op: 'Remove', path: 'members', value: [{ $ref: null, value: id }] }],
+    });
+    assert.equal(remove.status, 200, remove.text);
+    assert.equal(
+      (
+        await entra(
+          'GET',
+          `/Groups?excludedAttributes=members&filter=${encodeURIComponent(`id eq "${gid}" and members[value eq "${id}"]`)}`,
+        )
+      ).body.totalResults,
+      0,
+    );
+    assert.equal((await entra('GET', `/Groups/${gid}?excludedAttributes=members`)).body.displayName, 'displayName');
+    assert.equal((await entra('DELETE', `/Users/${id}`)).status, 204);
+    assert.equal((await entra('DELETE', `/Groups/${gid}`)).status, 204);
+  });
+
+  test('discovery: /ServiceProviderConfig, /ResourceTypes and /Schemas describe what is served', async () => {
+    const config = await scim('GET', '/ServiceProviderConfig');
+    assert.equal(config.status, 200, config.text);
+    assert.ok(config.headers.get('content-type')?.startsWith(SCIM));
+    assert.deepEqual(
+      {
+        patch: config.body.patch,
+        bulk: config.body.bulk,
+        filter: config.body.filter,
+        sort: config.body.sort,
+        etag: config.body.etag,
+        changePassword: config.body.changePassword,
+      },
+      {
+        patch: { supported: true },
+        bulk: { supported: false, maxOperations: 0, maxPayloadSize: 0 },
+        filter: { supported: true, maxResults: 1000 },
+        sort: { supported: true },
+        etag: { supported: true },
+        changePassword: { supported: true },
+      },
+    );
+    assert.equal(config.body.authenticationSchemes[0].type, 'oauthbearertoken');
+    const types = await scim('GET', '/ResourceTypes');
+    assert.deepEqual(
+      types.body.Resources.map((t: { id: string; endpoint: string }) => [t.id, t.endpoint]),
+      [
+        ['User', '/Users'],
+        ['Group', '/Groups'],
+      ],
+    );
+    assert.deepEqual(types.body.Resources[1].schemaExtensions, [{ schema: GROUP_EXTENSION, required: false }]);
+    assert.equal((await scim('GET', '/ResourceTypes/Group')).body.endpoint, '/Groups');
+    expectScimError(await scim('GET', '/ResourceTypes/Device'), 404);
+    const schemas = await scim('GET', '/Schemas');
+    assert.deepEqual(
+      schemas.body.Resources.map((s: { id: string }) => s.id),
+      ['urn:ietf:params:scim:schemas:core:2.0:User', 'urn:ietf:params:scim:schemas:core:2.0:Group', GROUP_EXTENSION],
+    );
+    const userSchema = (await scim('GET', '/Schemas/urn:ietf:params:scim:schemas:core:2.0:User')).body;
+    const names = userSchema.attributes.map((a: { name: string }) => a.name);
+    for (const name of [
+      'userName',
+      'name',
+      'displayName',
+      'nickName',
+      'profileUrl',
+      'title',
+      'userType',
+      'preferredLanguage',
+      'locale',
+      'timezone',
+      'active',
+      'password',
+      'emails',
+      'phoneNumbers',
+      'ims',
+      'photos',
+      'addresses',
+      'groups',
+      'entitlements',
+      'roles',
+      'x509Certificates',
+    ]) {
+      assert.ok(names.includes(name), name);
+    }
+    const password = userSchema.attributes.find((a: { name: string }) => a.name === 'password');
+    assert.deepEqual([password.mutability, password.returned], ['writeOnly', 'never']);
+    const extension = (await scim('GET', `/Schemas/${GROUP_EXTENSION}`)).body;
+    assert.deepEqual(
+      extension.attributes.map((a: { name: string }) => a.name),
+      ['accountId', 'accountName', 'projectId', 'projectName', 'environment', 'role'],
+    );
+  });
+
+  test("checked against libraries: SCIMMY reads our resources and lists; the SQL filters agree with scim2-parse-filter's evaluator", async () => {
+    const other = await server.newAccount('libraries');
+    const people = [
+      {
+        userName: 'ada@lovelace.example',
+        title: 'countess',
+        active: true,
+        name: { givenName: 'ada', familyName: 'lovelace' },
+        emails: [
+          { value: 'ada@work.example', type: 'work' },
+          { value: 'ada@home.example', type: 'home' },
+        ],
+      },
+      {
+        userName: 'alan@turing.example',
+        title: 'mathematician',
+        active: false,
+        name: { givenName: 'alan', familyName: 'turing' },
+        emails: [{ value: 'alan@home.example', type: 'work' }],
+      },
+      {
+        userName: 'grace@hopper.example',
+        active: true,
+        name: { givenName: 'grace', familyName: 'hopper' },
+        emails: [{ value: 'grace@work.example', type: 'home' }],
+      },
+      { userName: 'edsger@dijkstra.example', name: { familyName: 'dijkstra' } },
+    ];
+    for (const person of people) await user(person.userName, person, other.token);
+    const group = (await scim('POST', '/Groups', { displayName: 'pioneers' }, {}, other.token)).body;
+    const everyone = await scim('GET', '/Users?sortBy=userName', undefined, {}, other.token);
+    await scim(
+      'PATCH',
+      `/Groups/${group.id}`,
+      patchOf({ op: 'add', path: 'members', value: everyone.body.Resources.map((r: { id: string }) => ({ value: r.id })) }),
+      {},
+      other.token,
+    );
+
+    // SCIMMY holds groups' and members' type to RFC 7643's canonical "direct"/"User"; this server answers the
+    // specification's "DIRECT"/"USER", so those two values are set aside before the check.
+    const withoutTypes = (resource: Record<string, any>) => {
+      for (const key of ['groups', 'members']) resource[key]?.forEach((item: Record<string, unknown>) => delete item.type);
+      return resource;
+    };
+    const list = new SCIMMY.Messages.ListResponse((await scim('GET', '/Users?sortBy=userName', undefined, {}, other.token)).body);
+    assert.equal(list.totalResults, 4);
+    for (const resource of list.Resources) SCIMMY.Schemas.User.definition.coerce(withoutTypes(resource), 'out');
+    SCIMMY.Schemas.Group.definition.coerce(
+      withoutTypes((await scim('GET', `/Groups/${group.id}`, undefined, {}, other.token)).body),
+      'out',
+    );
+
+    const resources = (await scim('GET', '/Users', undefined, {}, other.token)).body.Resources;
+    const filters = [
+      'userName eq "ada@lovelace.example"',
+      'userName co "ur"',
+      'userName sw "a"',
+      'userName ew ".example"',
+      'title pr',
+      'userName gt "b" and userName lt "g"',
+      'name.familyName ge "hopper"',
+      'name.givenName le "alan"',
+      'active eq true or title eq "mathematician"',
+      'not (title pr) and name.familyName pr',
+      'emails[type eq "work" and value co "work"]',
+      'emails[type eq "home"]',
+      'emails.value sw "a"',
+      '(emails[value ew "home.example"] or userName sw "e") and not (active eq false)',
+    ];
+    for (const text of filters) {
+      const expected = resources
+        .filter(referenceFilter(parseFilter(text)))
+        .map((r: { userName: string }) => r.userName)
+        .sort();
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(text)}`, undefined, {}, other.token);
+      assert.deepEqual(ids(answer), expected, text);
+    }
   });
 });
