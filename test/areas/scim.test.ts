@@ -1053,4 +1053,31 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       assert.deepEqual(ids(answer), expected, text);
     }
   });
+
+  test('concurrent PATCHes to one resource all land: none is lost, none is refused', async () => {
+    const target = await group('Concurrent');
+    const people: string[] = [];
+    for (let i = 0; i < 12; i += 1) people.push((await user(`concurrent${i}@example.com`)).id);
+    const answers = await Promise.all(
+      people.map((id) => scim('PATCH', `/Groups/${target.id}`, patchOf({ op: 'add', path: 'members', value: [{ value: id }] }))),
+    );
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      people.map(() => 200),
+    );
+    const read = await scim('GET', `/Groups/${target.id}`);
+    assert.deepEqual(read.body.members.map((m: { value: string }) => m.value).sort(), [...people].sort());
+    assert.equal(read.body.meta.version, `W/"${people.length + 1}"`);
+    const one = people[0];
+    const emails = await Promise.all(
+      ['a', 'b', 'c', 'd', 'e', 'f'].map((local) =>
+        scim('PATCH', `/Users/${one}`, patchOf({ op: 'add', path: 'emails', value: [{ value: `${local}@example.com` }] })),
+      ),
+    );
+    assert.deepEqual(
+      emails.map((a) => a.status),
+      [200, 200, 200, 200, 200, 200],
+    );
+    assert.equal((await scim('GET', `/Users/${one}`)).body.emails.length, 6);
+  });
 });

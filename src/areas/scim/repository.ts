@@ -3,6 +3,7 @@ import type { RawBuilder, SelectQueryBuilder } from 'kysely';
 import type { Db, Dialect, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { hashSecret } from '../../core/auth/secrets.ts';
+import { ROLES, isRole } from '../../core/auth/accounts.ts';
 import { GROUP, USER, type ResourceKind } from './definitions.ts';
 import { filterCondition, membershipCondition, parseFilter, sortKey, type FilterScope } from './filter.ts';
 import { applyAtPath, expandedWithoutPath, patchOperations, type PatchOperation } from './patch.ts';
@@ -126,13 +127,22 @@ async function renderUsers(db: Executor, scope: Scope, rows: UserRow[], projecti
   });
 }
 
-async function requireUserRow(db: Executor, scope: Scope, id: string): Promise<UserRow & { userName: string }> {
-  const row = await db
+/**
+ * A write reads its resource locked: PostgreSQL holds the row until the transaction ends, and SQLite's
+ * transactions here take the one write lock at BEGIN. So writes to one resource happen one after another
+ * and none is lost, whether or not the client sent If-Match.
+ */
+function locked<Q extends SelectQueryBuilder<any, any, any>>(scope: Scope, query: Q, lock: boolean): Q {
+  return lock && scope.dialect === 'postgres' ? (query.forUpdate() as Q) : query;
+}
+
+async function requireUserRow(db: Executor, scope: Scope, id: string, lock = false): Promise<UserRow> {
+  const query = db
     .selectFrom('scimUsers')
-    .select(['id', 'userName', 'document', 'version', 'createdAt', 'lastModified'])
+    .select(['id', 'document', 'version', 'createdAt', 'lastModified'])
     .where('accountId', '=', scope.accountId)
-    .where('id', '=', id)
-    .executeTakeFirst();
+    .where('id', '=', id);
+  const row = await locked(scope, query, lock).executeTakeFirst();
   if (!row) throw notFound(USER, id);
   return row;
 }
@@ -184,10 +194,7 @@ export async function createUser(scope: Scope, body: unknown, projection: Projec
   return answer;
 }
 
-/**
- * Writes a user's new document (PUT, PATCH) if it is still at the version read: a concurrent change
- * in between is a failed precondition, whether or not the client sent If-Match.
- */
+/** Writes a user's new document (PUT, PATCH), read locked, as its next version. */
 async function rewriteUser(
   trx: Trx,
   scope: Scope,
@@ -197,7 +204,7 @@ async function rewriteUser(
 ): Promise<UserRow> {
   const columns = userColumns(next.document);
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
-  const result = await uniquely(columns.userName, () =>
+  await uniquely(columns.userName, () =>
     trx
       .updateTable('scimUsers')
       .set({
@@ -207,10 +214,8 @@ async function rewriteUser(
         ...(passwordHash !== undefined && { passwordHash }),
       })
       .where('id', '=', current.id)
-      .where('version', '=', current.version)
-      .executeTakeFirst(),
+      .execute(),
   );
-  if (result.numUpdatedRows === 0n) throw scimError(412, undefined, 'The resource was changed concurrently; read it again.');
   await writeValues(trx, scope, USER, current.id, next.document);
   return updated;
 }
@@ -220,7 +225,7 @@ export async function replaceUser(scope: Scope, id: string, body: unknown, ifMat
   const next = incoming(USER, body);
   const passwordHash = next.password === undefined ? undefined : await hashSecret(next.password);
   const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id);
+    const current = await requireUserRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     return rewriteUser(trx, scope, current, next, passwordHash);
   });
@@ -253,7 +258,7 @@ export async function patchUser(scope: Scope, id: string, body: unknown, ifMatch
   const password = patchedPassword(operations);
   const passwordHash = typeof password === 'string' ? await hashSecret(password) : password;
   const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id);
+    const current = await requireUserRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
     for (const operation of operations) {
@@ -267,7 +272,7 @@ export async function patchUser(scope: Scope, id: string, body: unknown, ifMatch
 
 export async function deleteUser(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
   await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id);
+    const current = await requireUserRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     // Memberships go with the user (foreign keys cascade).
@@ -303,20 +308,14 @@ export interface ListAnswer {
   Resources: Document[];
 }
 
+/** The resource tables, which share the columns a page needs (id, accountId, createdAt). */
+const TABLES = { User: 'scimUsers', Group: 'scimGroups' } as const;
+
 /** A page of users or groups: the filter and sort compiled to SQL, the page cut by the store. */
-async function list<Row extends { id: string }>(
+async function page<Row>(
   scope: Scope,
   kind: ResourceKind,
   query: ListQuery,
-  select: (ids: FilterScope) => {
-    rows: (
-      condition: ReturnType<typeof filterCondition> | undefined,
-      offset: number,
-      limit: number,
-      order: RawBuilder<unknown> | undefined,
-    ) => Promise<Row[]>;
-    count: (condition: ReturnType<typeof filterCondition> | undefined) => Promise<number>;
-  },
   render: (rows: Row[]) => Promise<Answer[]>,
 ): Promise<ListAnswer> {
   const filters = filterScope(scope, kind);
@@ -324,38 +323,35 @@ async function list<Row extends { id: string }>(
   const order = query.sortBy === undefined ? undefined : sortKey(filters, query.sortBy);
   const startIndex = Math.max(1, query.startIndex ?? 1);
   const count = Math.min(MAX_COUNT, Math.max(0, query.count ?? 100));
-  const source = select(filters);
-  const [rows, totalResults] = await Promise.all([
-    count === 0 ? Promise.resolve([] as Row[]) : source.rows(condition, startIndex - 1, count, order),
-    source.count(condition),
+  const matching = () => {
+    // Typed as one of the two tables: the columns used here are the same in both.
+    const q = scope.db.selectFrom(TABLES[kind.type] as 'scimGroups').where('accountId', '=', scope.accountId);
+    return condition ? q.where(condition) : q;
+  };
+  const [rows, total] = await Promise.all([
+    count === 0
+      ? []
+      : sorted(matching().selectAll(), order, query.sortOrder)
+          .orderBy('createdAt')
+          .orderBy('id')
+          .limit(count)
+          .offset(startIndex - 1)
+          .execute(),
+    matching()
+      .select((eb) => eb.fn.countAll<number>().as('total'))
+      .executeTakeFirstOrThrow(),
   ]);
-  const answers = await render(rows);
-  return { totalResults, startIndex, itemsPerPage: answers.length, Resources: answers.map((a) => a.resource) };
+  const answers = await render(rows as unknown as Row[]);
+  return {
+    totalResults: Number(total.total),
+    startIndex,
+    itemsPerPage: answers.length,
+    Resources: answers.map((a) => a.resource),
+  };
 }
 
 export function listUsers(scope: Scope, query: ListQuery): Promise<ListAnswer> {
-  return list(
-    scope,
-    USER,
-    query,
-    () => ({
-      rows: async (condition, offset, limit, order) => {
-        let q = scope.db
-          .selectFrom('scimUsers')
-          .select(['id', 'document', 'version', 'createdAt', 'lastModified'])
-          .where('accountId', '=', scope.accountId);
-        if (condition) q = q.where(condition);
-        return sorted(q, order, query.sortOrder).orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
-      },
-      count: async (condition) => {
-        let q = scope.db.selectFrom('scimUsers').where('accountId', '=', scope.accountId);
-        if (condition) q = q.where(condition);
-        const row = await q.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow();
-        return Number(row.total);
-      },
-    }),
-    (rows) => renderUsers(scope.db, scope, rows, query),
-  );
+  return page<UserRow>(scope, USER, query, (rows) => renderUsers(scope.db, scope, rows, query));
 }
 
 // ---- Groups
@@ -409,18 +405,18 @@ async function derivedFields(db: Executor, scope: Scope, rows: GroupRow[]): Prom
 }
 
 async function renderGroups(db: Executor, scope: Scope, rows: GroupRow[], projection: Projection): Promise<Answer[]> {
-  const members = wants(GROUP, projection, 'members')
+  const showMembers = wants(GROUP, projection, 'members');
+  const members = showMembers
     ? await membersOf(
         db,
         scope,
         rows.map((r) => r.id),
       )
-    : new Map();
+    : new Map<string, Document[]>();
   const derived = await derivedFields(db, scope, rows);
   return rows.map((row) => {
     const added: Document = { ...derived.get(row.projectId) };
-    if (members.has(row.id)) added.members = members.get(row.id);
-    else if (members.size > 0 || wants(GROUP, projection, 'members')) added.members = [];
+    if (showMembers) added.members = members.get(row.id) ?? [];
     const resource = rendered(GROUP, row, JSON.parse(row.document) as Document, added, `${scope.base}/Groups/${row.id}`);
     return {
       resource: projected(GROUP, resource, projection.attributes, projection.excludedAttributes),
@@ -429,13 +425,13 @@ async function renderGroups(db: Executor, scope: Scope, rows: GroupRow[], projec
   });
 }
 
-async function requireGroupRow(db: Executor, scope: Scope, id: string): Promise<GroupRow> {
-  const row = await db
+async function requireGroupRow(db: Executor, scope: Scope, id: string, lock = false): Promise<GroupRow> {
+  const query = db
     .selectFrom('scimGroups')
     .select(['id', 'document', 'projectId', 'version', 'createdAt', 'lastModified'])
     .where('accountId', '=', scope.accountId)
-    .where('id', '=', id)
-    .executeTakeFirst();
+    .where('id', '=', id);
+  const row = await locked(scope, query, lock).executeTakeFirst();
   if (!row) throw notFound(GROUP, id);
   return row;
 }
@@ -445,7 +441,7 @@ export async function getGroup(scope: Scope, id: string, projection: Projection)
   return answer;
 }
 
-/** The group's columns from its document; a projectId must name a project of the account. */
+/** The group's columns from its document; a projectId must name a project of the account, a role be a role. */
 async function groupColumns(db: Executor, scope: Scope, document: Document) {
   const projectId = typeof document.projectId === 'string' ? document.projectId : null;
   if (projectId !== null) {
@@ -457,12 +453,9 @@ async function groupColumns(db: Executor, scope: Scope, document: Document) {
       .executeTakeFirst();
     if (!project) throw invalidValue(`projectId ${projectId} is not a project of this account.`);
   }
-  return {
-    displayName: document.displayName as string,
-    document: JSON.stringify(document),
-    projectId,
-    role: typeof document.role === 'string' ? document.role : null,
-  };
+  const role = typeof document.role === 'string' ? document.role : null;
+  if (role !== null && !isRole(role)) throw invalidValue(`role must be one of ${ROLES.join(', ')}.`);
+  return { displayName: document.displayName as string, document: JSON.stringify(document), projectId, role };
 }
 
 /** The user ids of members as sent ([{value}]); each must be a user of the account (400 otherwise). */
@@ -524,18 +517,16 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
   return answer;
 }
 
-/** Writes the group's new version; its document and searchable values only when they changed. */
+/** Writes the group's next version (read locked); its document and searchable values only when they changed. */
 async function rewriteGroup(trx: Trx, scope: Scope, current: GroupRow, document: Document): Promise<GroupRow> {
   const columns = await groupColumns(trx, scope, document);
   const changed = columns.document !== current.document;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
-  const result = await trx
+  await trx
     .updateTable('scimGroups')
     .set({ ...(changed && columns), version: updated.version, lastModified: updated.lastModified })
     .where('id', '=', current.id)
-    .where('version', '=', current.version)
-    .executeTakeFirst();
-  if (result.numUpdatedRows === 0n) throw scimError(412, undefined, 'The resource was changed concurrently; read it again.');
+    .execute();
   if (changed) await writeValues(trx, scope, GROUP, current.id, document);
   return updated;
 }
@@ -543,7 +534,7 @@ async function rewriteGroup(trx: Trx, scope: Scope, current: GroupRow, document:
 export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
   const next = incoming(GROUP, body);
   const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id);
+    const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     const members = await memberIds(trx, scope, next.members ?? []);
     await trx.deleteFrom('scimGroupMembers').where('groupId', '=', id).execute();
@@ -583,7 +574,7 @@ async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: 
 export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
   const operations = withPaths(GROUP, patchOperations(GROUP, body));
   const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id);
+    const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
     for (const operation of operations) {
@@ -598,7 +589,7 @@ export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatc
 
 export async function deleteGroup(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
   await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id);
+    const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     await trx.deleteFrom('scimGroups').where('id', '=', id).execute();
@@ -606,28 +597,7 @@ export async function deleteGroup(scope: Scope, id: string, ifMatch: string | un
 }
 
 export function listGroups(scope: Scope, query: ListQuery): Promise<ListAnswer> {
-  return list(
-    scope,
-    GROUP,
-    query,
-    () => ({
-      rows: async (condition, offset, limit, order) => {
-        let q = scope.db
-          .selectFrom('scimGroups')
-          .select(['id', 'document', 'projectId', 'version', 'createdAt', 'lastModified'])
-          .where('accountId', '=', scope.accountId);
-        if (condition) q = q.where(condition);
-        return sorted(q, order, query.sortOrder).orderBy('createdAt').orderBy('id').limit(limit).offset(offset).execute();
-      },
-      count: async (condition) => {
-        let q = scope.db.selectFrom('scimGroups').where('accountId', '=', scope.accountId);
-        if (condition) q = q.where(condition);
-        const row = await q.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow();
-        return Number(row.total);
-      },
-    }),
-    (rows) => renderGroups(scope.db, scope, rows, query),
-  );
+  return page<GroupRow>(scope, GROUP, query, (rows) => renderGroups(scope.db, scope, rows, query));
 }
 
 /**

@@ -66,9 +66,6 @@ function checkedValue(definition: AttributeDefinition, value: unknown, at: strin
       if (typeof value !== 'string') throw invalidValue(`${at} must be a string.`);
       const limit = definition.type === 'binary' ? MAX_BINARY : MAX_TEXT;
       if (value.length > limit) throw invalidValue(`${at} must be at most ${limit} characters.`);
-      if (definition.canonicalValues && definition.name === 'role' && !definition.canonicalValues.includes(value)) {
-        throw invalidValue(`${at} must be one of ${definition.canonicalValues.join(', ')}.`);
-      }
       return value;
     }
   }
@@ -91,9 +88,6 @@ export interface Incoming {
   /** The members sent (groups), as given: checked against the account's users by the repository. */
   members?: unknown[];
 }
-
-/** Attributes written apart from the document: the password (hashed) and members (a table of their own). */
-const KEPT_APART = new Set(['password', 'members']);
 
 /**
  * A resource as a client sent it (POST, PUT, or the result of a PATCH), reduced to the attributes this
@@ -126,7 +120,7 @@ export function incoming(kind: ResourceKind, body: unknown): Incoming {
       if (value === null || value === undefined) continue;
       if (!Array.isArray(value)) throw invalidValue('members must be an array.');
       result.members = value;
-    } else if (!KEPT_APART.has(definition.name)) {
+    } else {
       const checked = checkedAttribute(definition, value);
       if (checked !== undefined) result.document[definition.name] = checked;
     }
