@@ -8,6 +8,7 @@ import { GROUP, USER, type ResourceKind } from './definitions.ts';
 import { filterCondition, membershipCondition, parseFilter, sortKey, type FilterScope } from './filter.ts';
 import { applyAtPath, expandedWithoutPath, patchOperations, type PatchOperation } from './patch.ts';
 import {
+  etagListNames,
   etagOf,
   incoming,
   invalidValue,
@@ -37,20 +38,14 @@ export interface Projection {
 
 export interface Answer {
   resource: Document;
-  etag: string;
+  version: number;
 }
 
 const notFound = (kind: ResourceKind, id: string) => scimError(404, undefined, `${kind.type} ${id} does not exist.`);
 const MAX_COUNT = 1000;
 
-/** Whether an If-Match header (RFC 7232; weak comparison, as SCIM versions are weak) admits `version`. */
-function matches(ifMatch: string, version: number): boolean {
-  if (ifMatch.trim() === '*') return true;
-  return ifMatch.split(',').some((tag) => tag.trim().replace(/^W\//, '') === `"${version}"`);
-}
-
 function checkPrecondition(ifMatch: string | undefined, version: number): void {
-  if (ifMatch !== undefined && !matches(ifMatch, version)) {
+  if (ifMatch !== undefined && !etagListNames(ifMatch, version)) {
     throw scimError(412, undefined, `The resource is at version ${etagOf(version)}, not ${ifMatch}.`);
   }
 }
@@ -62,7 +57,7 @@ function wants(kind: ResourceKind, projection: Projection, name: string): boolea
 
 async function writeValues(trx: Trx, scope: Scope, kind: ResourceKind, id: string, document: Document): Promise<void> {
   await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
-  const rows = searchValues(kind, document, id, document.externalId).map((row) => ({
+  const rows = searchValues(kind, document, id).map((row) => ({
     ...row,
     resourceId: id,
     accountId: scope.accountId,
@@ -122,7 +117,7 @@ async function renderUsers(db: Executor, scope: Scope, rows: UserRow[], projecti
     );
     return {
       resource: projected(USER, resource, projection.attributes, projection.excludedAttributes),
-      etag: etagOf(row.version),
+      version: row.version,
     };
   });
 }
@@ -427,7 +422,7 @@ async function renderGroups(db: Executor, scope: Scope, rows: GroupRow[], projec
     const resource = rendered(GROUP, row, JSON.parse(row.document) as Document, added, `${scope.base}/Groups/${row.id}`);
     return {
       resource: projected(GROUP, resource, projection.attributes, projection.excludedAttributes),
-      etag: etagOf(row.version),
+      version: row.version,
     };
   });
 }

@@ -146,7 +146,7 @@ export interface SearchValue {
 }
 
 /** Every leaf value of a document, as filters look them up (binary values are not searchable). */
-export function searchValues(kind: ResourceKind, document: Document, id: string, externalId?: unknown): SearchValue[] {
+export function searchValues(kind: ResourceKind, document: Document, id: string): SearchValue[] {
   const rows: SearchValue[] = [{ attribute: 'id', element: 0, value: id }];
   const add = (definition: AttributeDefinition, path: string, element: number, value: unknown) => {
     if (definition.type === 'binary' || value === undefined || value === null) return;
@@ -157,7 +157,7 @@ export function searchValues(kind: ResourceKind, document: Document, id: string,
     }
   };
   for (const definition of kind.attributes) {
-    const value = definition.name === 'externalId' ? externalId : document[definition.name];
+    const value = document[definition.name];
     if (definition.name === 'id' || value === undefined) continue;
     if (definition.multiValued && Array.isArray(value)) {
       value.forEach((item, i) => add(definition, definition.name.toLowerCase(), i, item));
@@ -177,6 +177,12 @@ export interface Meta {
 
 export function etagOf(version: number): string {
   return `W/"${version}"`;
+}
+
+/** Whether an If-Match or If-None-Match header names `version` (or is `*`); weak comparison, as versions are weak tags. */
+export function etagListNames(header: string, version: number): boolean {
+  if (header.trim() === '*') return true;
+  return header.split(',').some((tag) => tag.trim().replace(/^W\//, '') === `"${version}"`);
 }
 
 /**
@@ -248,8 +254,10 @@ export function projected(kind: ResourceKind, resource: Document, attributes?: s
     for (const [key, value] of Object.entries(object)) {
       const lower = key.toLowerCase();
       if (key === 'schemas' || key === 'id') result[key] = value;
-      else if (kind.extensions.some((urn) => urn === key) && isObject(value)) result[key] = cut(value);
-      else if (tree.has(lower)) {
+      else if (kind.extensions.some((urn) => urn === key) && isObject(value)) {
+        const extension = cut(value);
+        if (Object.keys(extension).length > 0) result[key] = extension;
+      } else if (tree.has(lower)) {
         const picked = pick(value, tree.get(lower)!, keep);
         if (picked !== undefined) result[key] = picked;
       } else if (!keep) result[key] = value;

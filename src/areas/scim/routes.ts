@@ -6,6 +6,7 @@ import { answerError, sendProblem, type ErrorSender } from '../../core/errors-pl
 import { notFound } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
 import { ERROR_SCHEMA } from './definitions.ts';
+import { etagListNames, etagOf } from './resources.ts';
 import { discoveryRoutes } from './discovery.ts';
 import {
   createGroup,
@@ -78,7 +79,7 @@ function scopeOf(request: FastifyRequest): Scope {
 }
 
 function sendResource(reply: FastifyReply, answer: Answer, status = 200) {
-  reply.code(status).type(SCIM_CONTENT_TYPE).header('etag', answer.etag);
+  reply.code(status).type(SCIM_CONTENT_TYPE).header('etag', etagOf(answer.version));
   if (status === 201) reply.header('location', (answer.resource.meta as { location: string }).location);
   return reply.send(answer.resource);
 }
@@ -166,8 +167,8 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       async (request, reply) => {
         const answer = await run.get(scopeOf(request), request.params.id, request.query);
         const ifNoneMatch = request.headers['if-none-match'];
-        if (ifNoneMatch?.split(',').some((tag) => tag.trim() === answer.etag || tag.trim() === '*')) {
-          return reply.code(304).header('etag', answer.etag).send();
+        if (ifNoneMatch !== undefined && etagListNames(ifNoneMatch, answer.version)) {
+          return reply.code(304).header('etag', etagOf(answer.version)).send();
         }
         return sendResource(reply, answer);
       },
