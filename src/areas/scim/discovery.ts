@@ -2,19 +2,14 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { GROUP, LIST_RESPONSE_SCHEMA, SCHEMAS, USER, type ResourceKind } from './definitions.ts';
+import { GROUP, LIST_RESPONSE_SCHEMA, MAX_RESULTS, SCHEMAS, USER, type ResourceKind } from './definitions.ts';
 import { scimError } from './resources.ts';
-import { DiscoveryDocument, SCIM_CONTENT_TYPE, scimContent } from './schemas.ts';
+import { DiscoveryDocument, SCIM_CONTENT_TYPE, scimContent, serviceUrl } from './schemas.ts';
 
 const SERVICE_PROVIDER_CONFIG_SCHEMA = 'urn:ietf:params:scim:schemas:core:2.0:ServiceProviderConfig';
 const RESOURCE_TYPE_SCHEMA = 'urn:ietf:params:scim:schemas:core:2.0:ResourceType';
 const SCHEMA_SCHEMA = 'urn:ietf:params:scim:schemas:core:2.0:Schema';
-/** filter.maxResults: the largest page a list answers. */
-export const MAX_RESULTS = 1000;
-
-const base = (request: FastifyRequest) =>
-  request.url.split('?')[0].replace(/\/(ServiceProviderConfig|ResourceTypes|Schemas)(\/.*)?$/, '');
-const absolute = (request: FastifyRequest, path: string) => `${request.protocol}://${request.host}${base(request)}${path}`;
+const absolute = (request: FastifyRequest, path: string) => `${serviceUrl(request)}${path}`;
 
 function resourceType(request: FastifyRequest, kind: ResourceKind) {
   return {

@@ -4,7 +4,7 @@ import type { Db, Dialect, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { hashSecret } from '../../core/auth/secrets.ts';
 import { ROLES, isRole } from '../../core/auth/accounts.ts';
-import { GROUP, USER, type ResourceKind } from './definitions.ts';
+import { GROUP, MAX_RESULTS, USER, type ResourceKind } from './definitions.ts';
 import { filterCondition, membershipCondition, parseFilter, sortKey, type FilterScope } from './filter.ts';
 import { applyAtPath, expandedWithoutPath, patchOperations, type PatchOperation } from './patch.ts';
 import {
@@ -42,7 +42,6 @@ export interface Answer {
 }
 
 const notFound = (kind: ResourceKind, id: string) => scimError(404, undefined, `${kind.type} ${id} does not exist.`);
-const MAX_COUNT = 1000;
 
 function checkPrecondition(ifMatch: string | undefined, version: number): void {
   if (ifMatch !== undefined && !etagListNames(ifMatch, version)) {
@@ -317,7 +316,7 @@ async function page<Row>(
   const condition = query.filter === undefined ? undefined : filterCondition(filters, parseFilter(query.filter));
   const order = query.sortBy === undefined ? undefined : sortKey(filters, query.sortBy);
   const startIndex = Math.max(1, query.startIndex ?? 1);
-  const count = Math.min(MAX_COUNT, Math.max(0, query.count ?? 100));
+  const count = Math.min(MAX_RESULTS, Math.max(0, query.count ?? 100));
   const matching = () => {
     // Typed as one of the two tables: the columns used here are the same in both.
     const q = scope.db.selectFrom(TABLES[kind.type] as 'scimGroups').where('accountId', '=', scope.accountId);

@@ -5,7 +5,7 @@ import { noContent, problems } from '../../core/openapi.ts';
 import { answerError, sendProblem, type ErrorSender } from '../../core/errors-plugin.ts';
 import { notFound } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
-import { ERROR_SCHEMA } from './definitions.ts';
+import { ERROR_SCHEMA, LIST_RESPONSE_SCHEMA } from './definitions.ts';
 import { etagListNames, etagOf } from './resources.ts';
 import { discoveryRoutes } from './discovery.ts';
 import {
@@ -39,14 +39,13 @@ import {
   ProjectionQuery,
   ResourceParams,
   SCIM_CONTENT_TYPE,
+  SCIM_PREFIX,
   TokenParams,
   UserBody,
   UserResource,
   scimContent,
+  serviceUrl,
 } from './schemas.ts';
-import { LIST_RESPONSE_SCHEMA } from './definitions.ts';
-
-export const SCIM_PREFIX = '/directory-integration/scim/v2';
 
 /**
  * Whether a failure is answered in the SCIM error format (RFC 7644 3.12) rather than problem+json: when
@@ -70,12 +69,7 @@ const sendScimError: ErrorSender = (_request, reply, status, detail, options = {
 
 function scopeOf(request: FastifyRequest): Scope {
   const { db, dialect } = request.server.store;
-  return {
-    db,
-    dialect,
-    accountId: request.principal.accountId,
-    base: `${request.protocol}://${request.host}/dpc/v1${SCIM_PREFIX}`,
-  };
+  return { db, dialect, accountId: request.principal.accountId, base: serviceUrl(request) };
 }
 
 function sendResource(reply: FastifyReply, answer: Answer, status = 200) {

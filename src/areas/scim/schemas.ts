@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import { Type, type Static, type TSchema } from 'typebox';
 import {
   GROUP,
@@ -12,6 +13,13 @@ import {
 } from './definitions.ts';
 
 export const SCIM_CONTENT_TYPE = 'application/scim+json';
+/** Where the SCIM service provider is served, under /dpc/v1. */
+export const SCIM_PREFIX = '/directory-integration/scim/v2';
+
+/** The absolute URL of the service provider as the client reached it, for meta.location and $ref. */
+export function serviceUrl(request: FastifyRequest): string {
+  return `${request.protocol}://${request.host}/dpc/v1${SCIM_PREFIX}`;
+}
 
 // ---- Directory-integration tokens
 
