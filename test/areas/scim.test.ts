@@ -203,6 +203,16 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     const missing = await server.api('POST', `${BASE}/Users`, { token, body: {} });
     assert.equal(expectProblem(missing, 400).detail, 'userName is required.');
     expectScimError(await scim('POST', '/Users', { displayName: 'no user name' }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', { userName: ' ' }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', { userName: 'typed', active: 'yes' }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', { userName: 'typed', emails: { value: 'not a list' } }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', { userName: 'typed', name: 'not an object' }), 400, 'invalidValue');
+    expectScimError(await scim('POST', '/Users', { userName: 'x'.repeat(513) }), 400, 'invalidValue');
+    // A dotted key is not an attribute of a resource body (it is of a PATCH value): ignored.
+    const dotted = await scim('POST', '/Users', { userName: 'dotted@example.com', 'name.givenName': 'Dot' });
+    assert.equal(dotted.status, 201, dotted.text);
+    assert.equal(dotted.body.givenName, undefined);
+    assert.equal(dotted.body.name, undefined);
     // Sent as scim+json, answered as SCIM even without Accept.
     const sent = await server.api('POST', `${BASE}/Users`, {
       token,

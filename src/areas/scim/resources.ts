@@ -108,7 +108,8 @@ export function incoming(kind: ResourceKind, body: unknown): Incoming {
   }
   const result: Incoming = { document: {} };
   for (const [key, value] of Object.entries(flat)) {
-    const definition = definitionAt(kind, pathSegments(kind, key));
+    const segments = pathSegments(kind, key);
+    const definition = segments.length === 1 ? definitionAt(kind, segments) : undefined;
     if (!definition || definition.mutability === 'readOnly' || definition.name === 'meta') continue;
     if (definition.name === 'password') {
       if (value === null || value === undefined) continue;
@@ -126,7 +127,8 @@ export function incoming(kind: ResourceKind, body: unknown): Incoming {
     }
   }
   for (const definition of kind.attributes) {
-    if (definition.required && typeof result.document[definition.name] !== 'string') {
+    const value = result.document[definition.name];
+    if (definition.required && (typeof value !== 'string' || value.trim() === '')) {
       throw invalidValue(`${definition.name} is required.`);
     }
   }
