@@ -306,6 +306,8 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       'meta.created gt "yesterday"',
       'name eq "x"',
       'emails[value eq "a"',
+      'meta.version eq "x"',
+      'x509Certificates.value pr',
       '',
     ]) {
       const answer = await scim('GET', `/Users?filter=${encodeURIComponent(bad)}`, undefined, {}, adminToken);

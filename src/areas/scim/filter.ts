@@ -123,6 +123,9 @@ function operand(definition: AttributeDefinition, node: Compare): string {
   return comparable(definition, compValue);
 }
 
+/** Columns of the resource table that stand for meta's times. */
+const META_COLUMNS: Record<string, string> = { 'meta.created': 'created_at', 'meta.lastmodified': 'last_modified' };
+
 /** What a filter's attribute path refers to. */
 interface Target {
   root: AttributeDefinition;
@@ -145,7 +148,8 @@ function target(scope: FilterScope, path: string, within?: AttributeDefinition):
       names = [...names, 'value'];
     }
   }
-  if (leaf.returned === 'never' || leaf.type === 'binary') throw invalidFilter(`${path} cannot be filtered on.`);
+  const storedApart = root.name === 'meta' && !(names.join('.') in META_COLUMNS);
+  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart) throw invalidFilter(`${path} cannot be filtered on.`);
   return { root, leaf, attribute: names.join('.') };
 }
 
@@ -155,9 +159,6 @@ function membership(scope: FilterScope, root: AttributeDefinition): { own: strin
   if (scope.kind.type === 'User' && root.name === 'groups') return { own: 'user_id', other: 'group_id' };
   return undefined;
 }
-
-/** Columns of the resource table that stand for meta's times. */
-const META_COLUMNS: Record<string, string> = { 'meta.created': 'created_at', 'meta.lastmodified': 'last_modified' };
 
 const idIn = (scope: FilterScope, ids: Sql): Sql => sql`${sql.raw(scope.idColumn)} in (${ids})`;
 
