@@ -221,6 +221,14 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     });
     expectScimError(sent, 400, 'invalidValue');
     expectScimError(await scim('POST', '/Users', '{not json'), 400);
+    const plain = await server.api('POST', `${BASE}/Users`, {
+      token,
+      body: 'userName',
+      headers: { accept: SCIM, 'content-type': 'text/plain' },
+    });
+    expectScimError(plain, 415);
+    expectScimError(await scim('GET', '/Users?count=many'), 400);
+    expectProblem(await server.api('GET', `${BASE}/Users?count=many`, { token }), 400);
   });
 
   test('filters compile every operator, logic, parentheses and attribute paths, case-insensitively where the attribute is', async () => {
