@@ -139,6 +139,21 @@ export async function bench(): Promise<void> {
         `${fullSmall.toFixed(2)} ms at ${SMALL} | ratio ${(fullLarge / fullSmall).toFixed(2)} (no target: the answer lists every member)`,
     );
     record({ name: `E25 PATCH add one member answering all ${LARGE} members: latency ratio`, measured: fullLarge / fullSmall });
+
+    // Okta's and Entra's lookup before every create: one user by userName among all of them.
+    const lookups: number[] = [];
+    for (let i = 0; i < SAMPLES; i += 1) {
+      const filter = encodeURIComponent(`userName eq "user${(i * 37) % LARGE}@bench.example"`);
+      const started = performance.now();
+      const response = await fetch(`${server.url}${BASE}/Users?filter=${filter}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
+      const page = (await response.json()) as { totalResults: number };
+      if (page.totalResults !== 1) throw new Error(`the lookup found ${page.totalResults} users`);
+      if (i >= WARM_UP) lookups.push(performance.now() - started);
+    }
+    console.log(`GET /Users?filter=userName eq "..." among ${users.length} users: median ${median(lookups).toFixed(2)} ms`);
+    record({ name: `SCIM lookup by userName among ${users.length} users: median ms`, measured: median(lookups) });
   } finally {
     await server.stop();
   }

@@ -741,6 +741,25 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     // The same userName may exist in another account.
     const theirs = await user('isolated@example.com', {}, otherToken);
     const theirGroup = (await as('POST', '/Groups', { displayName: 'Theirs' })).body;
+    // Every kind of filter stays in the account: equality, negation, presence, memberships, dates.
+    const cases: [string, string, string[]][] = [
+      ['Users', 'userName eq "isolated@example.com"', [theirs.id]],
+      ['Users', 'not (userName eq "nobody")', [theirs.id]],
+      ['Users', 'userName pr or title pr', [theirs.id]],
+      ['Users', 'meta.created gt "2000-01-01T00:00:00Z"', [theirs.id]],
+      ['Users', `groups.value pr or id eq "${mine.id}"`, []],
+      ['Groups', 'members pr or displayName pr', [theirGroup.id]],
+      ['Groups', `members[value eq "${mine.id}"] or displayName eq "isolated"`, []],
+      ['Groups', 'not (displayName eq "x")', [theirGroup.id]],
+    ];
+    for (const [resource, filter, expected] of cases) {
+      const answer = await as('GET', `/${resource}?filter=${encodeURIComponent(filter)}`);
+      assert.deepEqual(
+        answer.body.Resources.map((r: { id: string }) => r.id),
+        expected,
+        filter,
+      );
+    }
     expectScimError(
       await as('PATCH', `/Groups/${theirGroup.id}`, patchOf({ op: 'add', path: 'members', value: [{ value: mine.id }] })),
       400,

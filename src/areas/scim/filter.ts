@@ -1,8 +1,9 @@
 /**
  * SCIM filters (RFC 7644 3.4.2.2) compiled to SQL. scim2-parse-filter parses the text; each comparison
- * becomes a set of resource ids looked up in scim_values (one row per leaf value, compared in lower case
- * unless the attribute is case-exact), in the membership table (members, groups) or in a column (meta
- * times), so a list never loads the resources it does not answer.
+ * becomes the set of ids of the account's resources that meet it, looked up in scim_values (one row per
+ * leaf value, compared in lower case unless the attribute is case-exact), in the membership table (members,
+ * groups) or in the resource table (meta times); and, or and not become intersect, union and except. The
+ * list reads the resources of the resulting set by primary key: it never walks the account's resources.
  */
 import { sql, type RawBuilder, type SqlBool } from 'kysely';
 import { parse, type Filter } from 'scim2-parse-filter';
@@ -73,8 +74,8 @@ export interface FilterScope {
   kind: ResourceKind;
   accountId: string;
   dialect: Dialect;
-  /** The resource table's id column, as the outer query names it. */
-  idColumn: string;
+  /** The resource table (scim_users, scim_groups). */
+  table: string;
 }
 
 /** Characters as SQL counts them (code points), for substr. */
@@ -160,7 +161,19 @@ function membership(scope: FilterScope, root: AttributeDefinition): { own: strin
   return undefined;
 }
 
-const idIn = (scope: FilterScope, ids: Sql): Sql => sql`${sql.raw(scope.idColumn)} in (${ids})`;
+/**
+ * Every set below holds ids of the account's resources only (each leaf is scoped to the account, and
+ * intersect, union and except keep that), so the list needs no other condition to stay in the account.
+ */
+const everyone = (scope: FilterScope): Sql => sql`select id from ${sql.raw(scope.table)} where account_id = ${scope.accountId}`;
+
+/** The resources of the account except those of `set`. */
+const allBut = (scope: FilterScope, set: Sql): Sql => sql`${everyone(scope)} except select id from (${set}) as excluded`;
+
+/** The resources with a membership row meeting `condition` (on columns of m, the membership row). */
+function withMembership(scope: FilterScope, member: { own: string; other: string }, condition: Sql): Sql {
+  return sql`select m.${sql.raw(member.own)} as id from scim_group_members m join ${sql.raw(scope.table)} r on r.id = m.${sql.raw(member.own)} where r.account_id = ${scope.accountId} and ${condition}`;
+}
 
 function valueRows(scope: FilterScope, condition: Sql): Sql {
   return sql`select resource_id, element from scim_values where account_id = ${scope.accountId} and resource_type = ${scope.kind.type} and ${condition}`;
@@ -186,23 +199,26 @@ function comparison(scope: FilterScope, node: Comparison): Sql {
   if (isNull(node)) {
     if (node.op !== 'eq' && node.op !== 'ne') throw invalidFilter(`${node.attrPath}: null compares with eq or ne only.`);
     const present = comparison(scope, { op: 'pr', attrPath: node.attrPath });
-    return node.op === 'eq' ? sql`not (${present})` : present;
+    return node.op === 'eq' ? allBut(scope, present) : present;
   }
+  // ne is "not eq": a resource without the attribute meets it too.
+  if (node.op === 'ne') return allBut(scope, comparison(scope, { ...node, op: 'eq' }));
   const member = membership(scope, found.root);
   if (member) {
     if (found.leaf.name !== 'value') throw invalidFilter(`Only ${found.root.name}.value can be filtered on.`);
-    const condition = node.op === 'pr' ? sql`1 = 1` : compared(scope, sql.raw(member.other), node.op, operand(found.leaf, node));
-    const ids = sql`select ${sql.raw(member.own)} from scim_group_members where ${condition}`;
-    return node.op === 'ne' ? sql`not (${idIn(scope, ids)})` : idIn(scope, ids);
+    const column = sql.raw(`m.${member.other}`);
+    return withMembership(
+      scope,
+      member,
+      node.op === 'pr' ? sql`1 = 1` : compared(scope, column, node.op, operand(found.leaf, node)),
+    );
   }
   const column = META_COLUMNS[found.attribute];
   if (column) {
-    if (node.op === 'pr') return sql`1 = 1`;
-    const matched = compared(scope, sql.raw(`${scope.idColumn.split('.')[0]}.${column}`), node.op, operand(found.leaf, node));
-    return node.op === 'ne' ? sql`not (${matched})` : matched;
+    if (node.op === 'pr') return everyone(scope);
+    return sql`${everyone(scope)} and ${compared(scope, sql.raw(column), node.op, operand(found.leaf, node))}`;
   }
-  const ids = sql`select resource_id from (${valueRows(scope, valueCondition(scope, node, found))}) as v`;
-  return node.op === 'ne' ? sql`not (${idIn(scope, ids)})` : idIn(scope, ids);
+  return sql`select resource_id as id from scim_values where account_id = ${scope.accountId} and resource_type = ${scope.kind.type} and ${valueCondition(scope, node, found)}`;
 }
 
 /** The (resource, element) pairs of a multi-valued attribute whose elements meet `node`. */
@@ -256,36 +272,37 @@ export function membershipCondition(scope: FilterScope, root: AttributeDefinitio
   }
 }
 
+/** The ids of the account's resources that meet the filter. */
 function compiled(scope: FilterScope, node: Filter): Sql {
   switch (node.op) {
     case 'and':
     case 'or':
-      return sql`(${sql.join(
-        node.filters.map((f) => compiled(scope, f)),
-        sql.raw(` ${node.op} `),
-      )})`;
+      return sql.join(
+        node.filters.map((f) => sql`select id from (${compiled(scope, f)}) as operand`),
+        sql.raw(node.op === 'and' ? ' intersect ' : ' union '),
+      );
     case 'not':
-      return sql`not (${compiled(scope, node.filter)})`;
+      return allBut(scope, compiled(scope, node.filter));
     case '[]': {
       const root = definitionAt(scope.kind, pathSegments(scope.kind, node.attrPath));
       if (!root?.multiValued || root.type !== 'complex') {
         throw invalidFilter(`${node.attrPath} is not a multi-valued complex attribute.`);
       }
       const member = membership(scope, root);
-      if (member) {
-        const condition = membershipCondition(scope, root, member.other, node.valFilter);
-        return idIn(scope, sql`select ${sql.raw(member.own)} from scim_group_members where ${condition}`);
-      }
-      return idIn(scope, sql`select resource_id from (${elements(scope, root, node.valFilter)}) as matched`);
+      if (member) return withMembership(scope, member, membershipCondition(scope, root, `m.${member.other}`, node.valFilter));
+      return sql`select resource_id as id from (${elements(scope, root, node.valFilter)}) as matched`;
     }
     default:
       return comparison(scope, node);
   }
 }
 
-/** The filter as a condition on the resource table. */
+/**
+ * The filter as a condition on the resource table: its id in the set of those that meet it (a set of the
+ * account's resources only).
+ */
 export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<SqlBool> {
-  return compiled(scope, filter) as RawBuilder<SqlBool>;
+  return sql<SqlBool>`${sql.raw(`${scope.table}.id`)} in (${compiled(scope, filter)})`;
 }
 
 /** What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource, the least of a multi-valued one. */
@@ -294,6 +311,6 @@ export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown>
   if (found.leaf.type === 'complex' || membership(scope, found.root))
     throw scimError(400, 'invalidPath', `${sortBy} cannot be sorted by.`);
   const column = META_COLUMNS[found.attribute];
-  if (column) return sql.raw(`${scope.idColumn.split('.')[0]}.${column}`);
-  return sql`(select min(value) from scim_values where resource_id = ${sql.raw(scope.idColumn)} and attribute = ${found.attribute})`;
+  if (column) return sql.raw(`${scope.table}.${column}`);
+  return sql`(select min(value) from scim_values where resource_id = ${sql.raw(`${scope.table}.id`)} and attribute = ${found.attribute})`;
 }

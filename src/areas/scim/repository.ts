@@ -281,7 +281,7 @@ function filterScope(scope: Scope, kind: ResourceKind): FilterScope {
     kind,
     accountId: scope.accountId,
     dialect: scope.dialect,
-    idColumn: kind === USER ? 'scim_users.id' : 'scim_groups.id',
+    table: kind === USER ? 'scim_users' : 'scim_groups',
   };
 }
 
@@ -319,8 +319,10 @@ async function page<Row>(
   const count = Math.min(MAX_RESULTS, Math.max(0, query.count ?? 100));
   const matching = () => {
     // Typed as one of the two tables: the columns used here are the same in both.
-    const q = scope.db.selectFrom(TABLES[kind.type] as 'scimGroups').where('accountId', '=', scope.accountId);
-    return condition ? q.where(condition) : q;
+    const q = scope.db.selectFrom(TABLES[kind.type] as 'scimGroups');
+    // A filter's set holds only the account's resources; the store then reads them by primary key
+    // instead of walking every resource of the account to test each against the set.
+    return condition ? q.where(condition) : q.where('accountId', '=', scope.accountId);
   };
   const [rows, total] = await Promise.all([
     count === 0
