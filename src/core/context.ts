@@ -31,6 +31,8 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Least role an operation needs; reads default to viewer and writes to developer. */
     role?: Role;
+    /** A SCIM operation: directory-integration tokens reach these and nothing else. */
+    directoryIntegration?: boolean;
   }
 }
 

@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ProblemError } from '../problems.ts';
 import { roleAllows, type Role } from './accounts.ts';
 import { InvalidToken, type Principal } from './tokens.ts';
+import { isDirectoryToken, verifyDirectoryToken } from './directory-tokens.ts';
 
 function requiredRole(request: FastifyRequest): Role {
   const configured = request.routeOptions.config.role;
@@ -19,7 +20,9 @@ async function authenticate(request: FastifyRequest): Promise<Principal> {
     });
   }
   try {
-    return await request.server.tokens.verify(match[1]);
+    const token = match[1];
+    if (isDirectoryToken(token)) return await verifyDirectoryToken(request.server.store.db, token);
+    return await request.server.tokens.verify(token);
   } catch (error) {
     if (!(error instanceof InvalidToken)) throw error;
     throw new ProblemError(401, `The bearer token is not valid: ${error.message}.`, {
@@ -42,6 +45,9 @@ export const authPlugin = fp(async (app: FastifyInstance) => {
     const accountHeader = request.headers['account-id'];
     if (accountHeader !== undefined && accountHeader !== principal.accountId) {
       throw new ProblemError(403, 'The account-id header does not match the account of the bearer token.');
+    }
+    if (principal.directoryToken && !request.routeOptions.config.directoryIntegration) {
+      throw new ProblemError(403, 'A directory-integration token reaches only the SCIM operations of its account.');
     }
     const needed = requiredRole(request);
     if (!roleAllows(principal.role, needed)) {

@@ -10,6 +10,8 @@ export interface Principal {
   clientId: string;
   accountId: string;
   role: Role;
+  /** Set for a directory-integration token, which reaches only operations marked directoryIntegration. */
+  directoryToken?: true;
 }
 
 export interface IssuedToken {
