@@ -27,6 +27,9 @@ import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
 import { directoryIntegrationRoutes } from './areas/scim/routes.ts';
+import { agentRoutes } from './areas/agents/routes.ts';
+import { agentProtocolRoutes } from './areas/agents/protocol.ts';
+import { secretValueRoutes } from './areas/secret-values/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -40,6 +43,8 @@ const v1Areas = [
   connectorRoutes,
   oauthConnectionRoutes,
   directoryIntegrationRoutes,
+  agentRoutes,
+  secretValueRoutes,
   eventRoutes,
 ];
 
@@ -152,6 +157,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       },
       { prefix: '/dpc/v1' },
     );
+    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
   });
   return app;
 }

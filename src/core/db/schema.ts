@@ -14,6 +14,8 @@ import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.t
 import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
 import type { ScimTables } from '../../areas/scim/tables.ts';
+import type { AgentTables } from '../../areas/agents/tables.ts';
+import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -89,4 +91,6 @@ export interface Database
     SharedPipelineTables,
     ConnectorTables,
     OAuthConnectionTables,
-    ScimTables {}
+    ScimTables,
+    AgentTables,
+    StreamingPipelineTables {}

@@ -5,6 +5,7 @@ import { foundation } from './0001_foundation.ts';
 import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
+import { agents } from './0006_agents.ts';
 import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 
@@ -14,6 +15,7 @@ const steps: Record<string, PortableMigration> = {
   '0002_project_configuration': projectConfiguration,
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
+  '0006_agents': agents,
   '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
 };
