@@ -10,7 +10,10 @@ export interface StreamingPipelineTable {
   name: string;
   /** JSON of streamingSource, streamingTarget and advancedProperties. */
   definition: string;
+  /** STOPPED, STARTING, RUNNING, STOPPING or FAILED. */
   status: string;
+  /** The agent work that runs it, from its start until it is stopped or fails. */
+  workId: string | null;
   statusMessage: string | null;
   createdAt: string;
   updatedAt: string;
