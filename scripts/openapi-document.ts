@@ -1,5 +1,6 @@
-// Prints the served OpenAPI document without listening: the app is built over a scratch SQLite store.
-import { mkdtempSync, rmSync } from 'node:fs';
+// Writes the served OpenAPI document to the file named as the argument (else prints it), without listening:
+// the app is built over a scratch SQLite store.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../src/core/config.ts';
@@ -13,7 +14,9 @@ try {
   await migrate(store);
   const app = await buildApp({ config, store, logger: false });
   await app.ready();
-  process.stdout.write(JSON.stringify(app.swagger(), null, 2) + '\n');
+  const text = JSON.stringify(app.swagger(), null, 2) + '\n';
+  if (process.argv[2]) writeFileSync(process.argv[2], text);
+  else process.stdout.write(text);
   await app.close();
 } finally {
   await store.close();

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { OAuthError, TokenRequest, TokenResponse } from './schemas.ts';
+import { JsonWebKeySet, OAuthError, TokenRequest, TokenResponse } from './schemas.ts';
 
 /** RFC 6749 error answer of the token endpoint (the token endpoint speaks OAuth, not problem+json). */
 function oauthError(reply: FastifyReply, status: number, error: string, description: string) {
@@ -89,7 +89,7 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
 
   app.get(
     '/.well-known/jwks.json',
-    { schema: { summary: 'Public keys that verify access tokens', tags: ['Identity'] } },
+    { schema: { summary: 'Public keys that verify access tokens', tags: ['Identity'], response: { 200: JsonWebKeySet } } },
     async () => app.tokens.keys.publicJwks(),
   );
 }

@@ -33,3 +33,18 @@ export const OAuthError = Type.Object(
   },
   { examples: [{ error: 'invalid_client', error_description: 'The client is unknown or the secret is wrong.' }] },
 );
+
+/** The public signing keys (RFC 7517 JSON Web Key Set): EC P-256 keys, newest first. */
+export const JsonWebKeySet = Type.Object({
+  keys: Type.Array(
+    Type.Object({
+      kty: Type.String({ examples: ['EC'] }),
+      crv: Type.String({ examples: ['P-256'] }),
+      x: Type.String(),
+      y: Type.String(),
+      kid: Type.String({ description: 'the `kid` of the tokens this key verifies' }),
+      alg: Type.String({ examples: ['ES256'] }),
+      use: Type.Literal('sig'),
+    }),
+  ),
+});
