@@ -102,7 +102,7 @@ function titled(schema: unknown, names: Map<object, string>): unknown {
     if (mapped !== value) (copy ??= { ...schema })[key] = mapped;
   }
   const name = names.get(schema);
-  if (name !== undefined && schema.title === undefined) (copy ??= { ...schema }).title = name;
+  if (name !== undefined && schema.title === undefined && schema.$id === undefined) (copy ??= { ...schema }).title = name;
   return copy ?? schema;
 }
 
@@ -281,7 +281,7 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
       }
     }
   }
-  document.tags = [...tags].sort().map((name) => ({ name, description: `Operations on ${name.toLowerCase()}.` }));
+  document.tags = [...tags].sort().map((name) => ({ name, description: `Operations on ${name}.` }));
   return document;
 }
 
