@@ -13,7 +13,10 @@ const bin = (name) => path.join('node_modules', '.bin', name);
 const steps = [
   [process.execPath, ['--import', 'tsx', 'scripts/openapi-document.ts', document]],
   [bin('redocly'), ['lint', '--config', 'redocly.yaml', document]],
-  [bin('spectral'), ['lint', '--ruleset', '.spectral.yaml', '--fail-severity', 'warn', document]],
+  [
+    bin('spectral'),
+    ['lint', '--ruleset', '.spectral.yaml', '--resolver', 'scripts/spectral-resolver.cjs', '--fail-severity', 'warn', document],
+  ],
 ];
 let status = 0;
 for (const [command, args] of steps) {
