@@ -125,10 +125,8 @@ function nameSchemas(route: RouteOptions, names: Map<object, string>): void {
   const schema = route.schema!;
   if (schema.body) schema.body = titled(schema.body, names);
   const response = schema.response as Record<string, unknown>;
-  for (const [status, answer] of Object.entries(response)) {
-    // An answer given as an OpenAPI response object ({description, content}) is left as written.
-    if (isObject(answer) && !('content' in answer)) response[status] = titled(answer, names);
-  }
+  // An answer given as an OpenAPI response object ({description, content}) has its content's schemas titled.
+  for (const [status, answer] of Object.entries(response)) response[status] = titled(answer, names);
 }
 
 interface OpenApiMediaType {
