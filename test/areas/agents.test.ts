@@ -265,10 +265,14 @@ describeEachStore('agents', (kind) => {
     stateDirs.push(stateDir);
     const agent = spawnAgent(server.url, credentials, stateDir);
     try {
-      await until('connected', async () => {
-        const read = (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body;
-        return read.connected && read.hasCertificate;
-      });
+      await until(
+        'connected',
+        async () => {
+          const read = (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body;
+          return read.connected && read.hasCertificate;
+        },
+        60_000,
+      ); // the agent's first start makes its RSA key, which takes a while on a loaded machine
       assert.equal(statSync(path.join(stateDir, 'agent-key.pem')).mode & 0o777, 0o600);
 
       const plaintext = `s3cret-${randomBytes(12).toString('hex')}`;

@@ -63,6 +63,12 @@ describeEachStore('streaming pipelines', (kind) => {
     sourcePort = (source.address() as { port: number }).port;
     stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
     agent = spawnAgent(server.url, credentials, stateDir);
+    // The agent's first start makes its RSA key, which takes a while on a loaded machine.
+    await until(
+      'the agent to connect',
+      async () => (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.connected,
+      60_000,
+    );
   });
   after(async () => {
     await agent.stop();
