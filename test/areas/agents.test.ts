@@ -6,7 +6,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { compactDecrypt } from 'jose';
 import { sql } from 'kysely';
-import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { describeEachStore, describeOnPostgres, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { spawnAgent } from '../helpers/processes.ts';
 import { loadOrCreateIdentity } from '../../src/agent/identity.ts';
 import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
@@ -366,3 +366,52 @@ async function storeHolds(server: TestServer, kind: string, text: string): Promi
   }
   return false;
 }
+
+describeOnPostgres('agent work across server processes', () => {
+  let first: TestServer;
+  let second: TestServer;
+  before(async () => {
+    first = await TestServer.start('postgres', { agentPollWaitSeconds: 1 });
+    second = await TestServer.startBeside(first);
+  });
+  after(async () => {
+    await second.close();
+    await first.close();
+  });
+
+  test('each piece of work goes to one poll, whichever process the polls reach; it outlives a process', async () => {
+    const caller = await first.newAccount();
+    const agentId = (await first.api('POST', '/agents', { token: caller.token, body: AGENT })).body.agentId;
+    const credentials = (await first.api('POST', `/agents/${agentId}/credentials`, { token: caller.token })).body;
+    const token = await first.token(credentials.clientId, credentials.clientSecret);
+    const works = await Promise.all(
+      Array.from({ length: 40 }, (_, n) =>
+        enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: { n } }),
+      ),
+    );
+    const delivered: string[] = [];
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, poller) => {
+        const server = poller % 2 === 0 ? first : second;
+        for (;;) {
+          const answer = await server.request('POST', '/dpc/agent/v1/work/poll', { token, body: { max: 3, waitSeconds: 0 } });
+          assert.equal(answer.status, 200, answer.text);
+          if (answer.body.work.length === 0) return;
+          delivered.push(...answer.body.work.map((work: { workId: string }) => work.workId));
+        }
+      }),
+    );
+    assert.equal(delivered.length, works.length, 'a piece of work was delivered twice or not at all');
+    assert.deepEqual([...delivered].sort(), [...works].sort());
+
+    // Work added now waits in the store: a process started later hands it out.
+    const later = await enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: {} });
+    await second.close();
+    second = await TestServer.startBeside(first);
+    const poll = await second.request('POST', '/dpc/agent/v1/work/poll', { token, body: { waitSeconds: 0 } });
+    assert.deepEqual(
+      poll.body.work.map((work: { workId: string }) => work.workId),
+      [later],
+    );
+  });
+});
