@@ -8,20 +8,11 @@ import { compactDecrypt } from 'jose';
 import { sql } from 'kysely';
 import { describeEachStore, describeOnPostgres, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { spawnAgent } from '../helpers/processes.ts';
+import { until } from '../helpers/until.ts';
 import { loadOrCreateIdentity } from '../../src/agent/identity.ts';
 import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
 
 const AGENT = { name: 'eu-prod', description: 'Production', agentType: 'HYBRID', cloudProvider: 'aws', deployment: 'fargate' };
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 describeEachStore('agents', (kind) => {
   let server: TestServer;
@@ -32,7 +23,7 @@ describeEachStore('agents', (kind) => {
   before(async () => {
     server = await TestServer.start(
       kind,
-      { agentConnectedSeconds: 2, agentSecretTimeoutMs: 3000, agentPollWaitSeconds: 1 },
+      { agentConnectedSeconds: 2, agentSecretTimeoutMs: 8000, agentPollWaitSeconds: 1 },
       {
         level: 'trace',
         stream: { write: (line: string) => void (logs += line) },
@@ -238,23 +229,19 @@ describeEachStore('agents', (kind) => {
       const answer = await agentCall(token, 'POST', '/work/poll', { waitSeconds: 1 });
       return answer.body.work.length > 0 && answer.body;
     });
-    const { jwe } = poll.work[0].payload;
-    assert.ok(
-      !jwe.includes(plaintext) &&
-        !Buffer.from(jwe.split('.')[3] ?? '', 'base64url')
-          .toString()
-          .includes(plaintext),
-    );
-    const { plaintext: opened } = await compactDecrypt(jwe, identity.privateKey);
-    assert.equal(JSON.parse(new TextDecoder().decode(opened)).value.password, plaintext);
-    const stranger = generateKeyPairSync('rsa', { modulusLength: 3072 }).privateKey;
-    await assert.rejects(compactDecrypt(jwe, stranger));
+    // Confirmed first, within the server's wait; the ciphertext is examined afterwards.
     await agentCall(token, 'POST', `/work/${poll.work[0].workId}/reports`, {
       type: 'done',
       body: { vaultSecretName: 'db', resolverRef: 'MATILLION_CUSTOMER_VAULT:db:password' },
     });
     const written = await writing;
     assert.equal(written.status, 200, written.text);
+    const { jwe } = poll.work[0].payload;
+    assert.ok(!jwe.includes(plaintext) && !Buffer.from(jwe.split('.')[3] ?? '', 'base64url').includes(plaintext));
+    const { plaintext: opened } = await compactDecrypt(jwe, identity.privateKey);
+    assert.equal(JSON.parse(new TextDecoder().decode(opened)).value.password, plaintext);
+    const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+    await assert.rejects(compactDecrypt(jwe, stranger));
     assert.deepEqual(written.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:db:password', vaultSecretName: 'db' });
   });
 
