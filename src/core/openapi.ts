@@ -179,9 +179,23 @@ const RETRY_AFTER = {
   description: 'Seconds to wait before trying again.',
   schema: { type: 'integer', minimum: 0 },
 };
-const LOCATION = {
-  description: 'Where the created resource is addressed (relative to the server).',
-  schema: { type: 'string', format: 'uri-reference' },
+
+/** Headers the server sends with answers of these statuses, whichever the operation. */
+const RESPONSE_HEADERS: Record<string, Record<string, unknown>> = {
+  201: {
+    Location: {
+      description: 'Where the created resource is addressed (relative to the server).',
+      schema: { type: 'string', format: 'uri-reference' },
+    },
+  },
+  401: {
+    'WWW-Authenticate': {
+      description: 'The authentication the operation takes (Bearer; Basic at the token endpoint).',
+      schema: { type: 'string' },
+    },
+  },
+  429: { 'Retry-After': RETRY_AFTER },
+  503: { 'Retry-After': { ...RETRY_AFTER, description: 'Seconds to wait before trying again, where the server knows.' } },
 };
 
 /**
@@ -245,7 +259,7 @@ class ComponentSchemas {
  * What the route schemas cannot say alone: a query parameter with a default is optional (the schema's
  * `required` lists it because the validator fills it in), every operation has a stable operationId, operations
  * outside /dpc/v1 (the token endpoint, the JWKS) say explicitly that they need no token, bodies and answers are
- * named component schemas, every answer has a description, and the headers of 201, 429 and 503 are declared.
+ * named component schemas, every answer has a description, and the headers of 201, 401, 429 and 503 are declared.
  */
 function settleOperations(document: OpenApiDocument, exportedNames: Set<string>): OpenApiDocument {
   const components = (document.components ??= {});
@@ -270,8 +284,7 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
         if (!response.description || response.description === 'Default Response') {
           response.description = SUCCESS_TITLES[status] ?? STATUS_TITLES[Number(status)] ?? `HTTP ${status}`;
         }
-        if (status === '201') response.headers = { Location: LOCATION, ...response.headers };
-        if (status === '429' || status === '503') response.headers = { 'Retry-After': RETRY_AFTER, ...response.headers };
+        if (RESPONSE_HEADERS[status]) response.headers = { ...RESPONSE_HEADERS[status], ...response.headers };
         const name = `${pascal(operationId)}${successes > 1 || !status.startsWith('2') ? status : ''}Response`;
         for (const media of Object.values(response.content ?? {})) {
           if (media.schema) media.schema = schemas.body(media.schema, name);

@@ -105,6 +105,8 @@ test('bodies and answers are named component schemas; answers have descriptions,
       for (const status of expected) assert.ok(statuses.includes(status), `${name} declares ${status}`);
       assert.ok(operation.responses['429'].headers['Retry-After'], `${name} 429 declares Retry-After`);
       if (operation.responses['201']) assert.ok(operation.responses['201'].headers.Location, `${name} 201 declares Location`);
+      if (operation.responses['401'])
+        assert.ok(operation.responses['401'].headers['WWW-Authenticate'], `${name} 401 declares WWW-Authenticate`);
     }
   }
   const token = document.paths['/oauth/dpc/token'].post.requestBody.content['application/x-www-form-urlencoded'].schema;
