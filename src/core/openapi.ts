@@ -12,8 +12,10 @@ import { PROBLEM_CONTENT_TYPE, ProblemDetail, STATUS_TITLES } from './problems.t
  * (409, 422, ...) themselves.
  */
 const EVERY_OPERATION_PROBLEMS = [429, 431, 500, 503];
-/** Problems of every /dpc/v1 operation: validation, the bearer token, the role, an unknown resource. */
-const V1_PROBLEMS = [400, 401, 403, 404];
+/** Problems of every operation that takes a token: validation, the bearer token, the role (or kind of token). */
+const TOKEN_PROBLEMS = [400, 401, 403];
+/** Every /dpc/v1 operation may also name a resource that is not there (a project, most often). */
+const V1_PROBLEMS = [404];
 /** A path segment longer than the router takes (see maxParamLength in app.ts). */
 const PATH_PARAMETER_PROBLEMS = [414];
 const BODY_PROBLEMS = [413, 415];
@@ -106,18 +108,22 @@ function titled(schema: unknown, names: Map<object, string>): unknown {
   return copy ?? schema;
 }
 
+/**
+ * Every documented operation needs a bearer token unless its schema says `security: []` (the token endpoint
+ * and the JWKS do), and declares the problems the server can answer to it.
+ */
 function declareProblems(route: RouteOptions): void {
-  const schema = (route.schema ??= {});
+  const schema = (route.schema ??= {}) as NonNullable<RouteOptions['schema']> & { security?: unknown[] };
   const response = (schema.response ??= {}) as Record<string, unknown>;
-  const v1 = route.url.startsWith('/dpc/v1');
+  const security = (schema.security ??= [{ bearerAuth: [] }]);
   const statuses = [
-    ...(v1 ? V1_PROBLEMS : []),
+    ...(security.length > 0 ? TOKEN_PROBLEMS : []),
+    ...(route.url.startsWith('/dpc/v1') ? V1_PROBLEMS : []),
     ...(route.url.includes(':') ? PATH_PARAMETER_PROBLEMS : []),
     ...(schema.body || route.method === 'POST' ? BODY_PROBLEMS : []),
     ...EVERY_OPERATION_PROBLEMS,
   ];
   for (const status of statuses) response[status] ??= problemResponse(status);
-  if (v1) (schema as { security?: unknown }).security ??= [{ bearerAuth: [] }];
 }
 
 /** Titles the body and every answer of a documented route with the exported names of its schemas. */
@@ -257,8 +263,7 @@ class ComponentSchemas {
 
 /**
  * What the route schemas cannot say alone: a query parameter with a default is optional (the schema's
- * `required` lists it because the validator fills it in), every operation has a stable operationId, operations
- * outside /dpc/v1 (the token endpoint, the JWKS) say explicitly that they need no token, bodies and answers are
+ * `required` lists it because the validator fills it in), every operation has a stable operationId, bodies and answers are
  * named component schemas, every answer has a description, and the headers of 201, 401, 429 and 503 are declared.
  */
 function settleOperations(document: OpenApiDocument, exportedNames: Set<string>): OpenApiDocument {
@@ -270,7 +275,6 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
       const operation = item[method];
       if (!operation) continue;
       const operationId = (operation.operationId ??= operationIdOf(method, path));
-      if (!path.startsWith('/dpc/v1/')) operation.security ??= [];
       for (const tag of operation.tags ?? []) tags.add(tag);
       for (const parameter of operation.parameters ?? []) {
         if (parameter.in === 'query' && parameter.schema?.default !== undefined) parameter.required = false;
