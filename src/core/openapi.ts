@@ -12,8 +12,10 @@ import { PROBLEM_CONTENT_TYPE, ProblemDetail, STATUS_TITLES } from './problems.t
  * (409, 422, ...) themselves.
  */
 const EVERY_OPERATION_PROBLEMS = [429, 431, 500, 503];
-/** Problems of every /dpc/v1 operation: validation, the bearer token, the role, an unknown resource. */
-const V1_PROBLEMS = [400, 401, 403, 404];
+/** Problems of every operation that takes a token: validation, the bearer token, the role (or kind of token). */
+const TOKEN_PROBLEMS = [400, 401, 403];
+/** Every /dpc/v1 operation may also name a resource that is not there (a project, most often). */
+const V1_PROBLEMS = [404];
 /** A path segment longer than the router takes (see maxParamLength in app.ts). */
 const PATH_PARAMETER_PROBLEMS = [414];
 const BODY_PROBLEMS = [413, 415];
@@ -106,18 +108,22 @@ function titled(schema: unknown, names: Map<object, string>): unknown {
   return copy ?? schema;
 }
 
+/**
+ * Every documented operation needs a bearer token unless its schema says `security: []` (the token endpoint
+ * and the JWKS do), and declares the problems the server can answer to it.
+ */
 function declareProblems(route: RouteOptions): void {
-  const schema = (route.schema ??= {});
+  const schema = (route.schema ??= {}) as NonNullable<RouteOptions['schema']> & { security?: unknown[] };
   const response = (schema.response ??= {}) as Record<string, unknown>;
-  const v1 = route.url.startsWith('/dpc/v1');
+  const security = (schema.security ??= [{ bearerAuth: [] }]);
   const statuses = [
-    ...(v1 ? V1_PROBLEMS : []),
+    ...(security.length > 0 ? TOKEN_PROBLEMS : []),
+    ...(route.url.startsWith('/dpc/v1') ? V1_PROBLEMS : []),
     ...(route.url.includes(':') ? PATH_PARAMETER_PROBLEMS : []),
     ...(schema.body || route.method === 'POST' ? BODY_PROBLEMS : []),
     ...EVERY_OPERATION_PROBLEMS,
   ];
   for (const status of statuses) response[status] ??= problemResponse(status);
-  if (v1) (schema as { security?: unknown }).security ??= [{ bearerAuth: [] }];
 }
 
 /** Titles the body and every answer of a documented route with the exported names of its schemas. */
@@ -179,9 +185,23 @@ const RETRY_AFTER = {
   description: 'Seconds to wait before trying again.',
   schema: { type: 'integer', minimum: 0 },
 };
-const LOCATION = {
-  description: 'Where the created resource is addressed (relative to the server).',
-  schema: { type: 'string', format: 'uri-reference' },
+
+/** Headers the server sends with answers of these statuses, whichever the operation. */
+const RESPONSE_HEADERS: Record<string, Record<string, unknown>> = {
+  201: {
+    Location: {
+      description: 'Where the created resource is addressed (relative to the server).',
+      schema: { type: 'string', format: 'uri-reference' },
+    },
+  },
+  401: {
+    'WWW-Authenticate': {
+      description: 'The authentication the operation takes (Bearer; Basic at the token endpoint).',
+      schema: { type: 'string' },
+    },
+  },
+  429: { 'Retry-After': RETRY_AFTER },
+  503: { 'Retry-After': { ...RETRY_AFTER, description: 'Seconds to wait before trying again, where the server knows.' } },
 };
 
 /**
@@ -243,9 +263,8 @@ class ComponentSchemas {
 
 /**
  * What the route schemas cannot say alone: a query parameter with a default is optional (the schema's
- * `required` lists it because the validator fills it in), every operation has a stable operationId, operations
- * outside /dpc/v1 (the token endpoint, the JWKS) say explicitly that they need no token, bodies and answers are
- * named component schemas, every answer has a description, and the headers of 201, 429 and 503 are declared.
+ * `required` lists it because the validator fills it in), every operation has a stable operationId, bodies and answers are
+ * named component schemas, every answer has a description, and the headers of 201, 401, 429 and 503 are declared.
  */
 function settleOperations(document: OpenApiDocument, exportedNames: Set<string>): OpenApiDocument {
   const components = (document.components ??= {});
@@ -256,7 +275,6 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
       const operation = item[method];
       if (!operation) continue;
       const operationId = (operation.operationId ??= operationIdOf(method, path));
-      if (!path.startsWith('/dpc/v1/')) operation.security ??= [];
       for (const tag of operation.tags ?? []) tags.add(tag);
       for (const parameter of operation.parameters ?? []) {
         if (parameter.in === 'query' && parameter.schema?.default !== undefined) parameter.required = false;
@@ -270,8 +288,7 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
         if (!response.description || response.description === 'Default Response') {
           response.description = SUCCESS_TITLES[status] ?? STATUS_TITLES[Number(status)] ?? `HTTP ${status}`;
         }
-        if (status === '201') response.headers = { Location: LOCATION, ...response.headers };
-        if (status === '429' || status === '503') response.headers = { 'Retry-After': RETRY_AFTER, ...response.headers };
+        if (RESPONSE_HEADERS[status]) response.headers = { ...RESPONSE_HEADERS[status], ...response.headers };
         const name = `${pascal(operationId)}${successes > 1 || !status.startsWith('2') ? status : ''}Response`;
         for (const media of Object.values(response.content ?? {})) {
           if (media.schema) media.schema = schemas.body(media.schema, name);

@@ -59,7 +59,8 @@ test('the OpenAPI document describes every operation, its security, errors and e
         assert.notEqual(parameter.required, true, `${method} ${path}: ${parameter.name} has a default`);
       }
     }
-    if (!path.startsWith('/dpc/v1/')) assert.deepEqual(operation.security, [], `${method} ${path} needs no token`);
+    const tokenFree = ['/oauth/dpc/token', '/.well-known/jwks.json'].includes(path);
+    assert.deepEqual(operation.security, tokenFree ? [] : [{ bearerAuth: [] }], `${method} ${path} security`);
   }
   assert.equal(document.paths['/dpc/v1/projects/{projectId}/variables'].get.operationId, 'getProjectsByProjectIdVariables');
 });
@@ -105,6 +106,8 @@ test('bodies and answers are named component schemas; answers have descriptions,
       for (const status of expected) assert.ok(statuses.includes(status), `${name} declares ${status}`);
       assert.ok(operation.responses['429'].headers['Retry-After'], `${name} 429 declares Retry-After`);
       if (operation.responses['201']) assert.ok(operation.responses['201'].headers.Location, `${name} 201 declares Location`);
+      if (operation.responses['401'])
+        assert.ok(operation.responses['401'].headers['WWW-Authenticate'], `${name} 401 declares WWW-Authenticate`);
     }
   }
   const token = document.paths['/oauth/dpc/token'].post.requestBody.content['application/x-www-form-urlencoded'].schema;

@@ -51,6 +51,7 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
       schema: {
         summary: 'Obtain an access token (OAuth 2.0 client-credentials grant)',
         tags: ['Identity'],
+        security: [],
         consumes: ['application/x-www-form-urlencoded'],
         body: TokenRequest,
         response: { 200: TokenResponse, 400: OAuthError, 401: OAuthError },
@@ -89,7 +90,14 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
 
   app.get(
     '/.well-known/jwks.json',
-    { schema: { summary: 'Public keys that verify access tokens', tags: ['Identity'], response: { 200: JsonWebKeySet } } },
+    {
+      schema: {
+        summary: 'Public keys that verify access tokens',
+        tags: ['Identity'],
+        security: [],
+        response: { 200: JsonWebKeySet },
+      },
+    },
     async () => app.tokens.keys.publicJwks(),
   );
 }
