@@ -5,6 +5,7 @@ import { foundation } from './0001_foundation.ts';
 import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
+import { agents } from './0006_agents.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
@@ -13,6 +14,7 @@ const steps: Record<string, PortableMigration> = {
   '0002_project_configuration': projectConfiguration,
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
+  '0006_agents': agents,
   '0009_client_revocation': clientRevocation,
 };
 

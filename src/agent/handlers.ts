@@ -1,0 +1,75 @@
+/**
+ * What the reference agent does with each kind of work the server hands it. A handler gets the work and a
+ * context, and answers the result that is reported as `done`; throwing reports `failed` (with the error's
+ * message and, when it has one, its `code`). Add a kind by adding an entry (registerWorkHandler).
+ */
+import { compactDecrypt } from 'jose';
+import type { KeyObject } from 'node:crypto';
+import type { SecretValue, VaultBackend } from './vault.ts';
+
+export interface DeliveredWork {
+  workId: string;
+  kind: string;
+  payload: unknown;
+  /** 1 on the first delivery; more when an earlier delivery's lease lapsed without a final report. */
+  delivery: number;
+}
+
+export interface WorkContext {
+  /** Sends a progress report (it also keeps the work's lease alive). */
+  report(body: unknown): Promise<void>;
+  /** Aborts when the server says the work was cancelled, or the agent is stopping. */
+  signal: AbortSignal;
+  vault: VaultBackend;
+  log(message: string, fields?: Record<string, unknown>): void;
+  /** The agent's private key, matching the certificate it registered: what secrets are encrypted for. */
+  privateKey: KeyObject;
+}
+
+export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;
+
+/** A failure the handler names with a code the server understands (e.g. secret-exists). */
+export class WorkFailure extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message);
+  }
+}
+
+interface WriteSecretPayload {
+  name: string;
+  key: string;
+  overwrite: boolean;
+  /** Compact JWE (RSA-OAEP-256, A256GCM) for the agent's certificate; its plaintext is {"value": ...}. */
+  jwe: string;
+}
+
+/** Decrypts a secret sent by the server with the agent's private key and writes it to the vault. */
+const writeSecret: WorkHandler = async (work, ctx) => {
+  const payload = work.payload as WriteSecretPayload;
+  const { plaintext } = await compactDecrypt(payload.jwe, ctx.privateKey, {
+    keyManagementAlgorithms: ['RSA-OAEP-256'],
+    contentEncryptionAlgorithms: ['A256GCM'],
+  });
+  const { value } = JSON.parse(new TextDecoder().decode(plaintext)) as { value: SecretValue };
+  ctx.signal.throwIfAborted();
+  const written = await ctx.vault.write(payload.name, payload.key, value, { overwrite: payload.overwrite }).catch((error) => {
+    throw (error as { code?: string }).code === 'secret-exists'
+      ? new WorkFailure((error as Error).message, 'secret-exists')
+      : error;
+  });
+  ctx.log('secret written to the vault', { name: payload.name, key: payload.key });
+  return written;
+};
+
+const handlers = new Map<string, WorkHandler>([['write-secret', writeSecret]]);
+
+export function registerWorkHandler(kind: string, handler: WorkHandler): void {
+  handlers.set(kind, handler);
+}
+
+export function workHandler(kind: string): WorkHandler | undefined {
+  return handlers.get(kind);
+}

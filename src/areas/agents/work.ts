@@ -1,0 +1,245 @@
+/**
+ * Work the server hands to an agent, kept in the store (`agent_work`) so that it survives restarts and
+ * is shared by every server instance. Delivered at least once (a delivery is leased; when the lease
+ * lapses without a final report, the next poll gets it again), finished exactly once (the first final
+ * report wins; any later report is refused with 409), one delivery per poll across instances.
+ *
+ * Other areas use enqueueAgentWork, onAgentWorkReport and cancelAgentWork; the agent protocol routes
+ * (routes.ts) use the rest.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Db, Dialect, Executor } from '../../core/db/database.ts';
+import { now } from '../../core/db/database.ts';
+import { ProblemError, notFound } from '../../core/problems.ts';
+import type { AgentWorkTable } from './tables.ts';
+
+export type AgentWorkState = 'queued' | 'delivered' | 'done' | 'failed' | 'cancelled';
+
+export interface AgentWork {
+  id: string;
+  accountId: string;
+  agentId: string;
+  kind: string;
+  /** Null once the work is finished or cancelled. */
+  payload: unknown;
+  state: AgentWorkState;
+  deliveries: number;
+  cancelRequested: boolean;
+  /** The body of the final report, once there is one. */
+  result: unknown;
+  createdAt: string;
+  finishedAt: string | null;
+}
+
+export interface AgentReport {
+  type: 'progress' | 'done' | 'failed';
+  body: unknown;
+}
+
+/** Runs inside the transaction that records the report, so an area's own rows move with it. */
+export type AgentWorkReportHandler = (executor: Executor, event: { work: AgentWork; report: AgentReport }) => Promise<void>;
+
+const reportHandlers = new Map<string, AgentWorkReportHandler>();
+
+/** Registers what happens when an agent reports on work of `kind` (one handler per kind; a later one replaces it). */
+export function onAgentWorkReport(kind: string, handler: AgentWorkReportHandler): void {
+  reportHandlers.set(kind, handler);
+}
+
+function toWork(row: AgentWorkTable): AgentWork {
+  return {
+    id: row.id,
+    accountId: row.accountId,
+    agentId: row.agentId,
+    kind: row.kind,
+    payload: row.payload === null ? null : JSON.parse(row.payload),
+    state: row.state as AgentWorkState,
+    deliveries: Number(row.deliveries),
+    cancelRequested: Number(row.cancelRequested) === 1,
+    result: row.result === null ? null : JSON.parse(row.result),
+    createdAt: row.createdAt,
+    finishedAt: row.finishedAt,
+  };
+}
+
+/** Queues work for an agent; pass the transaction of the write it belongs to. Answers the work id. */
+export async function enqueueAgentWork(
+  executor: Executor,
+  work: { accountId: string; agentId: string; kind: string; payload: unknown },
+): Promise<string> {
+  const id = randomUUID();
+  await executor
+    .insertInto('agentWork')
+    .values({
+      id,
+      accountId: work.accountId,
+      agentId: work.agentId,
+      kind: work.kind,
+      payload: JSON.stringify(work.payload ?? null),
+      state: 'queued',
+      deliveries: 0,
+      leasedUntil: null,
+      cancelRequested: 0,
+      result: null,
+      createdAt: now(),
+      finishedAt: null,
+    })
+    .execute();
+  return id;
+}
+
+/**
+ * Cancels work: queued work is never delivered ('cancelled'); delivered work is marked so that the agent
+ * learns it on its next heartbeat or report ('cancel-requested'), and is not delivered again. Either way
+ * its payload is dropped. Finished work is left as it is ('finished'); an unknown id is 'unknown'.
+ */
+export async function cancelAgentWork(
+  executor: Executor,
+  workId: string,
+): Promise<'cancelled' | 'cancel-requested' | 'finished' | 'unknown'> {
+  const queued = await executor
+    .updateTable('agentWork')
+    .set({ state: 'cancelled', payload: null, finishedAt: now() })
+    .where('id', '=', workId)
+    .where('state', '=', 'queued')
+    .executeTakeFirst();
+  if (queued.numUpdatedRows > 0n) return 'cancelled';
+  const delivered = await executor
+    .updateTable('agentWork')
+    .set({ cancelRequested: 1, payload: null })
+    .where('id', '=', workId)
+    .where('state', '=', 'delivered')
+    .executeTakeFirst();
+  if (delivered.numUpdatedRows > 0n) return 'cancel-requested';
+  const row = await executor.selectFrom('agentWork').select('id').where('id', '=', workId).executeTakeFirst();
+  return row ? 'finished' : 'unknown';
+}
+
+/** The work `workId`, or undefined. */
+export async function findAgentWork(executor: Executor, workId: string): Promise<AgentWork | undefined> {
+  const row = await executor.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirst();
+  return row && toWork(row);
+}
+
+/**
+ * Hands the agent its oldest due work, leased for `leaseMs`: queued work, or delivered work whose lease
+ * lapsed (the agent died holding it). One piece to one caller: on PostgreSQL the candidate row is locked
+ * with SKIP LOCKED, and the update re-checks the row's state, so two instances racing cannot both win; on
+ * SQLite writes are serialised. Cancelled work whose holder vanished is closed here rather than delivered.
+ */
+export async function claimAgentWork(db: Db, dialect: Dialect, agentId: string, leaseMs: number): Promise<AgentWork | undefined> {
+  const at = now();
+  await db
+    .updateTable('agentWork')
+    .set({ state: 'cancelled', finishedAt: at })
+    .where('agentId', '=', agentId)
+    .where('state', '=', 'delivered')
+    .where('cancelRequested', '=', 1)
+    .where('leasedUntil', '<', at)
+    .execute();
+  const due = (eb: any) =>
+    eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'delivered'), eb('leasedUntil', '<', at)])]);
+  const candidate = db
+    .selectFrom('agentWork')
+    .select('id')
+    .where('agentId', '=', agentId)
+    .where('cancelRequested', '=', 0)
+    .where(due)
+    .orderBy('createdAt')
+    .limit(1);
+  const claimed = await db
+    .updateTable('agentWork')
+    .set((eb) => ({
+      state: 'delivered',
+      leasedUntil: new Date(Date.now() + leaseMs).toISOString(),
+      deliveries: eb('deliveries', '+', 1),
+    }))
+    .where('id', '=', dialect === 'postgres' ? candidate.forUpdate().skipLocked() : candidate)
+    .where('cancelRequested', '=', 0)
+    .where(due)
+    .returningAll()
+    .executeTakeFirst();
+  return claimed && toWork(claimed);
+}
+
+/**
+ * Extends the leases of the delivered work an agent says it still holds, and answers which of the work
+ * it holds has been cancelled since (so that it stops).
+ */
+export async function renewAgentWork(db: Db, agentId: string, held: string[], leaseMs: number): Promise<string[]> {
+  if (held.length === 0) return [];
+  await db
+    .updateTable('agentWork')
+    .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+    .where('agentId', '=', agentId)
+    .where('id', 'in', held)
+    .where('state', '=', 'delivered')
+    .execute();
+  const cancelled = await db
+    .selectFrom('agentWork')
+    .select('id')
+    .where('agentId', '=', agentId)
+    .where('id', 'in', held)
+    .where((eb) => eb.or([eb('cancelRequested', '=', 1), eb('state', '=', 'cancelled')]))
+    .execute();
+  return cancelled.map((row) => row.id);
+}
+
+const finishedProblem = (work: AgentWork) =>
+  new ProblemError(
+    409,
+    work.state === 'cancelled' || work.cancelRequested
+      ? `Work ${work.id} was cancelled; stop it and report nothing more.`
+      : `Work ${work.id} is already ${work.state}; its final report was recorded once and this one is ignored.`,
+    { name: work.state === 'cancelled' || work.cancelRequested ? 'work-cancelled' : 'work-already-finished' },
+  );
+
+/**
+ * Records an agent's report on its work, and runs the kind's report handler in the same transaction.
+ * progress keeps the lease alive; done or failed finishes the work once (the first final report wins;
+ * later ones, and any report on cancelled or finished work, answer 409), drops its payload and keeps the
+ * report body as the result. A final report on work whose cancellation was requested still finishes it.
+ */
+export function recordAgentWorkReport(
+  db: Db,
+  agentId: string,
+  workId: string,
+  report: AgentReport,
+  leaseMs: number,
+): Promise<AgentWork> {
+  return db.transaction().execute(async (trx) => {
+    const current = await findAgentWork(trx, workId);
+    if (!current || current.agentId !== agentId) throw notFound(`Work ${workId} is not this agent's.`);
+    if (current.state === 'queued') {
+      throw new ProblemError(409, `Work ${workId} has not been delivered; poll for it first.`, { name: 'work-not-delivered' });
+    }
+    const at = now();
+    const moved =
+      report.type === 'progress'
+        ? await trx
+            .updateTable('agentWork')
+            .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+            .where('id', '=', workId)
+            .where('state', '=', 'delivered')
+            .where('cancelRequested', '=', 0)
+            .returningAll()
+            .executeTakeFirst()
+        : await trx
+            .updateTable('agentWork')
+            .set({
+              state: report.type,
+              payload: null,
+              leasedUntil: null,
+              result: JSON.stringify(report.body ?? null),
+              finishedAt: at,
+            })
+            .where('id', '=', workId)
+            .where('state', '=', 'delivered')
+            .returningAll()
+            .executeTakeFirst();
+    if (!moved) throw finishedProblem((await findAgentWork(trx, workId))!);
+    const work = toWork(moved);
+    await reportHandlers.get(work.kind)?.(trx, { work, report });
+    return work;
+  });
+}

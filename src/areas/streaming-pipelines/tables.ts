@@ -1,0 +1,17 @@
+export interface StreamingPipelineTable {
+  id: string;
+  projectId: string;
+  agentId: string;
+  name: string;
+  /** JSON of advancedProperties, streamingSource and streamingTarget: secret references only, never values. */
+  definition: string;
+  /** STOPPED, STARTING, RUNNING, STOPPING or FAILED. */
+  status: string;
+  statusMessage: string | null;
+  statusChangedAt: string;
+  createdAt: string;
+}
+
+export interface StreamingPipelineTables {
+  streamingPipelines: StreamingPipelineTable;
+}
