@@ -26,6 +26,8 @@ import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
+import { executionRoutes } from './areas/executions/routes.ts';
+import { scheduleRoutes } from './areas/schedules/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -39,6 +41,8 @@ const v1Areas = [
   connectorRoutes,
   oauthConnectionRoutes,
   eventRoutes,
+  executionRoutes,
+  scheduleRoutes,
 ];
 
 /** What an incoming request id may be: a token of at most 128 characters. */

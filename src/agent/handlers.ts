@@ -6,6 +6,7 @@
 import { compactDecrypt } from 'jose';
 import type { KeyObject } from 'node:crypto';
 import type { SecretValue, VaultBackend } from './vault.ts';
+import { executePipeline, executeTests } from './execution-handlers.ts';
 
 export interface DeliveredWork {
   workId: string;
@@ -64,7 +65,12 @@ const writeSecret: WorkHandler = async (work, ctx) => {
   return written;
 };
 
-const handlers = new Map<string, WorkHandler>([['write-secret', writeSecret]]);
+const handlers = new Map<string, WorkHandler>([
+  ['write-secret', writeSecret],
+  // Referred to lazily: execution-handlers.ts imports WorkFailure from here.
+  ['execute-pipeline', (work, ctx) => executePipeline(work, ctx)],
+  ['execute-tests', (work, ctx) => executeTests(work, ctx)],
+]);
 
 export function registerWorkHandler(kind: string, handler: WorkHandler): void {
   handlers.set(kind, handler);

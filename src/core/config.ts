@@ -56,6 +56,12 @@ export interface Config {
   /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
   shutdownTimeoutMs: number;
   metricsToken?: string;
+  /** A run whose agent has been out of contact this long becomes UNKNOWN (a later report resolves it). */
+  executionLostAfterMs: number;
+  /** How often each process looks for lost runs and due schedules. */
+  schedulerIntervalMs: number;
+  /** A schedule's due time seen later than this (the server was down) is skipped rather than run late. */
+  scheduleCatchUpMs: number;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -154,5 +160,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
     shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
     shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
+    executionLostAfterMs: integer(env, 'DPC_EXECUTION_LOST_AFTER_SECONDS', 120, 1) * 1000,
+    schedulerIntervalMs: integer(env, 'DPC_SCHEDULER_INTERVAL_MS', 1000, 50),
+    scheduleCatchUpMs: integer(env, 'DPC_SCHEDULE_CATCH_UP_SECONDS', 300) * 1000,
   };
 }

@@ -15,6 +15,8 @@ import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
 import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
+import type { ExecutionTables } from '../../areas/executions/tables.ts';
+import type { ScheduleTables } from '../../areas/schedules/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -91,4 +93,6 @@ export interface Database
     ConnectorTables,
     OAuthConnectionTables,
     AgentTables,
-    StreamingPipelineTables {}
+    StreamingPipelineTables,
+    ExecutionTables,
+    ScheduleTables {}

@@ -7,6 +7,7 @@ import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
 import { agents } from './0006_agents.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
+import { executions } from './0012_executions.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -16,6 +17,7 @@ const steps: Record<string, PortableMigration> = {
   '0004_connectors': connectors,
   '0006_agents': agents,
   '0009_client_revocation': clientRevocation,
+  '0012_executions': executions,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
