@@ -173,6 +173,7 @@ export interface RunRequest {
   agentId?: string;
   trigger: 'MANUAL' | 'SCHEDULE';
   scheduleId?: string;
+  scheduledFor?: string;
 }
 
 /** What a run needs that is read before its transaction: parsing a pipeline file is kept out of it. */
@@ -307,6 +308,7 @@ export async function createExecution(
         runningTag: fields.executionTag ?? null,
         trigger: run.request.trigger,
         scheduleId: run.request.scheduleId ?? null,
+        scheduledFor: run.request.scheduledFor ?? null,
         status,
         message: null,
         variables: JSON.stringify(run.variables),
@@ -349,6 +351,7 @@ export async function recordSkippedRun(
     environmentName: string;
     pipelineName: string;
     scheduleId: string;
+    scheduledFor: string;
     versionName?: string;
     agentId?: string;
   },
@@ -375,6 +378,7 @@ export async function recordSkippedRun(
       runningTag: null,
       trigger: 'SCHEDULE',
       scheduleId: run.scheduleId,
+      scheduledFor: run.scheduledFor,
       status: moveOf('(none)', 'decline'),
       message,
       variables: '{}',
@@ -422,7 +426,17 @@ export async function moveExecution(
       ...(finished && { finishedAt: now(), runningTag: null }),
     };
     const result = await db.updateTable('executions').set(set).where('id', '=', id).where('status', '=', from).executeTakeFirst();
-    if (result.numUpdatedRows > 0n) return { ...row, ...set };
+    if (result.numUpdatedRows === 0n) continue;
+    // A step left open when the run ends (its last report refused once the run was cancelling) ends with the run.
+    if (finished) {
+      await db
+        .updateTable('executionSteps')
+        .set({ status: to === 'SUCCESS' || to === 'CANCELLED' ? to : 'FAILED', finishedAt: set.finishedAt })
+        .where('executionId', '=', id)
+        .where('status', '=', 'RUNNING')
+        .execute();
+    }
+    return { ...row, ...set };
   }
 }
 

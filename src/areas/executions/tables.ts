@@ -22,6 +22,8 @@ export interface ExecutionTable {
   /** MANUAL or SCHEDULE. */
   trigger: string;
   scheduleId: string | null;
+  /** The due time a scheduled run is for: unique per schedule, so a due time starts one run whatever races. */
+  scheduledFor: string | null;
   status: string;
   message: string | null;
   /** JSON: the variables the run was started with, resolved (request > environment override > project default). */

@@ -5,9 +5,11 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import { createExecution, preparePipelineRun, recordSkippedRun } from '../executions/repository.ts';
-import { isFinal, type ExecutionStatus } from '../executions/states.ts';
+import { EXECUTION_STATUSES, isFinal } from '../executions/states.ts';
 import type { ScheduleTable } from './tables.ts';
 import type { CreateScheduleRequest, Schedule, UpdateScheduleRequest } from './schemas.ts';
+
+const UNFINISHED = EXECUTION_STATUSES.filter((status) => !isFinal(status));
 
 type ScheduleRow = ScheduleTable & { environmentName: string };
 
@@ -202,6 +204,7 @@ export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number
       environmentName: schedule.environmentName,
       pipelineName: schedule.pipelineName,
       scheduleId: schedule.id,
+      scheduledFor: latest.toISOString(),
     };
     // Read outside the transaction (it parses the pipeline file); a refusal is the reason the run is skipped.
     const prepared = runNow
@@ -210,32 +213,38 @@ export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number
           throw error;
         })
       : undefined;
-    const claimed = await db.transaction().execute(async (trx) => {
-      const moved = await trx
-        .updateTable('schedules')
-        .set({ nextRunAt: cron.nextRun(at)?.toISOString() ?? null })
-        .where('id', '=', schedule.id)
-        .where('nextRunAt', '=', schedule.nextRunAt)
-        .where('enabled', '=', 1)
-        .executeTakeFirst();
-      if (moved.numUpdatedRows === 0n || prepared === undefined) return false;
-      const previous = await trx
-        .selectFrom('executions')
-        .select('status')
-        .where('scheduleId', '=', schedule.id)
-        .orderBy('startedAt', 'desc')
-        .orderBy('id', 'desc')
-        .limit(1)
-        .executeTakeFirst();
-      if (previous && !isFinal(previous.status as ExecutionStatus)) {
-        await recordSkippedRun(trx, base, "Skipped: the schedule's previous run is still going.");
-      } else if (prepared instanceof ProblemError) {
-        await recordSkippedRun(trx, base, `Skipped: ${prepared.message}`);
-      } else {
-        await createExecution(trx, 'PIPELINE', prepared, { pipelineName: prepared.pipelineName });
-      }
-      return true;
-    });
+    const claimed = await db
+      .transaction()
+      .execute(async (trx) => {
+        const moved = await trx
+          .updateTable('schedules')
+          .set({ nextRunAt: cron.nextRun(at)?.toISOString() ?? null })
+          .where('id', '=', schedule.id)
+          .where('nextRunAt', '=', schedule.nextRunAt)
+          .where('enabled', '=', 1)
+          .executeTakeFirst();
+        if (moved.numUpdatedRows === 0n || prepared === undefined) return false;
+        const unfinished = await trx
+          .selectFrom('executions')
+          .select('id')
+          .where('scheduleId', '=', schedule.id)
+          .where('status', 'in', UNFINISHED)
+          .limit(1)
+          .executeTakeFirst();
+        if (unfinished) {
+          await recordSkippedRun(trx, base, "Skipped: the schedule's previous run is still going.");
+        } else if (prepared instanceof ProblemError) {
+          await recordSkippedRun(trx, base, `Skipped: ${prepared.message}`);
+        } else {
+          await createExecution(trx, 'PIPELINE', prepared, { pipelineName: prepared.pipelineName });
+        }
+        return true;
+      })
+      .catch((error: unknown) => {
+        // The due time already has its run (the unique key of schedule and due time): another instance won.
+        if (isUniqueViolation(error)) return false;
+        throw error;
+      });
     if (claimed) started += 1;
   }
   return started;

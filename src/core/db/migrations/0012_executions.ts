@@ -22,6 +22,7 @@ export const executions: PortableMigration = {
       .addColumn('running_tag', 'text')
       .addColumn('trigger', 'text', (c) => c.notNull())
       .addColumn('schedule_id', 'text')
+      .addColumn('scheduled_for', 'text')
       .addColumn('status', 'text', (c) => c.notNull())
       .addColumn('message', 'text')
       .addColumn('variables', 'text', (c) => c.notNull())
@@ -29,6 +30,7 @@ export const executions: PortableMigration = {
       .addColumn('finished_at', 'text')
       .addColumn('last_report_at', 'text')
       .addUniqueConstraint('executions_running_tag', ['project_id', 'running_tag'])
+      .addUniqueConstraint('executions_schedule_due', ['schedule_id', 'scheduled_for'])
       .execute();
     // The account-wide list walks newest first; the report handler finds a run by its work.
     await db.schema
