@@ -26,6 +26,9 @@ import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
+import { agentRoutes } from './areas/agents/routes.ts';
+import { agentProtocolRoutes } from './areas/agents/protocol.ts';
+import { secretValueRoutes } from './areas/secret-values/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -38,6 +41,8 @@ const v1Areas = [
   sharedPipelineRoutes,
   connectorRoutes,
   oauthConnectionRoutes,
+  agentRoutes,
+  secretValueRoutes,
   eventRoutes,
 ];
 
@@ -142,6 +147,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       });
     }
     await scope.register(identityRoutes);
+    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
     await scope.register(
       async (v1) => {
         await v1.register(authPlugin);

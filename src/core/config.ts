@@ -56,6 +56,14 @@ export interface Config {
   /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
   shutdownTimeoutMs: number;
   metricsToken?: string;
+  /** An agent is `connected` while its last heartbeat or poll is at most this old. */
+  agentConnectedWindowSeconds: number;
+  /** How long delivered agent work stays with its agent without a heartbeat naming it, before it is delivered again. */
+  agentWorkLeaseSeconds: number;
+  /** Longest wait of an agent's long poll for work. */
+  agentPollMaxWaitSeconds: number;
+  /** How long a secret write (E15) waits for the agent's confirmation before answering 504. */
+  secretWriteTimeoutSeconds: number;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -154,5 +162,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
     shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
     shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
+    agentConnectedWindowSeconds: integer(env, 'DPC_AGENT_CONNECTED_WINDOW_SECONDS', 30, 3, 3600),
+    agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1, 86_400),
+    agentPollMaxWaitSeconds: integer(env, 'DPC_AGENT_POLL_MAX_WAIT_SECONDS', 25, 1, 300),
+    secretWriteTimeoutSeconds: integer(env, 'DPC_SECRET_WRITE_TIMEOUT_SECONDS', 30, 1, 600),
   };
 }
