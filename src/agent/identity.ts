@@ -1,10 +1,7 @@
-import 'reflect-metadata';
-import * as x509 from '@peculiar/x509';
 import { createPrivateKey, webcrypto, X509Certificate, type KeyObject } from 'node:crypto';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-
-x509.cryptoProvider.set(webcrypto as unknown as Crypto);
+import { x509 } from './x509.ts';
 
 const KEY_FILE = 'agent-key.pem';
 const CERTIFICATE_FILE = 'agent-certificate.pem';
