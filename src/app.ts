@@ -28,6 +28,9 @@ import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
 import { executionRoutes } from './areas/executions/routes.ts';
 import { scheduleRoutes } from './areas/schedules/routes.ts';
+import { agentRoutes } from './areas/agents/routes.ts';
+import { agentProtocolRoutes } from './areas/agents/protocol.ts';
+import { secretValueRoutes } from './areas/secret-values/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -40,6 +43,8 @@ const v1Areas = [
   sharedPipelineRoutes,
   connectorRoutes,
   oauthConnectionRoutes,
+  agentRoutes,
+  secretValueRoutes,
   eventRoutes,
   executionRoutes,
   scheduleRoutes,
@@ -146,6 +151,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       });
     }
     await scope.register(identityRoutes);
+    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
     await scope.register(
       async (v1) => {
         await v1.register(authPlugin);

@@ -62,6 +62,14 @@ export interface Config {
   schedulerIntervalMs: number;
   /** A schedule's due time seen later than this (the server was down) is skipped rather than run late. */
   scheduleCatchUpMs: number;
+  /** An agent is `connected` while its last heartbeat or poll is at most this old. */
+  agentConnectedWindowSeconds: number;
+  /** How long delivered agent work stays with its agent without a heartbeat naming it, before it is delivered again. */
+  agentWorkLeaseSeconds: number;
+  /** Longest wait of an agent's long poll for work. */
+  agentPollMaxWaitSeconds: number;
+  /** How long a secret write (E15) waits for the agent's confirmation before answering 504. */
+  secretWriteTimeoutSeconds: number;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -163,5 +171,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     executionLostAfterMs: integer(env, 'DPC_EXECUTION_LOST_AFTER_SECONDS', 120, 1) * 1000,
     schedulerIntervalMs: integer(env, 'DPC_SCHEDULER_INTERVAL_MS', 1000, 50),
     scheduleCatchUpMs: integer(env, 'DPC_SCHEDULE_CATCH_UP_SECONDS', 300) * 1000,
+    agentConnectedWindowSeconds: integer(env, 'DPC_AGENT_CONNECTED_WINDOW_SECONDS', 30, 3, 3600),
+    agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1, 86_400),
+    agentPollMaxWaitSeconds: integer(env, 'DPC_AGENT_POLL_MAX_WAIT_SECONDS', 25, 1, 300),
+    secretWriteTimeoutSeconds: integer(env, 'DPC_SECRET_WRITE_TIMEOUT_SECONDS', 30, 1, 600),
   };
 }

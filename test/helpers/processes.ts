@@ -48,3 +48,38 @@ export async function spawnServe(
   child.kill();
   throw new Error(`dpc serve did not answer: ${output}`);
 }
+
+/** `dpc agent run` in a child process (the reference agent), collecting what it logs; resolves once it runs. */
+export async function spawnAgent(
+  args: { url: string; clientId: string; clientSecret: string; stateDir: string },
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ child: ChildProcess; logs: () => string; exited: Promise<number | null> }> {
+  const child = spawn(
+    process.execPath,
+    [
+      dpc,
+      'agent',
+      'run',
+      '--url',
+      args.url,
+      '--client-id',
+      args.clientId,
+      '--client-secret',
+      args.clientSecret,
+      '--state-dir',
+      args.stateDir,
+    ],
+    { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  for (let i = 0; i < 300; i += 1) {
+    if (child.exitCode !== null) throw new Error(`dpc agent run exited: ${output}`);
+    if (output.includes('"agent running"')) return { child, logs: () => output, exited };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill();
+  throw new Error(`dpc agent run did not start: ${output}`);
+}

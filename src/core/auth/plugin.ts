@@ -10,7 +10,8 @@ function requiredRole(request: FastifyRequest): Role {
   return request.method === 'GET' || request.method === 'HEAD' ? 'viewer' : 'developer';
 }
 
-async function authenticate(request: FastifyRequest): Promise<Principal> {
+/** The bearer token of the request, or the 401 problem that asks for one. */
+export function bearerTokenOf(request: FastifyRequest): string {
   const header = request.headers.authorization;
   const match = header ? /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i.exec(header) : null;
   if (!match) {
@@ -18,13 +19,23 @@ async function authenticate(request: FastifyRequest): Promise<Principal> {
       headers: { 'www-authenticate': header ? 'Bearer error="invalid_token"' : 'Bearer' },
     });
   }
+  return match[1];
+}
+
+/** The 401 problem of a token that is not valid for the operation. */
+export function invalidTokenProblem(error: InvalidToken): ProblemError {
+  return new ProblemError(401, `The bearer token is not valid: ${error.message}.`, {
+    headers: { 'www-authenticate': 'Bearer error="invalid_token"' },
+  });
+}
+
+async function authenticate(request: FastifyRequest): Promise<Principal> {
+  const token = bearerTokenOf(request);
   try {
-    return await request.server.tokens.verify(match[1]);
+    return await request.server.tokens.verify(token);
   } catch (error) {
     if (!(error instanceof InvalidToken)) throw error;
-    throw new ProblemError(401, `The bearer token is not valid: ${error.message}.`, {
-      headers: { 'www-authenticate': 'Bearer error="invalid_token"' },
-    });
+    throw invalidTokenProblem(error);
   }
 }
 

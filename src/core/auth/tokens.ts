@@ -12,6 +12,16 @@ export interface Principal {
   role: Role;
 }
 
+/** The caller an agent token stands for: an agent of an account (its client id is checked by the agent routes). */
+export interface AgentPrincipal {
+  clientId: string;
+  accountId: string;
+  agentId: string;
+}
+
+/** Claim that marks an agent's token: it reaches only the agent protocol (/dpc/agent/v1), never the account API. */
+const AGENT_TOKEN_USE = 'agent';
+
 export interface IssuedToken {
   access_token: string;
   token_type: 'Bearer';
@@ -46,7 +56,10 @@ export class TokenService {
     this.keys = new KeyRing(db, settings.tokenTtlSeconds, box);
   }
 
-  /** Client-credentials grant: undefined when the client is unknown or the secret is wrong. */
+  /**
+   * Client-credentials grant, for an API client of an account or for an agent (whose credentials live on
+   * its own row): undefined when the client is unknown or the secret is wrong.
+   */
   async issue(clientId: string, clientSecret: string): Promise<IssuedToken | undefined> {
     const client = await this.db
       .selectFrom('apiClients')
@@ -54,13 +67,23 @@ export class TokenService {
       .where('id', '=', clientId)
       .where('revokedAt', 'is', null)
       .executeTakeFirst();
-    const valid = await verifySecret(clientSecret, client?.secretHash ?? (await decoyHash));
-    if (!client || !valid) return undefined;
+    const agent = client
+      ? undefined
+      : await this.db
+          .selectFrom('agents')
+          .select(['id', 'accountId', 'secretHash'])
+          .where('clientId', '=', clientId)
+          .executeTakeFirst();
+    const valid = await verifySecret(clientSecret, client?.secretHash ?? agent?.secretHash ?? (await decoyHash));
+    if (!valid || !(client || agent)) return undefined;
+    const claims = client
+      ? { account_id: client.accountId, role: client.role }
+      : { account_id: agent!.accountId, agent_id: agent!.id, token_use: AGENT_TOKEN_USE };
     const { kid, key } = await this.keys.signingKey();
     const ttl = this.settings.tokenTtlSeconds;
-    const accessToken = await new SignJWT({ account_id: client.accountId, role: client.role })
+    const accessToken = await new SignJWT(claims)
       .setProtectedHeader({ alg: TOKEN_ALGORITHM, kid, typ: 'JWT' })
-      .setSubject(client.id)
+      .setSubject(clientId)
       .setIssuer(this.settings.issuer)
       .setAudience(this.settings.audience)
       .setIssuedAt()
@@ -79,10 +102,41 @@ export class TokenService {
       if (cached.expiresAt > Date.now()) return cached.principal;
       this.verified.delete(token);
     }
-    let payload: JWTPayload;
+    const payload = await this.verifySignature(token);
+    if (payload.token_use === AGENT_TOKEN_USE) {
+      throw new InvalidToken('an agent token reaches only the agent operations under /dpc/agent/v1');
+    }
+    const { sub, account_id: accountId, role, exp } = payload as JWTPayload & { account_id?: unknown; role?: unknown };
+    if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
+      throw new InvalidToken('the token lacks the claims of this server');
+    }
+    if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
+    const principal: Principal = { clientId: sub, accountId, role };
+    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
+    this.verified.set(token, { principal, expiresAt: exp * 1000 });
+    return principal;
+  }
+
+  /** The agent an agent token stands for; throws InvalidToken for any other token (an account's included). */
+  async verifyAgent(token: string): Promise<AgentPrincipal> {
+    const payload = await this.verifySignature(token);
+    const { sub, account_id: accountId, agent_id: agentId } = payload;
+    if (
+      payload.token_use !== AGENT_TOKEN_USE ||
+      typeof sub !== 'string' ||
+      typeof accountId !== 'string' ||
+      typeof agentId !== 'string'
+    ) {
+      throw new InvalidToken('the agent operations take only an agent token (from the credentials of an agent)');
+    }
+    return { clientId: sub, accountId, agentId };
+  }
+
+  /** The claims of a token signed by a key of this server, for this audience, and alive. */
+  private async verifySignature(token: string): Promise<JWTPayload & Record<string, unknown>> {
     try {
       const { kid } = decodeProtectedHeader(token);
-      ({ payload } = await jwtVerify(
+      const { payload } = await jwtVerify(
         token,
         async () => {
           const key = kid ? await this.keys.verificationKey(kid) : undefined;
@@ -95,19 +149,11 @@ export class TokenService {
           audience: this.settings.audience,
           requiredClaims: ['exp', 'sub'],
         },
-      ));
+      );
+      return payload;
     } catch (error) {
       throw new InvalidToken(error instanceof Error ? error.message : 'invalid token');
     }
-    const { sub, account_id: accountId, role, exp } = payload as JWTPayload & { account_id?: unknown; role?: unknown };
-    if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
-      throw new InvalidToken('the token lacks the claims of this server');
-    }
-    if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
-    const principal: Principal = { clientId: sub, accountId, role };
-    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
-    this.verified.set(token, { principal, expiresAt: exp * 1000 });
-    return principal;
   }
 
   /** Reloads the revoked clients from the store. */

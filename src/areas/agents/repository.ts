@@ -1,0 +1,196 @@
+import { randomUUID, X509Certificate } from 'node:crypto';
+import type { Selectable } from 'kysely';
+import type { Executor } from '../../core/db/database.ts';
+import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
+import { conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { countOf, offsetOf } from '../../core/paging.ts';
+import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
+import type { AgentTable } from './tables.ts';
+import {
+  DEPLOYMENTS_OF,
+  type Agent,
+  type AgentQuery,
+  type AgentStatus,
+  type AgentSummary,
+  type CreateAgentRequest,
+  type UpdateAgentRequest,
+} from './schemas.ts';
+
+export type AgentRow = Selectable<AgentTable>;
+
+/** Whether the agent was in contact (heartbeat or poll, on any server instance) within the window. */
+export function isConnected(row: Pick<AgentRow, 'lastContactAt'>, windowSeconds: number, at = Date.now()): boolean {
+  return row.lastContactAt !== null && Date.parse(row.lastContactAt) > at - windowSeconds * 1000;
+}
+
+export function isPaused(row: Pick<AgentRow, 'pausedUntil'>, at = Date.now()): boolean {
+  return row.pausedUntil !== null && Date.parse(row.pausedUntil) > at;
+}
+
+function statusOf(row: AgentRow): AgentStatus {
+  return isPaused(row) ? 'PAUSED' : (row.status as AgentStatus);
+}
+
+export function toSummary(row: AgentRow, windowSeconds: number): AgentSummary {
+  return {
+    agentId: row.id,
+    agentStatus: statusOf(row),
+    agentType: row.agentType as AgentSummary['agentType'],
+    cloudProvider: row.cloudProvider as AgentSummary['cloudProvider'],
+    connected: isConnected(row, windowSeconds),
+    deployment: row.deployment as AgentSummary['deployment'],
+    ...(row.description !== null && { description: row.description }),
+    name: row.name,
+    ...(row.pausedUntil !== null && { pausedUntil: row.pausedUntil }),
+  };
+}
+
+export function toAgent(row: AgentRow, windowSeconds: number): Agent {
+  const certificate = row.certificatePem ? new X509Certificate(row.certificatePem) : undefined;
+  return {
+    ...toSummary(row, windowSeconds),
+    ...(row.clientId !== null && { clientId: row.clientId }),
+    ...(certificate && {
+      certificateFingerprint: certificate.fingerprint256,
+      certificateNotAfter: new Date(certificate.validTo).toISOString(),
+    }),
+    ...(row.lastContactAt !== null && { lastContactAt: row.lastContactAt }),
+    createdAt: row.createdAt,
+  };
+}
+
+function checkPlacement(cloudProvider: string, deployment: string): void {
+  if (!DEPLOYMENTS_OF[cloudProvider as keyof typeof DEPLOYMENTS_OF].includes(deployment)) {
+    throw unprocessable(`Deployment ${deployment} does not run on ${cloudProvider}.`, [
+      `body.deployment: must be one of ${DEPLOYMENTS_OF[cloudProvider as keyof typeof DEPLOYMENTS_OF].join(', ')} on ${cloudProvider}`,
+    ]);
+  }
+}
+
+const nameTaken = (name: string) => conflict(`An agent named "${name}" already exists in this account.`);
+
+/** The agent `agentId` of the account, or a 404: another account's agent is answered as one that does not exist. */
+export async function requireAgent(db: Executor, accountId: string, agentId: string): Promise<AgentRow> {
+  const row = await db
+    .selectFrom('agents')
+    .selectAll()
+    .where('id', '=', agentId)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Agent ${agentId} does not exist.`);
+  return row;
+}
+
+export async function createAgent(db: Executor, accountId: string, request: CreateAgentRequest): Promise<string> {
+  checkPlacement(request.cloudProvider, request.deployment);
+  const id = randomUUID();
+  try {
+    await db
+      .insertInto('agents')
+      .values({
+        id,
+        accountId,
+        name: request.name,
+        description: request.description ?? null,
+        agentType: request.agentType,
+        cloudProvider: request.cloudProvider,
+        deployment: request.deployment,
+        status: 'PENDING',
+        pausedUntil: null,
+        clientId: null,
+        secretHash: null,
+        certificatePem: null,
+        lastContactAt: null,
+        createdAt: now(),
+      })
+      .execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw nameTaken(request.name);
+    throw error;
+  }
+  return id;
+}
+
+export async function listAgents(db: Executor, accountId: string, query: AgentQuery) {
+  const at = now();
+  let filtered = db.selectFrom('agents').where('accountId', '=', accountId);
+  if (query.type) filtered = filtered.where('agentType', '=', query.type);
+  if (query.name) {
+    const pattern = `%${query.name.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    filtered = filtered.where(sql<boolean>`lower(${sql.ref('name')}) like ${pattern} escape '\\'`);
+  }
+  if (query.status === 'PAUSED') filtered = filtered.where('pausedUntil', '>', at);
+  else if (query.status) {
+    filtered = filtered
+      .where('status', '=', query.status)
+      .where((eb) => eb.or([eb('pausedUntil', 'is', null), eb('pausedUntil', '<=', at)]));
+  }
+  const [rows, total] = await Promise.all([
+    filtered.selectAll().orderBy('name').orderBy('id').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(filtered),
+  ]);
+  return { rows, total };
+}
+
+export async function updateAgent(
+  db: Executor,
+  accountId: string,
+  agentId: string,
+  request: UpdateAgentRequest,
+): Promise<AgentRow> {
+  const row = await requireAgent(db, accountId, agentId);
+  const next: AgentRow = {
+    ...row,
+    ...(request.name !== undefined && { name: request.name }),
+    ...(request.description !== undefined && { description: request.description }),
+    ...(request.agentType !== undefined && { agentType: request.agentType }),
+    ...(request.cloudProvider !== undefined && { cloudProvider: request.cloudProvider }),
+    ...(request.deployment !== undefined && { deployment: request.deployment }),
+    ...(request.pausedUntil !== undefined && {
+      pausedUntil: request.pausedUntil === null ? null : new Date(request.pausedUntil).toISOString(),
+    }),
+  };
+  checkPlacement(next.cloudProvider, next.deployment);
+  try {
+    await db
+      .updateTable('agents')
+      .set({
+        name: next.name,
+        description: next.description,
+        agentType: next.agentType,
+        cloudProvider: next.cloudProvider,
+        deployment: next.deployment,
+        pausedUntil: next.pausedUntil,
+      })
+      .where('id', '=', agentId)
+      .execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw nameTaken(next.name);
+    throw error;
+  }
+  return next;
+}
+
+/** Removes the agent with its work; refused while a streaming pipeline still names it. */
+export async function deleteAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
+  await requireAgent(db, accountId, agentId);
+  const pipeline = await db.selectFrom('streamingPipelines').select('name').where('agentId', '=', agentId).executeTakeFirst();
+  if (pipeline) throw conflict(`Streaming pipeline "${pipeline.name}" runs on this agent; delete it or move it first.`);
+  await db.deleteFrom('agents').where('id', '=', agentId).execute();
+}
+
+/**
+ * New client credentials for the agent; the old ones (and every token they got) stop working at once,
+ * because agent tokens are checked against the agent's current client id. The secret is kept as a hash.
+ */
+export async function issueAgentCredentials(db: Executor, accountId: string, agentId: string) {
+  await requireAgent(db, accountId, agentId);
+  const clientId = randomUUID();
+  const clientSecret = newClientSecret();
+  await db
+    .updateTable('agents')
+    .set({ clientId, secretHash: await hashSecret(clientSecret) })
+    .where('id', '=', agentId)
+    .execute();
+  return { clientId, clientSecret };
+}

@@ -1,0 +1,138 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
+import { Page } from '../../core/paging.ts';
+import { pageOf } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
+import {
+  Agent,
+  AgentCredentials,
+  AgentParams,
+  AgentQuery,
+  AgentSummary,
+  CreateAgentRequest,
+  CreateAgentResponse,
+  UpdateAgentRequest,
+} from './schemas.ts';
+import {
+  createAgent,
+  deleteAgent,
+  issueAgentCredentials,
+  listAgents,
+  requireAgent,
+  toAgent,
+  toSummary,
+  updateAgent,
+} from './repository.ts';
+
+const tags = ['Agents'];
+
+/** The account's view of its agents (E18 and the rest of their management); only admins change them. */
+export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const window = app.config.agentConnectedWindowSeconds;
+
+  app.get(
+    '/agents',
+    {
+      schema: {
+        summary: "List the account's agents with summary details (E18)",
+        tags,
+        querystring: AgentQuery,
+        response: { 200: Page(AgentSummary) },
+      },
+    },
+    async (request) => {
+      const { rows, total } = await listAgents(app.store.db, request.principal.accountId, request.query);
+      return pageOf(
+        request.query,
+        rows.map((row) => toSummary(row, window)),
+        total,
+      );
+    },
+  );
+
+  app.post(
+    '/agents',
+    {
+      config: { role: 'admin' },
+      schema: {
+        summary: 'Register an agent; issue its credentials next',
+        tags,
+        body: CreateAgentRequest,
+        response: { 201: CreateAgentResponse, ...problems(409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const agentId = await app.store.db
+        .transaction()
+        .execute((trx) => createAgent(trx, request.principal.accountId, request.body));
+      request.auditIds.agentId = agentId;
+      return sendCreated(request, reply, { segment: agentId }, { agentId });
+    },
+  );
+
+  app.get(
+    '/agents/:agentId',
+    { schema: { summary: 'Read an agent', tags, params: AgentParams, response: { 200: Agent } } },
+    async (request) => toAgent(await requireAgent(app.store.db, request.principal.accountId, request.params.agentId), window),
+  );
+
+  app.patch(
+    '/agents/:agentId',
+    {
+      config: { role: 'admin' },
+      schema: {
+        summary: 'Update an agent: rename it, describe it, move it, pause or resume it',
+        tags,
+        params: AgentParams,
+        body: UpdateAgentRequest,
+        response: { 200: Agent, ...problems(409, 422) },
+      },
+    },
+    async (request) => {
+      const row = await app.store.db
+        .transaction()
+        .execute((trx) => updateAgent(trx, request.principal.accountId, request.params.agentId, request.body));
+      return toAgent(row, window);
+    },
+  );
+
+  app.delete(
+    '/agents/:agentId',
+    {
+      config: { role: 'admin' },
+      schema: {
+        summary: 'Delete an agent, its credentials and its pending work',
+        tags,
+        params: AgentParams,
+        response: { ...noContent('The agent is deleted.'), ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      await app.store.db.transaction().execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId));
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.post(
+    '/agents/:agentId/credentials',
+    {
+      config: { role: 'admin' },
+      schema: {
+        summary: "Issue the agent's client credentials (replacing, and so revoking, any earlier ones)",
+        description:
+          'The secret is answered once and kept only as a hash. Tokens got with earlier credentials stop working at once.',
+        tags,
+        params: AgentParams,
+        response: { 201: AgentCredentials },
+      },
+    },
+    async (request, reply) => {
+      const credentials = await app.store.db
+        .transaction()
+        .execute((trx) => issueAgentCredentials(trx, request.principal.accountId, request.params.agentId));
+      return reply.code(201).header('cache-control', 'no-store').send(credentials);
+    },
+  );
+}

@@ -1,0 +1,131 @@
+import { createHash, X509Certificate } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { CompactEncrypt } from 'jose';
+import { problems } from '../../core/openapi.ts';
+import { ProblemError } from '../../core/problems.ts';
+import { AgentParams } from '../agents/schemas.ts';
+import { isConnected, isPaused, requireAgent } from '../agents/repository.ts';
+import { cancelAgentWork, enqueueAgentWork, findAgentWork, type AgentWork } from '../agents/work.ts';
+import { WriteSecretValueQuery, WriteSecretValueRequest, WriteSecretValueResponse } from './schemas.ts';
+
+/** How often the waiting request looks for the agent's confirmation in the store. */
+const CONFIRMATION_POLL_MS = 100;
+
+/** The value encrypted for the agent's certificate: compact JWE, RSA-OAEP-256 with A256GCM. */
+async function encryptFor(certificatePem: string, value: unknown): Promise<string> {
+  const certificate = new X509Certificate(certificatePem);
+  return new CompactEncrypt(new TextEncoder().encode(JSON.stringify({ value })))
+    .setProtectedHeader({
+      alg: 'RSA-OAEP-256',
+      enc: 'A256GCM',
+      'x5t#S256': createHash('sha256').update(certificate.raw).digest('base64url'),
+    })
+    .encrypt(certificate.publicKey);
+}
+
+/** The answer to a secret write once the agent's final report is in. */
+function outcome(work: AgentWork) {
+  const result = (work.result ?? {}) as { resolverRef?: string; vaultSecretName?: string; code?: string; message?: string };
+  if (work.state === 'done' && result.resolverRef && result.vaultSecretName) {
+    return { resolver_ref: result.resolverRef, vaultSecretName: result.vaultSecretName };
+  }
+  if (result.code === 'secret-exists') {
+    throw new ProblemError(
+      409,
+      'The vault secret already has this key; nothing was written. Send overwrite=true to replace it.',
+      {
+        name: 'secret-exists',
+      },
+    );
+  }
+  throw new ProblemError(
+    502,
+    `The agent could not write the secret; nothing was written: ${result.message ?? 'no reason given'}.`,
+    {
+      name: 'secret-write-failed',
+    },
+  );
+}
+
+/** E15: a secret value written to the customer's vault by an agent, which alone can decrypt it. */
+export async function secretValueRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const db = app.store.db;
+
+  app.post(
+    '/secrets/:agentId/secret-value',
+    {
+      schema: {
+        summary: "Write a secret value to the customer's vault through an agent (E15)",
+        description:
+          "The value is encrypted for the agent's certificate (JWE, RSA-OAEP-256 and A256GCM) and handed to the agent, which " +
+          'decrypts it and writes it to its vault. The request waits for the agent to confirm, at most ' +
+          'DPC_SECRET_WRITE_TIMEOUT_SECONDS. 409 agent-has-no-certificate / agent-paused / secret-exists; 503 agent-not-connected; ' +
+          '504 secret-not-written (withdrawn before the agent took it: certainly not written) or secret-write-unconfirmed ' +
+          '(the agent took it but did not confirm: it may have been written); 502 secret-write-failed (the agent reported a failure).',
+        tags: ['Secrets'],
+        params: AgentParams,
+        querystring: WriteSecretValueQuery,
+        body: WriteSecretValueRequest,
+        response: { 200: WriteSecretValueResponse, ...problems(409, 502, 503, 504) },
+      },
+    },
+    async (request) => {
+      const { accountId } = request.principal;
+      const { agentId } = request.params;
+      const { secret } = request.body;
+      const timeoutSeconds = app.config.secretWriteTimeoutSeconds;
+      const agent = await requireAgent(db, accountId, agentId);
+      if (!agent.certificatePem) {
+        throw new ProblemError(409, 'The agent has not registered a certificate yet, so nothing can be encrypted for it.', {
+          name: 'agent-has-no-certificate',
+        });
+      }
+      if (isPaused(agent)) {
+        throw new ProblemError(409, `The agent is paused until ${agent.pausedUntil}; it takes no work.`, {
+          name: 'agent-paused',
+        });
+      }
+      if (!isConnected(agent, app.config.agentConnectedWindowSeconds)) {
+        throw new ProblemError(503, 'The agent is not connected; nothing was written. Start the agent and try again.', {
+          name: 'agent-not-connected',
+        });
+      }
+      const jwe = await encryptFor(agent.certificatePem, secret.value);
+      const workId = await db.transaction().execute((trx) =>
+        enqueueAgentWork(trx, {
+          accountId,
+          agentId,
+          kind: 'write-secret',
+          payload: { name: secret.name, key: secret.key, type: secret.type, overwrite: request.query.overwrite, jwe },
+        }),
+      );
+      request.auditIds.workId = workId;
+      const deadline = Date.now() + timeoutSeconds * 1000;
+      while (Date.now() < deadline) {
+        const work = await findAgentWork(db, workId);
+        if (work?.state === 'done' || work?.state === 'failed') return outcome(work);
+        await sleep(CONFIRMATION_POLL_MS);
+      }
+      const cancelled = await db.transaction().execute((trx) => cancelAgentWork(trx, workId));
+      if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!);
+      if (cancelled === 'cancelled') {
+        throw new ProblemError(
+          504,
+          `The agent did not take the secret within ${timeoutSeconds} s; it was withdrawn and NOT written.`,
+          {
+            name: 'secret-not-written',
+          },
+        );
+      }
+      throw new ProblemError(
+        504,
+        `The agent took the secret but did not confirm within ${timeoutSeconds} s; it MAY have been written. ` +
+          'The agent is told to stop; write it again (overwrite=true) to be sure.',
+        { name: 'secret-write-unconfirmed' },
+      );
+    },
+  );
+}

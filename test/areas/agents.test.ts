@@ -1,0 +1,349 @@
+import assert from 'node:assert/strict';
+import { generateKeyPairSync, webcrypto } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { compactDecrypt } from 'jose';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { x509 } from '../../src/agent/x509.ts';
+import { loadOrCreateIdentity, type AgentIdentity } from '../../src/agent/identity.ts';
+import { cancelAgentWork, enqueueAgentWork, onAgentWorkReport, type AgentReport } from '../../src/areas/agents/work.ts';
+
+const agentBody = { name: 'eu-agent', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' };
+
+describeEachStore('agents and the agent protocol', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  let viewer: string;
+  let developer: string;
+  let identity: AgentIdentity;
+  const stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-test-'));
+  before(async () => {
+    server = await TestServer.start(kind, {
+      agentWorkLeaseSeconds: 1,
+      secretWriteTimeoutSeconds: 2,
+      agentConnectedWindowSeconds: 5,
+    });
+    caller = await server.newAccount();
+    viewer = await server.tokenFor(caller.accountId, 'viewer');
+    developer = await server.tokenFor(caller.accountId, 'developer');
+    identity = await loadOrCreateIdentity(stateDir, 'test-agent');
+  });
+  after(async () => {
+    await server.close();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
+
+  const api = (method: string, apiPath: string, body?: unknown, token = caller.token) =>
+    server.api(method, apiPath, { token, body });
+  const agentCall = (token: string, method: string, apiPath: string, body?: unknown) =>
+    server.request(method, `/dpc/agent/v1${apiPath}`, { token, body });
+
+  async function newAgent(overrides: Record<string, unknown> = {}, owner = caller) {
+    const created = await api(
+      'POST',
+      '/agents',
+      { ...agentBody, name: `agent-${Math.random().toString(36).slice(2)}`, ...overrides },
+      owner.token,
+    );
+    assert.equal(created.status, 201, created.text);
+    return created.body.agentId as string;
+  }
+
+  /** An agent with credentials, signed in, its certificate registered and a first heartbeat sent. */
+  async function connectedAgent(owner = caller) {
+    const agentId = await newAgent({}, owner);
+    const credentials = await api('POST', `/agents/${agentId}/credentials`, undefined, owner.token);
+    const token = await server.token(credentials.body.clientId, credentials.body.clientSecret);
+    assert.equal((await agentCall(token, 'PUT', '/certificate', { certificate: identity.certificatePem })).status, 200);
+    assert.equal((await agentCall(token, 'POST', '/heartbeat', {})).status, 200);
+    return { agentId, token };
+  }
+
+  test('create (201 with Location), read, list with filters, update, delete; placement and names checked', async () => {
+    const created = await api('POST', '/agents', { ...agentBody, description: 'ours' });
+    assert.equal(created.status, 201, created.text);
+    const { agentId } = created.body;
+    assert.equal(created.headers.get('location'), `/dpc/v1/agents/${agentId}`);
+    const read = await api('GET', `/agents/${agentId}`);
+    assert.deepEqual(
+      { ...read.body, createdAt: undefined },
+      {
+        agentId,
+        agentStatus: 'PENDING',
+        agentType: 'CUSTOMER_HOSTED',
+        cloudProvider: 'aws',
+        connected: false,
+        deployment: 'fargate',
+        description: 'ours',
+        name: 'eu-agent',
+        createdAt: undefined,
+      },
+    );
+    expectProblem(await api('POST', '/agents', agentBody), 409, 'conflict');
+    const misplaced = expectProblem(await api('POST', '/agents', { ...agentBody, name: 'x', deployment: 'aks' }), 422);
+    assert.deepEqual(misplaced.violations, ['body.deployment: must be one of fargate, eks on aws']);
+    expectProblem(await api('POST', '/agents', { ...agentBody, name: 'y', agentType: 'ROBOT' }), 400);
+    const other = await newAgent({ name: 'gcp-runner', agentType: 'PLATFORM_HOSTED', cloudProvider: 'gcp', deployment: 'gke' });
+
+    const byType = await api('GET', '/agents?type=PLATFORM_HOSTED');
+    assert.deepEqual(
+      byType.body.results.map((a: { agentId: string }) => a.agentId),
+      [other],
+    );
+    const byName = await api('GET', '/agents?name=EU-');
+    assert.ok(byName.body.results.every((a: { name: string }) => a.name.toLowerCase().includes('eu-')));
+    assert.ok(byName.body.results.some((a: { agentId: string }) => a.agentId === agentId));
+    assert.equal((await api('GET', '/agents?name=%25')).body.total, 0, 'a % in the filter is a literal');
+    const paged = await api('GET', '/agents?page=0&size=1');
+    assert.equal(paged.body.results.length, 1);
+    assert.ok(paged.body.total >= 2);
+    expectProblem(await api('GET', '/agents?status=SLEEPING'), 400);
+
+    const paused = await api('PATCH', `/agents/${agentId}`, { pausedUntil: '2999-01-01T00:00:00Z', description: null });
+    assert.equal(paused.status, 200, paused.text);
+    assert.equal(paused.body.agentStatus, 'PAUSED');
+    assert.equal(paused.body.description, undefined);
+    assert.deepEqual(
+      (await api('GET', '/agents?status=PAUSED')).body.results.map((a: { agentId: string }) => a.agentId),
+      [agentId],
+    );
+    assert.ok(!(await api('GET', '/agents?status=PENDING')).body.results.some((a: { agentId: string }) => a.agentId === agentId));
+    expectProblem(await api('PATCH', `/agents/${agentId}`, { cloudProvider: 'azure' }), 422);
+    assert.equal((await api('PATCH', `/agents/${agentId}`, { pausedUntil: null })).body.agentStatus, 'PENDING');
+
+    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+    expectProblem(await api('GET', `/agents/${agentId}`), 404);
+    expectProblem(await api('DELETE', `/agents/${agentId}`), 404);
+    expectProblem(await api('GET', '/agents/not-a-uuid'), 400);
+  });
+
+  test('only admins manage agents; viewers read; another account sees none of them', async () => {
+    const agentId = await newAgent();
+    assert.equal((await api('GET', `/agents/${agentId}`, undefined, viewer)).status, 200);
+    assert.equal((await api('GET', '/agents', undefined, viewer)).status, 200);
+    for (const token of [viewer, developer]) {
+      expectProblem(await api('POST', '/agents', { ...agentBody, name: 'nope' }, token), 403);
+      expectProblem(await api('PATCH', `/agents/${agentId}`, { name: 'nope' }, token), 403);
+      expectProblem(await api('DELETE', `/agents/${agentId}`, undefined, token), 403);
+      expectProblem(await api('POST', `/agents/${agentId}/credentials`, undefined, token), 403);
+    }
+    const stranger = await server.newAccount('stranger');
+    expectProblem(await api('GET', `/agents/${agentId}`, undefined, stranger.token), 404);
+    expectProblem(await api('POST', `/agents/${agentId}/credentials`, undefined, stranger.token), 404);
+    expectProblem(await api('DELETE', `/agents/${agentId}`, undefined, stranger.token), 404);
+    assert.equal((await api('GET', '/agents', undefined, stranger.token)).body.total, 0);
+  });
+
+  test('agent tokens reach only /dpc/agent/v1 and account tokens never do; new credentials revoke the old', async () => {
+    const agentId = await newAgent();
+    const first = (await api('POST', `/agents/${agentId}/credentials`)).body;
+    assert.equal(first.clientId.length, 36);
+    const stored = await server.db.selectFrom('agents').select('secretHash').where('id', '=', agentId).executeTakeFirstOrThrow();
+    assert.ok(stored.secretHash?.startsWith('scrypt$') && !stored.secretHash.includes(first.clientSecret));
+    const token = await server.token(first.clientId, first.clientSecret);
+    expectProblem(await api('GET', '/agents', undefined, token), 401);
+    expectProblem(await api('GET', '/projects', undefined, token), 401);
+    expectProblem(await agentCall(caller.token, 'POST', '/heartbeat', {}), 401);
+    expectProblem(await agentCall('', 'POST', '/heartbeat', {}), 401);
+    assert.equal((await agentCall(token, 'POST', '/heartbeat', {})).status, 200);
+    assert.equal((await api('GET', `/agents/${agentId}`)).body.connected, true);
+
+    const second = (await api('POST', `/agents/${agentId}/credentials`)).body;
+    expectProblem(await agentCall(token, 'POST', '/heartbeat', {}), 401);
+    const refused = await server.request('POST', '/oauth/dpc/token', {
+      body: new URLSearchParams({
+        grant_type: 'client_credentials',
+        client_id: first.clientId,
+        client_secret: first.clientSecret,
+      }),
+    });
+    assert.equal(refused.status, 401);
+    const renewed = await server.token(second.clientId, second.clientSecret);
+    assert.equal((await agentCall(renewed, 'POST', '/heartbeat', {})).status, 200);
+  });
+
+  test('a certificate must be PEM X.509 with an RSA key of 2048 bits or more', async () => {
+    const { token } = await connectedAgent();
+    expectProblem(await agentCall(token, 'PUT', '/certificate', { certificate: 'not a certificate' }), 400);
+    // An EC certificate is refused: secrets are encrypted with RSA-OAEP.
+    const algorithm = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
+    const keys = (await webcrypto.subtle.generateKey(algorithm, true, ['sign', 'verify'])) as CryptoKeyPair;
+    const ec = (
+      await x509.X509CertificateGenerator.createSelfSigned({
+        serialNumber: '01',
+        name: 'CN=ec',
+        keys,
+        signingAlgorithm: algorithm,
+      })
+    ).toString('pem');
+    const refused = expectProblem(await agentCall(token, 'PUT', '/certificate', { certificate: ec }), 400);
+    assert.match(refused.detail, /RSA public key/);
+    const answer = await agentCall(token, 'PUT', '/certificate', { certificate: identity.certificatePem });
+    assert.equal(answer.status, 200);
+    assert.match(answer.body.fingerprint256, /^[0-9A-F:]+$/);
+  });
+
+  test('work is delivered to one poll, leased, redelivered when the lease lapses, and finished exactly once', async () => {
+    const { agentId, token } = await connectedAgent();
+    const reports: AgentReport[] = [];
+    onAgentWorkReport('test-echo', async (executor, { work, report }) => {
+      assert.ok(executor);
+      assert.equal(work.agentId, agentId);
+      reports.push(report);
+    });
+    const workId = await server.db
+      .transaction()
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-echo', payload: { n: 1 } }));
+    const first = await agentCall(token, 'GET', '/work?waitSeconds=1');
+    assert.equal(first.status, 200, first.text);
+    assert.deepEqual(
+      { ...first.body, leaseExpiresAt: undefined },
+      { workId, kind: 'test-echo', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined },
+    );
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'leased: not delivered twice');
+    // The lease (1 s here) lapses without a heartbeat naming the work: it is delivered again.
+    const again = await agentCall(token, 'GET', '/work?waitSeconds=3');
+    assert.equal(again.status, 200);
+    assert.equal(again.body.delivery, 2);
+    assert.equal(
+      (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { step: 1 } })).status,
+      200,
+    );
+    const done = await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: { ok: true } });
+    assert.deepEqual(done.body, { workId, state: 'done' });
+    expectProblem(
+      await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: {} }),
+      409,
+      'work-already-finished',
+    );
+    expectProblem(
+      await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'failed', body: {} }),
+      409,
+      'work-already-finished',
+    );
+    assert.deepEqual(reports, [
+      { type: 'progress', body: { step: 1 } },
+      { type: 'done', body: { ok: true } },
+    ]);
+    const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
+    assert.equal(row.payload, null);
+    // Another agent cannot report on it.
+    const other = await connectedAgent();
+    expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
+  });
+
+  test('a long poll waits for work enqueued meanwhile; a paused agent gets none; cancellation reaches the agent', async () => {
+    const { agentId, token } = await connectedAgent();
+    const enqueue = (payload: unknown) =>
+      server.db
+        .transaction()
+        .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-wait', payload }));
+    const polling = agentCall(token, 'GET', '/work?waitSeconds=5');
+    await new Promise((r) => setTimeout(r, 400));
+    const workId = await enqueue('late');
+    const answer = await polling;
+    assert.equal(answer.status, 200);
+    assert.equal(answer.body.workId, workId);
+
+    // Delivered work that is cancelled: the agent learns it on its heartbeat, and a report is then refused.
+    assert.equal(await server.db.transaction().execute((trx) => cancelAgentWork(trx, workId)), 'cancel-requested');
+    const beat = await agentCall(token, 'POST', '/heartbeat', { heldWorkIds: [workId] });
+    assert.deepEqual(beat.body.cancelledWorkIds, [workId]);
+    expectProblem(await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress' }), 409, 'work-cancelled');
+    // Queued work that is cancelled is never delivered.
+    const queued = await enqueue('never');
+    assert.equal(await server.db.transaction().execute((trx) => cancelAgentWork(trx, queued)), 'cancelled');
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204);
+
+    await api('PATCH', `/agents/${agentId}`, { pausedUntil: '2999-01-01T00:00:00Z' });
+    await enqueue('held back');
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 204);
+    await api('PATCH', `/agents/${agentId}`, { pausedUntil: null });
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 200);
+  });
+
+  test('E15 encrypts for the agent certificate: only its private key decrypts; the confirmation answers', async () => {
+    const { agentId, token } = await connectedAgent();
+    const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'p4ss-unique-e15' };
+    const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+    const work = await agentCall(token, 'GET', '/work?waitSeconds=3');
+    assert.equal(work.body.kind, 'write-secret');
+    const { jwe, name, key, overwrite } = work.body.payload;
+    assert.deepEqual({ name, key, overwrite }, { name: 'warehouse', key: 'login', overwrite: false });
+    assert.ok(!JSON.stringify(work.body).includes(secret.value));
+    // Confirmed at once: the server waits 2 s at most here.
+    await agentCall(token, 'POST', `/work/${work.body.workId}/reports`, {
+      type: 'done',
+      body: { resolverRef: 'MATILLION_CUSTOMER_VAULT:warehouse:login', vaultSecretName: 'warehouse' },
+    });
+    const { plaintext, protectedHeader } = await compactDecrypt(jwe, identity.privateKey);
+    assert.equal(protectedHeader.alg, 'RSA-OAEP-256');
+    assert.equal(protectedHeader.enc, 'A256GCM');
+    assert.deepEqual(JSON.parse(new TextDecoder().decode(plaintext)), { value: secret.value });
+    const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+    await assert.rejects(compactDecrypt(jwe, stranger));
+    const answer = await writing;
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(answer.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:warehouse:login', vaultSecretName: 'warehouse' });
+    expectProblem(await api('POST', `/secrets/${agentId}/secret-value`, { secret }, viewer), 403);
+  });
+
+  test('E15 problems: unknown agent 404, no certificate 409, not connected 503, no confirmation 504 (written or not)', async () => {
+    const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
+    expectProblem(await api('POST', '/secrets/0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11/secret-value', { secret }), 404);
+    expectProblem(await api('POST', `/secrets/${await newAgent()}/secret-value`, { secret }), 409, 'agent-has-no-certificate');
+    const silent = await connectedAgent();
+    await agentCall(silent.token, 'POST', '/disconnect');
+    expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }), 503, 'agent-not-connected');
+    expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, value: {} } }), 400);
+
+    // Connected but not polling: the work is withdrawn before delivery, so it was certainly not written.
+    await agentCall(silent.token, 'POST', '/heartbeat', {});
+    const withdrawn = expectProblem(
+      await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }),
+      504,
+      'secret-not-written',
+    );
+    assert.match(withdrawn.detail, /NOT written/);
+    assert.equal((await agentCall(silent.token, 'GET', '/work?waitSeconds=0')).status, 204, 'withdrawn work is never delivered');
+
+    // Taken but never confirmed: it may have been written; the agent is told to stop.
+    const writing = api('POST', `/secrets/${silent.agentId}/secret-value`, { secret });
+    const taken = await agentCall(silent.token, 'GET', '/work?waitSeconds=3');
+    assert.equal(taken.status, 200);
+    expectProblem(await writing, 504, 'secret-write-unconfirmed');
+    const beat = await agentCall(silent.token, 'POST', '/heartbeat', { heldWorkIds: [taken.body.workId] });
+    assert.deepEqual(beat.body.cancelledWorkIds, [taken.body.workId]);
+    const row = await server.db
+      .selectFrom('agentWork')
+      .select('payload')
+      .where('id', '=', taken.body.workId)
+      .executeTakeFirstOrThrow();
+    assert.equal(row.payload, null, 'the ciphertext is dropped on cancellation');
+  });
+
+  test('with two server instances on one store, each piece of work goes to exactly one poll', async () => {
+    const beside = await TestServer.startBeside(server);
+    try {
+      const { agentId, token } = await connectedAgent();
+      const ids = new Set<string>();
+      await server.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < 12; i += 1) {
+          ids.add(await enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-race', payload: i }));
+        }
+      });
+      const polls = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          (i % 2 ? beside : server).request('GET', '/dpc/agent/v1/work?waitSeconds=0', { token }),
+        ),
+      );
+      const delivered = polls.filter((p) => p.status === 200).map((p) => p.body.workId as string);
+      assert.equal(delivered.length, 12);
+      assert.deepEqual(new Set(delivered), ids);
+    } finally {
+      await beside.close();
+    }
+  });
+});
