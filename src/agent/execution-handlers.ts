@@ -13,8 +13,8 @@ export interface ExecutionPayload {
   executionId: string;
   /** The pipeline files the run needs, by path, as the artifact holds them. */
   pipelines: Record<string, string>;
-  /** Resolved by the server: request > environment override > project default. */
-  variables: Record<string, VariableValue>;
+  /** Resolved by the server: request > environment override > project default; grids are rows. */
+  variables: Record<string, VariableValue | VariableValue[][]>;
   /** execute-pipeline: the file to run. */
   pipelineName?: string;
   /** execute-tests: the test pipeline files to run, in order. */
@@ -25,6 +25,10 @@ export interface ExecutionPayload {
 async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkContext) {
   // Once cancelled, the server refuses further progress: the run is stopping anyway.
   const report = (body: unknown) => ctx.report(body).catch((error) => (ctx.signal.aborted ? undefined : Promise.reject(error)));
+  // The supported components read scalar variables only.
+  const scalars = Object.fromEntries(
+    Object.entries(payload.variables).filter((entry): entry is [string, VariableValue] => !Array.isArray(entry[1])),
+  );
   let index = 0;
   const failures: string[] = [];
   for (const file of files) {
@@ -44,7 +48,7 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
       continue;
     }
     const outcome = await runPipeline(pipeline, {
-      variables: variablesOf(pipeline, payload.variables),
+      variables: variablesOf(pipeline, scalars),
       signal: ctx.signal,
       firstIndex: index,
       ...(files.length > 1 && { childPipeline: file }),

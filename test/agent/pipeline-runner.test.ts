@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parsePipeline, PipelineFileError, runPipeline, variablesOf, type Step } from '../../src/agent/pipeline-runner.ts';
+import { orchestration } from '../helpers/executions.ts';
 import {
   EXECUTION_STATUSES,
   IllegalTransition,
@@ -9,11 +10,6 @@ import {
   TRANSITIONS,
   type ExecutionEvent,
 } from '../../src/areas/executions/states.ts';
-
-/** An orchestration pipeline in the artifact's format, from components given as YAML lines. */
-export function orchestration(components: string, variables = ''): string {
-  return `type: "orchestration"\nversion: "1.0"\npipeline:\n  components:\n${components}${variables}`;
-}
 
 const GREETING = orchestration(
   `    Start:

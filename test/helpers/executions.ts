@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import type { TestServer, Caller } from './harness.ts';
 
-/** An orchestration pipeline in the artifact's format, from components given as YAML lines. */
-export function orchestration(components: string): string {
-  return `type: "orchestration"\nversion: "1.0"\npipeline:\n  components:\n${components}`;
+/** An orchestration pipeline in the artifact's format, from components (and variables) given as YAML lines. */
+export function orchestration(components: string, variables = ''): string {
+  return `type: "orchestration"\nversion: "1.0"\npipeline:\n  components:\n${components}${variables}`;
 }
 
 /** start → wait `${delay}` seconds → end success. */

@@ -324,7 +324,7 @@ export async function createExecution(
   const payload: ExecutionPayload = {
     executionId: id,
     pipelines: run.pipelines,
-    variables: run.variables as Record<string, VariableValue>,
+    variables: run.variables,
     ...(fields.pipelineName !== null && kind === 'PIPELINE' && { pipelineName: fields.pipelineName }),
     ...(fields.tests && { tests: fields.tests }),
   };
