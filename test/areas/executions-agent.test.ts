@@ -179,4 +179,38 @@ describeEachStore('executions run by the reference agent', (kind) => {
     await new Promise((resolve) => setTimeout(resolve, 2500));
     assert.equal(await status(id), 'CANCELLED');
   });
+
+  test('two server instances and two agent processes polling them: each run is handed to one poll and runs once', async () => {
+    const beside = await TestServer.startBeside(server);
+    const otherState = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
+    const second = await spawnAgent({ url: beside.url, ...credentials, stateDir: otherState });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i += 1) ids.push((await start({ pipelineName: 'check' })).body.pipelineExecutionId);
+      for (const id of ids)
+        assert.equal(
+          await eventually(
+            () => status(id),
+            (value) => value === 'SUCCESS',
+          ),
+          'SUCCESS',
+        );
+      const works = await server.db
+        .selectFrom('executions')
+        .innerJoin('agentWork', 'agentWork.id', 'executions.agentWorkId')
+        .select(['agentWork.deliveries', 'agentWork.state'])
+        .where('executions.id', 'in', ids)
+        .execute();
+      assert.deepEqual(
+        works.map((work) => [Number(work.deliveries), work.state]),
+        ids.map(() => [1, 'done']),
+      );
+      for (const id of ids) assert.equal((await steps(id)).length, 4);
+    } finally {
+      second.child.kill('SIGKILL');
+      await second.exited;
+      await beside.server.close();
+      rmSync(otherState, { recursive: true, force: true });
+    }
+  });
 });
