@@ -31,6 +31,7 @@ import { scheduleRoutes } from './areas/schedules/routes.ts';
 import { agentRoutes } from './areas/agents/routes.ts';
 import { agentProtocolRoutes } from './areas/agents/protocol.ts';
 import { secretValueRoutes } from './areas/secret-values/routes.ts';
+import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -45,6 +46,7 @@ const v1Areas = [
   oauthConnectionRoutes,
   agentRoutes,
   secretValueRoutes,
+  streamingPipelineRoutes,
   eventRoutes,
   executionRoutes,
   scheduleRoutes,

@@ -65,8 +65,52 @@ const writeSecret: WorkHandler = async (work, ctx) => {
   return written;
 };
 
+interface SecretReference {
+  secretName: string;
+  secretKey?: string;
+}
+
+interface StreamingPipelinePayload {
+  streamingPipelineId: string;
+  definition: {
+    streamingSource: { connection: { password: SecretReference } };
+    streamingTarget: { accountKey?: SecretReference };
+  };
+}
+
+/**
+ * Streaming pipelines this agent process runs. The reference agent does not move data: starting checks
+ * that every secret the definition refers to is in the vault and records the pipeline as running here.
+ */
+const runningPipelines = new Set<string>();
+
+const startStreamingPipeline: WorkHandler = async (work, ctx) => {
+  const { streamingPipelineId, definition } = work.payload as StreamingPipelinePayload;
+  const references = [definition.streamingSource.connection.password, definition.streamingTarget.accountKey].filter(
+    (reference): reference is SecretReference => reference !== undefined,
+  );
+  for (const reference of references) {
+    const key = reference.secretKey ?? 'value';
+    if ((await ctx.vault.read(reference.secretName, key)) === undefined) {
+      throw new WorkFailure(`secret ${reference.secretName} (key ${key}) is not in the vault`, 'secret-missing');
+    }
+  }
+  runningPipelines.add(streamingPipelineId);
+  ctx.log('streaming pipeline started', { streamingPipelineId });
+  return { state: 'RUNNING' };
+};
+
+const stopStreamingPipeline: WorkHandler = async (work, ctx) => {
+  const { streamingPipelineId } = work.payload as StreamingPipelinePayload;
+  runningPipelines.delete(streamingPipelineId);
+  ctx.log('streaming pipeline stopped', { streamingPipelineId });
+  return { state: 'STOPPED' };
+};
+
 const handlers = new Map<string, WorkHandler>([
   ['write-secret', writeSecret],
+  ['streaming-pipeline-start', startStreamingPipeline],
+  ['streaming-pipeline-stop', stopStreamingPipeline],
   // Referred to lazily: execution-handlers.ts imports WorkFailure from here.
   ['execute-pipeline', (work, ctx) => executePipeline(work, ctx)],
   ['execute-tests', (work, ctx) => executeTests(work, ctx)],

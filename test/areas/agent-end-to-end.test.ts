@@ -96,6 +96,7 @@ describeEachStore('the reference agent, end to end', (kind) => {
     assert.equal(credentials.status, 201, credentials.text);
     assert.equal((await call('GET', `/agents/${agentId}`, first.token)).body.connected, false);
 
+    const plaintext = `plain-${randomBytes(12).toString('hex')}`;
     const agent = await spawnAgent({ url: serve.url, ...credentials.body, stateDir });
     try {
       await until('the agent is connected', async () => (await call('GET', `/agents/${agentId}`, first.token)).body.connected);
@@ -109,7 +110,6 @@ describeEachStore('the reference agent, end to end', (kind) => {
       // Another account neither sees the agent nor writes through it.
       assert.equal((await call('GET', `/agents/${agentId}`, second.token)).status, 404);
       assert.equal((await call('GET', '/agents', second.token)).body.total, 0);
-      const plaintext = `plain-${randomBytes(12).toString('hex')}`;
       const secret = {
         name: 'warehouse',
         key: 'login',
@@ -165,10 +165,42 @@ describeEachStore('the reference agent, end to end', (kind) => {
         if (!file.isFile()) continue;
         assert.ok(!readFileSync(path.join(file.parentPath, file.name)).includes(plaintext), `not in ${file.name}`);
       }
+
+      // A streaming pipeline on this agent starts once the secrets it refers to are in the vault.
+      const projectId = (await call('POST', '/projects', first.token, { name: 'streams' })).body.projectId;
+      const secretsOf = {
+        password: { secretName: 'orders-db', secretKey: 'password' },
+        accountKey: { secretName: 'warehouse', secretKey: 'login' },
+      };
+      const pipeline = await call('POST', `/projects/${projectId}/streaming-pipelines`, first.token, {
+        name: 'orders',
+        agentId,
+        streamingSource: {
+          type: 'POSTGRES',
+          connection: { host: 'db', port: 5432, username: 'u', password: secretsOf.password },
+          tables: [{ schema: 'public', table: 'orders' }],
+        },
+        streamingTarget: { type: 'AZURE_BLOB', accountName: 'lake', accountKey: secretsOf.accountKey },
+      });
+      assert.equal(pipeline.status, 201, pipeline.text);
+      const pipelinePath = `/projects/${projectId}/streaming-pipelines/${pipeline.body.streamingPipelineId}`;
+      const pipelineStatus = async () => (await call('GET', `${pipelinePath}/status`, first.token)).body;
+      assert.equal((await call('POST', `${pipelinePath}/start`, first.token)).status, 202);
+      await until('the start failed', async () => (await pipelineStatus()).status === 'FAILED');
+      assert.match((await pipelineStatus()).message, /orders-db .*not in the vault/);
+      const stored = await call('POST', `/secrets/${agentId}/secret-value`, first.token, {
+        secret: { name: 'orders-db', key: 'password', type: 'PASSWORD', value: `${plaintext}-db` },
+      });
+      assert.equal(stored.status, 200, stored.text);
+      assert.equal((await call('POST', `${pipelinePath}/start`, first.token)).status, 202);
+      await until('the pipeline runs', async () => (await pipelineStatus()).status === 'RUNNING');
+      assert.equal((await call('POST', `${pipelinePath}/stop`, first.token)).status, 202);
+      await until('the pipeline stopped', async () => (await pipelineStatus()).status === 'STOPPED');
     } finally {
       agent.child.kill('SIGTERM');
       assert.equal(await agent.exited, 0, agent.logs());
     }
+    assert.ok(!serve.logs().includes(plaintext), 'not in the server log');
     const stopped = (await call('GET', `/agents/${agentId}`, first.token)).body;
     assert.equal(stopped.connected, false);
     assert.equal(stopped.agentStatus, 'STOPPED');

@@ -30,7 +30,9 @@ describeEachStore('agents and the agent protocol', (kind) => {
     developer = await server.tokenFor(caller.accountId, 'developer');
     identity = await loadOrCreateIdentity(stateDir, 'test-agent');
   });
+  let restartedServer: TestServer | undefined;
   after(async () => {
+    await restartedServer?.server.close();
     await server.close();
     rmSync(stateDir, { recursive: true, force: true });
   });
@@ -345,5 +347,25 @@ describeEachStore('agents and the agent protocol', (kind) => {
     } finally {
       await beside.close();
     }
+  });
+
+  // Last: it restarts the suite's server.
+  test('work survives a server restart: delivered work whose lease lapsed goes to the next poll, and is finished once', async () => {
+    const { agentId, token } = await connectedAgent();
+    const workId = await server.db
+      .transaction()
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-restart', payload: 'kept' }));
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).body.workId, workId);
+    await server.server.close();
+    const restarted = await TestServer.startBeside(server);
+    restartedServer = restarted;
+
+    const call = (method: string, apiPath: string, body?: unknown) =>
+      restarted.request(method, `/dpc/agent/v1${apiPath}`, { token, body });
+    const again = await call('GET', '/work?waitSeconds=3');
+    assert.equal(again.status, 200, again.text);
+    assert.deepEqual([again.body.workId, again.body.payload, again.body.delivery], [workId, 'kept', 2]);
+    assert.equal((await call('POST', `/work/${workId}/reports`, { type: 'done' })).status, 200);
+    expectProblem(await call('POST', `/work/${workId}/reports`, { type: 'done' }), 409, 'work-already-finished');
   });
 });

@@ -59,7 +59,9 @@ test('the OpenAPI document describes every operation, its security, errors and e
         assert.notEqual(parameter.required, true, `${method} ${path}: ${parameter.name} has a default`);
       }
     }
-    if (!path.startsWith('/dpc/v1/')) assert.deepEqual(operation.security, [], `${method} ${path} needs no token`);
+    // The agent protocol takes an agent's bearer token; everything else outside /dpc/v1 needs none.
+    const needsToken = path.startsWith('/dpc/v1/') || path.startsWith('/dpc/agent/v1/');
+    if (!needsToken) assert.deepEqual(operation.security, [], `${method} ${path} needs no token`);
   }
   assert.equal(document.paths['/dpc/v1/projects/{projectId}/variables'].get.operationId, 'getProjectsByProjectIdVariables');
 });

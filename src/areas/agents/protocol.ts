@@ -22,7 +22,7 @@ const errors = Object.fromEntries([400, 401, 404, 409, 500].map((status) => [sta
 
 /** How often a waiting poll looks for work in the store (shared by every server instance). */
 const POLL_INTERVAL_MS = 250;
-/** How often a waiting poll counts as contact. */
+/** How often a waiting poll counts as contact, at most (and at least three times per connected window). */
 const CONTACT_EVERY_MS = 5000;
 /** Smallest RSA key an agent certificate may carry. */
 const MIN_RSA_BITS = 2048;
@@ -115,6 +115,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const { agentConnectedWindowSeconds: window, agentWorkLeaseSeconds, agentPollMaxWaitSeconds } = app.config;
   const leaseMs = agentWorkLeaseSeconds * 1000;
+  const contactEveryMs = Math.min(CONTACT_EVERY_MS, (window * 1000) / 3);
   const db = app.store.db;
 
   app.decorateRequest('agent', null as never);
@@ -204,7 +205,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       const deadline = Date.now() + Math.min(request.query.waitSeconds, agentPollMaxWaitSeconds) * 1000;
       let contactAt = 0;
       for (;;) {
-        if (Date.now() - contactAt >= CONTACT_EVERY_MS) {
+        if (Date.now() - contactAt >= contactEveryMs) {
           await touch(agentId);
           contactAt = Date.now();
         }

@@ -36,7 +36,10 @@ export interface AgentReport {
   body: unknown;
 }
 
-/** Runs inside the transaction that records the report, so an area's own rows move with it. */
+/**
+ * Runs inside the transaction that records the report, so an area's own rows move with it. `work.payload`
+ * is the payload as delivered (the row itself drops it once the work is finished).
+ */
 export type AgentWorkReportHandler = (executor: Executor, event: { work: AgentWork; report: AgentReport }) => Promise<void>;
 
 const reportHandlers = new Map<string, AgentWorkReportHandler>();
@@ -238,7 +241,8 @@ export function recordAgentWorkReport(
             .returningAll()
             .executeTakeFirst();
     if (!moved) throw finishedProblem((await findAgentWork(trx, workId))!);
-    const work = toWork(moved);
+    // The handler sees the payload as delivered, although the row no longer keeps it.
+    const work = { ...toWork(moved), payload: current.payload };
     await reportHandlers.get(work.kind)?.(trx, { work, report });
     return work;
   });

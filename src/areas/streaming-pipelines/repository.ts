@@ -1,0 +1,243 @@
+import { randomUUID } from 'node:crypto';
+import type { Selectable } from 'kysely';
+import type { Executor } from '../../core/db/database.ts';
+import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { countOf, offsetOf } from '../../core/paging.ts';
+import { enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
+import type { StreamingPipelineTable } from './tables.ts';
+import {
+  SECRET_REFERENCE_FIELDS,
+  type StreamingPipeline,
+  type StreamingPipelineQuery,
+  type StreamingPipelineRequest,
+  type StreamingPipelineStatus,
+} from './schemas.ts';
+
+type PipelineRow = Selectable<StreamingPipelineTable>;
+type Definition = Pick<StreamingPipelineRequest, 'advancedProperties' | 'streamingSource' | 'streamingTarget'>;
+
+export const START_WORK = 'streaming-pipeline-start';
+export const STOP_WORK = 'streaming-pipeline-stop';
+
+/** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
+const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;
+
+/**
+ * Refuses a definition that carries a secret value: the secret references (password, accountKey) may hold
+ * only the reference fields, and free-form properties may not be named like credentials. Violations name
+ * the field, never its value.
+ */
+function checkNoSecretValues(request: StreamingPipelineRequest): void {
+  const violations: string[] = [];
+  const references: [string, object | undefined][] = [
+    ['body.streamingSource.connection.password', request.streamingSource.connection.password],
+    ['body.streamingTarget.accountKey', request.streamingTarget.accountKey],
+  ];
+  for (const [field, reference] of references) {
+    for (const key of Object.keys(reference ?? {})) {
+      if (!SECRET_REFERENCE_FIELDS.includes(key)) {
+        violations.push(`${field}.${key}: a secret reference holds only ${SECRET_REFERENCE_FIELDS.join(', ')}, never a value`);
+      }
+    }
+  }
+  const properties: [string, Record<string, string> | undefined][] = [
+    ['body.advancedProperties', request.advancedProperties],
+    ['body.streamingSource.connection.jdbcProperties', request.streamingSource.connection.jdbcProperties],
+  ];
+  for (const [field, values] of properties) {
+    for (const key of Object.keys(values ?? {})) {
+      if (CREDENTIAL_NAME.test(key))
+        violations.push(`${field}.${key}: credentials go in a secret reference, never in a property`);
+    }
+  }
+  if (violations.length) throw badRequest('The definition carries a secret value where a secret reference belongs.', violations);
+}
+
+function toPipeline(row: PipelineRow): StreamingPipeline {
+  const definition = JSON.parse(row.definition) as Definition;
+  return {
+    streamingPipelineId: row.id,
+    projectId: row.projectId,
+    name: row.name,
+    agentId: row.agentId,
+    advancedProperties: definition.advancedProperties ?? {},
+    streamingSource: definition.streamingSource,
+    streamingTarget: definition.streamingTarget,
+    status: row.status as StreamingPipelineStatus,
+  };
+}
+
+export function statusOf(row: PipelineRow) {
+  return {
+    streamingPipelineId: row.id,
+    status: row.status as StreamingPipelineStatus,
+    ...(row.statusMessage !== null && { message: row.statusMessage }),
+    changedAt: row.statusChangedAt,
+  };
+}
+
+/** The agent must be one of the account's (422 otherwise, as a field of the body). */
+async function checkAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
+  const agent = await db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', '=', agentId)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
+  if (!agent) throw unprocessable('The agent does not exist in this account.', ['body.agentId: is not an agent of this account']);
+}
+
+const nameTaken = (name: string) => conflict(`A streaming pipeline named "${name}" already exists in this project.`);
+
+export async function requirePipeline(db: Executor, projectId: string, pipelineId: string): Promise<PipelineRow> {
+  const row = await db
+    .selectFrom('streamingPipelines')
+    .selectAll()
+    .where('id', '=', pipelineId)
+    .where('projectId', '=', projectId)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Streaming pipeline ${pipelineId} does not exist in this project.`);
+  return row;
+}
+
+function definitionOf(request: StreamingPipelineRequest): string {
+  const definition: Definition = {
+    advancedProperties: request.advancedProperties ?? {},
+    streamingSource: request.streamingSource,
+    streamingTarget: request.streamingTarget,
+  };
+  return JSON.stringify(definition);
+}
+
+export async function createPipeline(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  request: StreamingPipelineRequest,
+): Promise<StreamingPipeline> {
+  checkNoSecretValues(request);
+  await checkAgent(db, accountId, request.agentId);
+  const at = now();
+  const row: PipelineRow = {
+    id: randomUUID(),
+    projectId,
+    agentId: request.agentId,
+    name: request.name,
+    definition: definitionOf(request),
+    status: 'STOPPED',
+    statusMessage: null,
+    statusChangedAt: at,
+    createdAt: at,
+  };
+  try {
+    await db.insertInto('streamingPipelines').values(row).execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw nameTaken(request.name);
+    throw error;
+  }
+  return toPipeline(row);
+}
+
+export async function listPipelines(db: Executor, projectId: string, query: StreamingPipelineQuery) {
+  let filtered = db.selectFrom('streamingPipelines').where('projectId', '=', projectId);
+  if (query.agentId) filtered = filtered.where('agentId', '=', query.agentId);
+  if (query.status) filtered = filtered.where('status', '=', query.status);
+  const [rows, total] = await Promise.all([
+    filtered.selectAll().orderBy('name').orderBy('id').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(filtered),
+  ]);
+  return { results: rows.map(toPipeline), total };
+}
+
+export function readPipeline(db: Executor, projectId: string, pipelineId: string): Promise<StreamingPipeline> {
+  return requirePipeline(db, projectId, pipelineId).then(toPipeline);
+}
+
+const IDLE: StreamingPipelineStatus[] = ['STOPPED', 'FAILED'];
+
+function requireIdle(row: PipelineRow, action: string): void {
+  if (!IDLE.includes(row.status as StreamingPipelineStatus)) {
+    throw conflict(`The streaming pipeline is ${row.status}; stop it before you ${action} it.`);
+  }
+}
+
+export async function replacePipeline(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  pipelineId: string,
+  request: StreamingPipelineRequest,
+): Promise<StreamingPipeline> {
+  const row = await requirePipeline(db, projectId, pipelineId);
+  requireIdle(row, 'replace');
+  checkNoSecretValues(request);
+  await checkAgent(db, accountId, request.agentId);
+  const next = { ...row, name: request.name, agentId: request.agentId, definition: definitionOf(request) };
+  try {
+    await db
+      .updateTable('streamingPipelines')
+      .set({ name: next.name, agentId: next.agentId, definition: next.definition })
+      .where('id', '=', pipelineId)
+      .execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw nameTaken(request.name);
+    throw error;
+  }
+  return toPipeline(next);
+}
+
+export async function deletePipeline(db: Executor, projectId: string, pipelineId: string): Promise<void> {
+  requireIdle(await requirePipeline(db, projectId, pipelineId), 'delete');
+  await db.deleteFrom('streamingPipelines').where('id', '=', pipelineId).execute();
+}
+
+async function moveStatus(db: Executor, pipelineId: string, status: StreamingPipelineStatus, message: string | null) {
+  await db
+    .updateTable('streamingPipelines')
+    .set({ status, statusMessage: message, statusChangedAt: now() })
+    .where('id', '=', pipelineId)
+    .execute();
+}
+
+/**
+ * Asks the pipeline's agent to start (from STOPPED or FAILED: STARTING) or stop it (from RUNNING: STOPPING),
+ * through agent work that carries the definition (secret references only).
+ */
+export async function requestRun(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  pipelineId: string,
+  action: 'start' | 'stop',
+): Promise<ReturnType<typeof statusOf>> {
+  const row = await requirePipeline(db, projectId, pipelineId);
+  if (action === 'start') requireIdle(row, 'start');
+  else if (row.status !== 'RUNNING')
+    throw conflict(`The streaming pipeline is ${row.status}; only a RUNNING one can be stopped.`);
+  const pipeline = toPipeline(row);
+  await enqueueAgentWork(db, {
+    accountId,
+    agentId: row.agentId,
+    kind: action === 'start' ? START_WORK : STOP_WORK,
+    payload: { streamingPipelineId: pipelineId, projectId, name: pipeline.name, definition: JSON.parse(row.definition) },
+  });
+  await moveStatus(db, pipelineId, action === 'start' ? 'STARTING' : 'STOPPING', null);
+  return statusOf(await requirePipeline(db, projectId, pipelineId));
+}
+
+function failureMessage(body: unknown): string {
+  const message = (body as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message.slice(0, 4000) : 'the agent reported a failure without a reason';
+}
+
+/** The agent's final report on a start (RUNNING, or FAILED with its reason) or on a stop (STOPPED, or FAILED). */
+export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
+  return async (db, { work, report }) => {
+    if (report.type === 'progress') return;
+    const { streamingPipelineId } = work.payload as { streamingPipelineId: string };
+    const [status, message] =
+      report.type === 'done' ? [action === 'start' ? 'RUNNING' : 'STOPPED', null] : ['FAILED', failureMessage(report.body)];
+    await moveStatus(db, streamingPipelineId, status as StreamingPipelineStatus, message);
+  };
+}

@@ -1,0 +1,172 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
+import { Page } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
+import { onAgentWorkReport } from '../agents/work.ts';
+import {
+  StreamingPipeline,
+  StreamingPipelineParams,
+  StreamingPipelineQuery,
+  StreamingPipelineRequest,
+  StreamingPipelineStatusAnswer,
+} from './schemas.ts';
+import {
+  START_WORK,
+  STOP_WORK,
+  createPipeline,
+  deletePipeline,
+  listPipelines,
+  onRunReport,
+  readPipeline,
+  replacePipeline,
+  requestRun,
+  requirePipeline,
+  statusOf,
+} from './repository.ts';
+
+const tags = ['Streaming Pipelines'];
+
+/** E19 and the rest of a streaming pipeline's life: definitions per project, run by one of the account's agents. */
+export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const db = app.store.db;
+  onAgentWorkReport(START_WORK, onRunReport('start'));
+  onAgentWorkReport(STOP_WORK, onRunReport('stop'));
+
+  app.get(
+    '/projects/:projectId/streaming-pipelines',
+    {
+      schema: {
+        summary: 'List the streaming pipeline definitions of the project (E19); the page may be empty',
+        tags,
+        params: ProjectParams,
+        querystring: StreamingPipelineQuery,
+        response: { 200: Page(StreamingPipeline) },
+      },
+    },
+    async (request) => pageInProject(db, request.principal.accountId, request.params.projectId, request.query, listPipelines),
+  );
+
+  app.post(
+    '/projects/:projectId/streaming-pipelines',
+    {
+      schema: {
+        summary: 'Create a streaming pipeline definition (STOPPED until started)',
+        tags,
+        params: ProjectParams,
+        body: StreamingPipelineRequest,
+        response: { 201: StreamingPipeline, ...problems(409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { accountId } = request.principal;
+      const { projectId } = request.params;
+      const pipeline = await writeInProject(db, accountId, projectId, (trx) =>
+        createPipeline(trx, accountId, projectId, request.body),
+      );
+      request.auditIds.streamingPipelineId = pipeline.streamingPipelineId;
+      return sendCreated(request, reply, { segment: pipeline.streamingPipelineId }, pipeline);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
+    {
+      schema: {
+        summary: 'Read a streaming pipeline definition',
+        tags,
+        params: StreamingPipelineParams,
+        response: { 200: StreamingPipeline },
+      },
+    },
+    async (request) => {
+      const { projectId, streamingPipelineId } = request.params;
+      await requireProject(db, request.principal.accountId, projectId);
+      return readPipeline(db, projectId, streamingPipelineId);
+    },
+  );
+
+  app.put(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
+    {
+      schema: {
+        summary: 'Replace a streaming pipeline definition (while it is STOPPED or FAILED)',
+        tags,
+        params: StreamingPipelineParams,
+        body: StreamingPipelineRequest,
+        response: { 200: StreamingPipeline, ...problems(409, 422) },
+      },
+    },
+    async (request) => {
+      const { accountId } = request.principal;
+      const { projectId, streamingPipelineId } = request.params;
+      return writeInProject(db, accountId, projectId, (trx) =>
+        replacePipeline(trx, accountId, projectId, streamingPipelineId, request.body),
+      );
+    },
+  );
+
+  app.delete(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
+    {
+      schema: {
+        summary: 'Delete a streaming pipeline definition (while it is STOPPED or FAILED)',
+        tags,
+        params: StreamingPipelineParams,
+        response: { ...noContent('The definition is deleted.'), ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const { projectId, streamingPipelineId } = request.params;
+      await writeInProject(db, request.principal.accountId, projectId, (trx) =>
+        deletePipeline(trx, projectId, streamingPipelineId),
+      );
+      return reply.code(204).send(null);
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId/status',
+    {
+      schema: {
+        summary: 'The run status of a streaming pipeline, as its agent last reported it',
+        tags,
+        params: StreamingPipelineParams,
+        response: { 200: StreamingPipelineStatusAnswer },
+      },
+    },
+    async (request) => {
+      const { projectId, streamingPipelineId } = request.params;
+      await requireProject(db, request.principal.accountId, projectId);
+      return statusOf(await requirePipeline(db, projectId, streamingPipelineId));
+    },
+  );
+
+  for (const action of ['start', 'stop'] as const) {
+    app.post(
+      `/projects/:projectId/streaming-pipelines/:streamingPipelineId/${action}`,
+      {
+        schema: {
+          summary:
+            action === 'start'
+              ? 'Start a streaming pipeline: its agent is told to (STARTING, then RUNNING or FAILED)'
+              : 'Stop a running streaming pipeline: its agent is told to (STOPPING, then STOPPED)',
+          tags,
+          params: StreamingPipelineParams,
+          response: { 202: StreamingPipelineStatusAnswer, ...problems(409) },
+        },
+      },
+      async (request, reply) => {
+        const { accountId } = request.principal;
+        const { projectId, streamingPipelineId } = request.params;
+        const status = await writeInProject(db, accountId, projectId, (trx) =>
+          requestRun(trx, accountId, projectId, streamingPipelineId, action),
+        );
+        return reply.code(202).send(status);
+      },
+    );
+  }
+}
