@@ -27,6 +27,8 @@ import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
 import { directoryIntegrationRoutes } from './areas/scim/routes.ts';
+import { executionRoutes } from './areas/executions/routes.ts';
+import { scheduleRoutes } from './areas/schedules/routes.ts';
 import { agentRoutes } from './areas/agents/routes.ts';
 import { agentProtocolRoutes } from './areas/agents/protocol.ts';
 import { secretValueRoutes } from './areas/secret-values/routes.ts';
@@ -48,6 +50,8 @@ const v1Areas = [
   secretValueRoutes,
   streamingPipelineRoutes,
   eventRoutes,
+  executionRoutes,
+  scheduleRoutes,
 ];
 
 /** What an incoming request id may be: a token of at most 128 characters. */
@@ -151,6 +155,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       });
     }
     await scope.register(identityRoutes);
+    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
     await scope.register(
       async (v1) => {
         await v1.register(authPlugin);

@@ -1,55 +1,81 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdir, open, readFile, rename } from 'node:fs/promises';
 import path from 'node:path';
 
+/** What a secret holds: a string, or named string members (clientId, clientSecret, ...). */
+export type SecretValue = string | Record<string, string>;
+
 /**
- * Where an agent keeps the customer's secrets. A backend for another vault (a cloud secret manager,
- * HashiCorp Vault, ...) implements these two operations and is passed to `runAgent`.
+ * Where the agent keeps the customer's secrets. The reference agent ships LocalFileVault; another backend
+ * (a cloud secret manager, HashiCorp Vault) implements these two methods and is handed to runAgent.
+ * A secret is addressed by name and, within it, by key.
  */
 export interface VaultBackend {
-  /** The kind of vault, as pipelines' resolver references name it. */
-  readonly vaultType: string;
   /**
-   * Stores `value` under `name` and `key`. When that name and key hold a value already, it is replaced
-   * only with `overwrite` (or when the same `writeId` wrote it: a redelivered write); else 'exists'.
+   * Stores `value` at `name`/`key`. Throws SecretExists when the key is already set and `overwrite` is
+   * false. Answers how the platform refers to it (`resolverRef`) and the name it has in the vault.
    */
-  put(entry: { name: string; key: string; value: unknown; writeId: string; overwrite: boolean }): Promise<'written' | 'exists'>;
-  get(name: string, key: string): Promise<unknown>;
+  write(
+    name: string,
+    key: string,
+    value: SecretValue,
+    options: { overwrite: boolean },
+  ): Promise<{ resolverRef: string; vaultSecretName: string }>;
+  /** The value at `name`/`key`, or undefined. */
+  read(name: string, key: string): Promise<SecretValue | undefined>;
 }
 
-interface VaultFile {
-  secrets: Record<string, Record<string, { value: unknown; writeId: string; writtenAt: string }>>;
+export class SecretExists extends Error {
+  readonly code = 'secret-exists';
 }
 
-/** The embedded vault: one JSON file in the agent's state folder, readable by the agent's user only, replaced atomically. */
+type VaultFile = Record<string, Record<string, SecretValue>>;
+
+/**
+ * The embedded default: one JSON file (mode 0600, in a state folder of mode 0700) readable only by the
+ * agent's user. Writes go to a temporary file that replaces the old one, so a crash leaves either.
+ * Writes are serialised within the process.
+ */
 export class LocalFileVault implements VaultBackend {
-  readonly vaultType = 'MATILLION_CUSTOMER_VAULT';
-  private readonly file: string;
+  private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(stateDir: string) {
-    mkdirSync(stateDir, { recursive: true, mode: 0o700 });
-    this.file = path.join(stateDir, 'vault.json');
+  constructor(readonly file: string) {}
+
+  private async load(): Promise<VaultFile> {
+    try {
+      return JSON.parse(await readFile(this.file, 'utf8')) as VaultFile;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return {};
+      throw error;
+    }
   }
 
-  private read(): VaultFile {
-    return existsSync(this.file) ? (JSON.parse(readFileSync(this.file, 'utf8')) as VaultFile) : { secrets: {} };
+  private async save(contents: VaultFile): Promise<void> {
+    await mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 });
+    const temporary = `${this.file}.${process.pid}.tmp`;
+    const handle = await open(temporary, 'w', 0o600);
+    try {
+      await handle.writeFile(JSON.stringify(contents));
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temporary, this.file);
   }
 
-  async put(entry: { name: string; key: string; value: unknown; writeId: string; overwrite: boolean }) {
-    const vault = this.read();
-    const held = vault.secrets[entry.name]?.[entry.key];
-    if (held && !entry.overwrite && held.writeId !== entry.writeId) return 'exists';
-    (vault.secrets[entry.name] ??= {})[entry.key] = {
-      value: entry.value,
-      writeId: entry.writeId,
-      writtenAt: new Date().toISOString(),
-    };
-    const next = `${this.file}.${process.pid}.tmp`;
-    writeFileSync(next, JSON.stringify(vault), { mode: 0o600 });
-    renameSync(next, this.file);
-    return 'written' as const;
+  write(name: string, key: string, value: SecretValue, options: { overwrite: boolean }) {
+    const written = this.queue.then(async () => {
+      const contents = await this.load();
+      const secret = (contents[name] ??= {});
+      if (key in secret && !options.overwrite) throw new SecretExists(`secret ${name} already has key ${key}`);
+      secret[key] = value;
+      await this.save(contents);
+      return { resolverRef: `MATILLION_CUSTOMER_VAULT:${name}:${key}`, vaultSecretName: name };
+    });
+    this.queue = written.catch(() => undefined);
+    return written;
   }
 
-  async get(name: string, key: string) {
-    return this.read().secrets[name]?.[key]?.value;
+  async read(name: string, key: string): Promise<SecretValue | undefined> {
+    return (await this.load())[name]?.[key];
   }
 }

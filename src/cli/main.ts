@@ -5,7 +5,7 @@ import { CliError, EXIT, UsageError, type Command, type Options } from './comman
 import { serveCommand } from './serve.ts';
 import { storeCommands } from './store-commands.ts';
 import { clientCommands } from './api-client.ts';
-import { agentRunCommand } from './agent-command.ts';
+import { agentRunCommand } from '../agent/command.ts';
 
 /** Every subcommand; add yours here. */
 const commands: Command[] = [serveCommand, ...storeCommands, ...clientCommands, agentRunCommand];

@@ -56,14 +56,20 @@ export interface Config {
   /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
   shutdownTimeoutMs: number;
   metricsToken?: string;
-  /** An agent is `connected` while its last heartbeat is at most this old. */
-  agentConnectedSeconds: number;
-  /** How long a poll for agent work waits for work at most. */
-  agentPollWaitSeconds: number;
-  /** How long delivered work stays with the poll that took it without a heartbeat naming it; then it is delivered again. */
+  /** A run whose agent has been out of contact this long becomes UNKNOWN (a later report resolves it). */
+  executionLostAfterMs: number;
+  /** How often each process looks for lost runs and due schedules. */
+  schedulerIntervalMs: number;
+  /** A schedule's due time seen later than this (the server was down) is skipped rather than run late. */
+  scheduleCatchUpMs: number;
+  /** An agent is `connected` while its last heartbeat or poll is at most this old. */
+  agentConnectedWindowSeconds: number;
+  /** How long delivered agent work stays with its agent without a heartbeat naming it, before it is delivered again. */
   agentWorkLeaseSeconds: number;
-  /** How long a secret write (E15) waits for the agent to confirm it. */
-  agentSecretTimeoutMs: number;
+  /** Longest wait of an agent's long poll for work. */
+  agentPollMaxWaitSeconds: number;
+  /** How long a secret write (E15) waits for the agent's confirmation before answering 504. */
+  secretWriteTimeoutSeconds: number;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -162,9 +168,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
     shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
     shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
-    agentConnectedSeconds: integer(env, 'DPC_AGENT_CONNECTED_SECONDS', 30, 1),
-    agentPollWaitSeconds: integer(env, 'DPC_AGENT_POLL_WAIT_SECONDS', 20, 0, 60),
-    agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1),
-    agentSecretTimeoutMs: integer(env, 'DPC_AGENT_SECRET_TIMEOUT_MS', 15_000, 100),
+    executionLostAfterMs: integer(env, 'DPC_EXECUTION_LOST_AFTER_SECONDS', 120, 1) * 1000,
+    schedulerIntervalMs: integer(env, 'DPC_SCHEDULER_INTERVAL_MS', 1000, 50),
+    scheduleCatchUpMs: integer(env, 'DPC_SCHEDULE_CATCH_UP_SECONDS', 300) * 1000,
+    agentConnectedWindowSeconds: integer(env, 'DPC_AGENT_CONNECTED_WINDOW_SECONDS', 30, 3, 3600),
+    agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1, 86_400),
+    agentPollMaxWaitSeconds: integer(env, 'DPC_AGENT_POLL_MAX_WAIT_SECONDS', 25, 1, 300),
+    secretWriteTimeoutSeconds: integer(env, 'DPC_SECRET_WRITE_TIMEOUT_SECONDS', 30, 1, 600),
   };
 }

@@ -17,6 +17,7 @@ export const STATUS_TITLES: Record<number, string> = {
   406: 'Not Acceptable',
   408: 'Request Timeout',
   409: 'Conflict',
+  410: 'Gone',
   413: 'Payload Too Large',
   414: 'URI Too Long',
   415: 'Unsupported Media Type',

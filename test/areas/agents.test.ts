@@ -1,149 +1,159 @@
 import assert from 'node:assert/strict';
-import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { generateKeyPairSync, webcrypto } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { compactDecrypt } from 'jose';
-import { sql } from 'kysely';
-import { describeEachStore, describeOnPostgres, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { spawnAgent } from '../helpers/processes.ts';
-import { until } from '../helpers/until.ts';
-import { loadOrCreateIdentity } from '../../src/agent/identity.ts';
-import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { x509 } from '../../src/agent/x509.ts';
+import { loadOrCreateIdentity, type AgentIdentity } from '../../src/agent/identity.ts';
+import { cancelAgentWork, enqueueAgentWork, onAgentWorkReport, type AgentReport } from '../../src/areas/agents/work.ts';
 
-const AGENT = { name: 'eu-prod', description: 'Production', agentType: 'HYBRID', cloudProvider: 'aws', deployment: 'fargate' };
+const agentBody = { name: 'eu-agent', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' };
 
-describeEachStore('agents', (kind) => {
+describeEachStore('agents and the agent protocol', (kind) => {
   let server: TestServer;
   let caller: Caller;
-  let logs = '';
-  const stateDirs: string[] = [];
-
+  let viewer: string;
+  let developer: string;
+  let identity: AgentIdentity;
+  const stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-test-'));
   before(async () => {
-    server = await TestServer.start(
-      kind,
-      { agentConnectedSeconds: 2, agentSecretTimeoutMs: 8000, agentPollWaitSeconds: 1 },
-      {
-        level: 'trace',
-        stream: { write: (line: string) => void (logs += line) },
-      },
-    );
-    caller = await server.newAccount();
-  });
-  after(async () => {
-    await server.close();
-    for (const dir of stateDirs) rmSync(dir, { recursive: true, force: true });
-  });
-
-  const newAgent = async (body: Record<string, unknown> = {}) => {
-    const answer = await server.api('POST', '/agents', {
-      token: caller.token,
-      body: { ...AGENT, name: `agent-${randomBytes(4).toString('hex')}`, ...body },
+    server = await TestServer.start(kind, {
+      agentWorkLeaseSeconds: 1,
+      secretWriteTimeoutSeconds: 2,
+      agentConnectedWindowSeconds: 5,
     });
-    assert.equal(answer.status, 201, answer.text);
-    return answer.body.agentId as string;
-  };
-  const credentialsOf = async (agentId: string) => {
-    const answer = await server.api('POST', `/agents/${agentId}/credentials`, { token: caller.token });
-    assert.equal(answer.status, 200, answer.text);
-    return answer.body as { clientId: string; clientSecret: string };
-  };
-  const agentCall = (token: string, method: string, urlPath: string, body: unknown = {}) =>
-    server.request(method, `/dpc/agent/v1${urlPath}`, { token, body });
+    caller = await server.newAccount();
+    viewer = await server.tokenFor(caller.accountId, 'viewer');
+    developer = await server.tokenFor(caller.accountId, 'developer');
+    identity = await loadOrCreateIdentity(stateDir, 'test-agent');
+  });
+  let restartedServer: TestServer | undefined;
+  after(async () => {
+    await restartedServer?.server.close();
+    await server.close();
+    rmSync(stateDir, { recursive: true, force: true });
+  });
 
-  test('create, read, list with filters, pause and resume, delete; writes are for admins', async () => {
-    const created = await server.api('POST', '/agents', { token: caller.token, body: AGENT });
-    assert.equal(created.status, 201);
+  const api = (method: string, apiPath: string, body?: unknown, token = caller.token) =>
+    server.api(method, apiPath, { token, body });
+  const agentCall = (token: string, method: string, apiPath: string, body?: unknown) =>
+    server.request(method, `/dpc/agent/v1${apiPath}`, { token, body });
+
+  async function newAgent(overrides: Record<string, unknown> = {}, owner = caller) {
+    const created = await api(
+      'POST',
+      '/agents',
+      { ...agentBody, name: `agent-${Math.random().toString(36).slice(2)}`, ...overrides },
+      owner.token,
+    );
+    assert.equal(created.status, 201, created.text);
+    return created.body.agentId as string;
+  }
+
+  /** An agent with credentials, signed in, its certificate registered and a first heartbeat sent. */
+  async function connectedAgent(owner = caller) {
+    const agentId = await newAgent({}, owner);
+    const credentials = await api('POST', `/agents/${agentId}/credentials`, undefined, owner.token);
+    const token = await server.token(credentials.body.clientId, credentials.body.clientSecret);
+    assert.equal((await agentCall(token, 'PUT', '/certificate', { certificate: identity.certificatePem })).status, 200);
+    assert.equal((await agentCall(token, 'POST', '/heartbeat', {})).status, 200);
+    return { agentId, token };
+  }
+
+  test('create (201 with Location), read, list with filters, update, delete; placement and names checked', async () => {
+    const created = await api('POST', '/agents', { ...agentBody, description: 'ours' });
+    assert.equal(created.status, 201, created.text);
     const { agentId } = created.body;
     assert.equal(created.headers.get('location'), `/dpc/v1/agents/${agentId}`);
-    const read = await server.api('GET', `/agents/${agentId}`, { token: caller.token });
+    const read = await api('GET', `/agents/${agentId}`);
     assert.deepEqual(
       { ...read.body, createdAt: undefined },
       {
         agentId,
         agentStatus: 'PENDING',
-        agentType: 'HYBRID',
+        agentType: 'CUSTOMER_HOSTED',
         cloudProvider: 'aws',
         connected: false,
         deployment: 'fargate',
-        description: 'Production',
-        name: 'eu-prod',
-        hasCertificate: false,
-        hasCredentials: false,
+        description: 'ours',
+        name: 'eu-agent',
         createdAt: undefined,
       },
     );
-    expectProblem(await server.api('POST', '/agents', { token: caller.token, body: AGENT }), 409);
-    const badPair = await server.api('POST', '/agents', {
-      token: caller.token,
-      body: { ...AGENT, name: 'x', deployment: 'aks' },
-    });
-    expectProblem(badPair, 400);
-    assert.match(badPair.body.violations[0], /^deployment:/);
-    expectProblem(
-      await server.api('POST', '/agents', { token: caller.token, body: { ...AGENT, name: 'y', agentType: 'ROBOT' } }),
-      400,
-    );
-    const developer = await server.tokenFor(caller.accountId, 'developer');
-    expectProblem(await server.api('POST', '/agents', { token: developer, body: { ...AGENT, name: 'z' } }), 403);
-    expectProblem(await server.api('PATCH', `/agents/${agentId}`, { token: developer, body: { agentStatus: 'STOPPED' } }), 403);
-    assert.equal((await server.api('GET', '/agents', { token: developer })).status, 200);
+    expectProblem(await api('POST', '/agents', agentBody), 409, 'conflict');
+    const misplaced = expectProblem(await api('POST', '/agents', { ...agentBody, name: 'x', deployment: 'aks' }), 422);
+    assert.deepEqual(misplaced.violations, ['body.deployment: must be one of fargate, eks on aws']);
+    expectProblem(await api('POST', '/agents', { ...agentBody, name: 'y', agentType: 'ROBOT' }), 400);
+    const other = await newAgent({ name: 'gcp-runner', agentType: 'PLATFORM_HOSTED', cloudProvider: 'gcp', deployment: 'gke' });
 
-    const until = '2099-01-01T00:00:00.000Z';
-    const paused = await server.api('PATCH', `/agents/${agentId}`, {
-      token: caller.token,
-      body: { agentStatus: 'PAUSED', pausedUntil: until },
-    });
-    assert.equal(paused.body.agentStatus, 'PAUSED');
-    assert.equal(paused.body.pausedUntil, until);
-    const listed = await server.api('GET', '/agents?agentStatus=PAUSED&name=EU-P', { token: caller.token });
+    const byType = await api('GET', '/agents?type=PLATFORM_HOSTED');
     assert.deepEqual(
-      listed.body.results.map((a: { agentId: string }) => a.agentId),
+      byType.body.results.map((a: { agentId: string }) => a.agentId),
+      [other],
+    );
+    const byName = await api('GET', '/agents?name=EU-');
+    assert.ok(byName.body.results.every((a: { name: string }) => a.name.toLowerCase().includes('eu-')));
+    assert.ok(byName.body.results.some((a: { agentId: string }) => a.agentId === agentId));
+    assert.equal((await api('GET', '/agents?name=%25')).body.total, 0, 'a % in the filter is a literal');
+    const paged = await api('GET', '/agents?page=0&size=1');
+    assert.equal(paged.body.results.length, 1);
+    assert.ok(paged.body.total >= 2);
+    expectProblem(await api('GET', '/agents?status=SLEEPING'), 400);
+
+    const paused = await api('PATCH', `/agents/${agentId}`, { pausedUntil: '2999-01-01T00:00:00Z', description: null });
+    assert.equal(paused.status, 200, paused.text);
+    assert.equal(paused.body.agentStatus, 'PAUSED');
+    assert.equal(paused.body.description, undefined);
+    assert.deepEqual(
+      (await api('GET', '/agents?status=PAUSED')).body.results.map((a: { agentId: string }) => a.agentId),
       [agentId],
     );
-    assert.equal(listed.body.total, 1);
-    assert.equal((await server.api('GET', '/agents?agentType=FULL_SAAS', { token: caller.token })).body.total, 0);
-    // A pause whose time has passed is over.
-    await server.api('PATCH', `/agents/${agentId}`, {
-      token: caller.token,
-      body: { agentStatus: 'PAUSED', pausedUntil: '2000-01-01T00:00:00Z' },
-    });
-    assert.equal((await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.agentStatus, 'PENDING');
-    // Resuming an agent never in contact leaves it PENDING; stopping stops it.
-    assert.equal(
-      (await server.api('PATCH', `/agents/${agentId}`, { token: caller.token, body: { agentStatus: 'STOPPED' } })).body
-        .agentStatus,
-      'STOPPED',
-    );
-    assert.equal(
-      (await server.api('PATCH', `/agents/${agentId}`, { token: caller.token, body: { agentStatus: 'RUNNING' } })).body
-        .agentStatus,
-      'PENDING',
-    );
-    expectProblem(await server.api('PATCH', `/agents/${agentId}`, { token: caller.token, body: { pausedUntil: until } }), 400);
+    assert.ok(!(await api('GET', '/agents?status=PENDING')).body.results.some((a: { agentId: string }) => a.agentId === agentId));
+    expectProblem(await api('PATCH', `/agents/${agentId}`, { cloudProvider: 'azure' }), 422);
+    assert.equal((await api('PATCH', `/agents/${agentId}`, { pausedUntil: null })).body.agentStatus, 'PENDING');
 
-    assert.equal((await server.api('DELETE', `/agents/${agentId}`, { token: caller.token })).status, 204);
-    expectProblem(await server.api('GET', `/agents/${agentId}`, { token: caller.token }), 404);
+    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+    expectProblem(await api('GET', `/agents/${agentId}`), 404);
+    expectProblem(await api('DELETE', `/agents/${agentId}`), 404);
+    expectProblem(await api('GET', '/agents/not-a-uuid'), 400);
   });
 
-  test('agent tokens reach only the agent protocol, account tokens never reach it; rotation ends the old credentials', async () => {
+  test('only admins manage agents; viewers read; another account sees none of them', async () => {
     const agentId = await newAgent();
-    const first = await credentialsOf(agentId);
-    const agentToken = await server.token(first.clientId, first.clientSecret);
-    expectProblem(await server.api('GET', '/projects', { token: agentToken }), 403);
-    expectProblem(await agentCall(caller.token, 'POST', '/heartbeat'), 403);
-    expectProblem(await agentCall('not-a-token', 'POST', '/heartbeat'), 401);
-    const beat = await agentCall(agentToken, 'POST', '/heartbeat');
-    assert.equal(beat.status, 200, beat.text);
-    assert.equal(beat.body.agentStatus, 'RUNNING');
-    const seen = await server.api('GET', `/agents/${agentId}`, { token: caller.token });
-    assert.equal(seen.body.connected, true);
-    assert.equal(seen.body.agentStatus, 'RUNNING');
+    assert.equal((await api('GET', `/agents/${agentId}`, undefined, viewer)).status, 200);
+    assert.equal((await api('GET', '/agents', undefined, viewer)).status, 200);
+    for (const token of [viewer, developer]) {
+      expectProblem(await api('POST', '/agents', { ...agentBody, name: 'nope' }, token), 403);
+      expectProblem(await api('PATCH', `/agents/${agentId}`, { name: 'nope' }, token), 403);
+      expectProblem(await api('DELETE', `/agents/${agentId}`, undefined, token), 403);
+      expectProblem(await api('POST', `/agents/${agentId}/credentials`, undefined, token), 403);
+    }
+    const stranger = await server.newAccount('stranger');
+    expectProblem(await api('GET', `/agents/${agentId}`, undefined, stranger.token), 404);
+    expectProblem(await api('POST', `/agents/${agentId}/credentials`, undefined, stranger.token), 404);
+    expectProblem(await api('DELETE', `/agents/${agentId}`, undefined, stranger.token), 404);
+    assert.equal((await api('GET', '/agents', undefined, stranger.token)).body.total, 0);
+  });
 
-    const second = await credentialsOf(agentId);
-    assert.notEqual(second.clientId, first.clientId);
-    expectProblem(await agentCall(agentToken, 'POST', '/heartbeat'), 401);
+  test('agent tokens reach only /dpc/agent/v1 and account tokens never do; new credentials revoke the old', async () => {
+    const agentId = await newAgent();
+    const first = (await api('POST', `/agents/${agentId}/credentials`)).body;
+    assert.equal(first.clientId.length, 36);
+    const stored = await server.db.selectFrom('agents').select('secretHash').where('id', '=', agentId).executeTakeFirstOrThrow();
+    assert.ok(stored.secretHash?.startsWith('scrypt$') && !stored.secretHash.includes(first.clientSecret));
+    const token = await server.token(first.clientId, first.clientSecret);
+    expectProblem(await api('GET', '/agents', undefined, token), 401);
+    expectProblem(await api('GET', '/projects', undefined, token), 401);
+    expectProblem(await agentCall(caller.token, 'POST', '/heartbeat', {}), 401);
+    expectProblem(await agentCall('', 'POST', '/heartbeat', {}), 401);
+    assert.equal((await agentCall(token, 'POST', '/heartbeat', {})).status, 200);
+    assert.equal((await api('GET', `/agents/${agentId}`)).body.connected, true);
+
+    const second = (await api('POST', `/agents/${agentId}/credentials`)).body;
+    expectProblem(await agentCall(token, 'POST', '/heartbeat', {}), 401);
     const refused = await server.request('POST', '/oauth/dpc/token', {
       body: new URLSearchParams({
         grant_type: 'client_credentials',
@@ -152,253 +162,210 @@ describeEachStore('agents', (kind) => {
       }),
     });
     assert.equal(refused.status, 401);
-    assert.equal((await agentCall(await server.token(second.clientId, second.clientSecret), 'POST', '/heartbeat')).status, 200);
-    // Out of contact past the window: not connected.
-    await until(
-      'disconnect',
-      async () => !(await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.connected,
-      5000,
-    );
+    const renewed = await server.token(second.clientId, second.clientSecret);
+    assert.equal((await agentCall(renewed, 'POST', '/heartbeat', {})).status, 200);
   });
 
-  test('work is delivered to one poll, again after its lease lapses, and its final report is taken once', async () => {
-    const agentId = await newAgent();
-    const credentials = await credentialsOf(agentId);
-    const token = await server.token(credentials.clientId, credentials.clientSecret);
-    await agentCall(token, 'POST', '/heartbeat');
-    const workId = await enqueueAgentWork(server.db, {
-      accountId: caller.accountId,
-      agentId,
-      kind: 'test-kind',
-      payload: { n: 1 },
+  test('a certificate must be PEM X.509 with an RSA key of 2048 bits or more', async () => {
+    const { token } = await connectedAgent();
+    expectProblem(await agentCall(token, 'PUT', '/certificate', { certificate: 'not a certificate' }), 400);
+    // An EC certificate is refused: secrets are encrypted with RSA-OAEP.
+    const algorithm = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
+    const keys = (await webcrypto.subtle.generateKey(algorithm, true, ['sign', 'verify'])) as CryptoKeyPair;
+    const ec = (
+      await x509.X509CertificateGenerator.createSelfSigned({
+        serialNumber: '01',
+        name: 'CN=ec',
+        keys,
+        signingAlgorithm: algorithm,
+      })
+    ).toString('pem');
+    const refused = expectProblem(await agentCall(token, 'PUT', '/certificate', { certificate: ec }), 400);
+    assert.match(refused.detail, /RSA public key/);
+    const answer = await agentCall(token, 'PUT', '/certificate', { certificate: identity.certificatePem });
+    assert.equal(answer.status, 200);
+    assert.match(answer.body.fingerprint256, /^[0-9A-F:]+$/);
+  });
+
+  test('work is delivered to one poll, leased, redelivered when the lease lapses, and finished exactly once', async () => {
+    const { agentId, token } = await connectedAgent();
+    const reports: AgentReport[] = [];
+    onAgentWorkReport('test-echo', async (executor, { work, report }) => {
+      assert.ok(executor);
+      assert.equal(work.agentId, agentId);
+      reports.push(report);
     });
-    const polls = await Promise.all([1, 2, 3].map(() => agentCall(token, 'POST', '/work/poll', { waitSeconds: 1 })));
-    const delivered = polls.flatMap((poll) => poll.body.work);
-    assert.equal(delivered.length, 1);
-    assert.deepEqual(delivered[0], { workId, kind: 'test-kind', payload: { n: 1 }, deliveries: 1 });
-
-    // The lease lapses when no heartbeat names the work: it is delivered again.
-    await server.db.updateTable('agentWork').set({ leaseUntil: '2000-01-01T00:00:00.000Z' }).where('id', '=', workId).execute();
-    const again = await agentCall(token, 'POST', '/work/poll', { waitSeconds: 0 });
-    assert.equal(again.body.work[0].deliveries, 2);
-
+    const workId = await server.db
+      .transaction()
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-echo', payload: { n: 1 } }));
+    const first = await agentCall(token, 'GET', '/work?waitSeconds=1');
+    assert.equal(first.status, 200, first.text);
+    assert.deepEqual(
+      { ...first.body, leaseExpiresAt: undefined },
+      { workId, kind: 'test-echo', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined },
+    );
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'leased: not delivered twice');
+    // The lease (1 s here) lapses without a heartbeat naming the work: it is delivered again.
+    const again = await agentCall(token, 'GET', '/work?waitSeconds=3');
+    assert.equal(again.status, 200);
+    assert.equal(again.body.delivery, 2);
     assert.equal(
       (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { step: 1 } })).status,
       200,
     );
-    assert.equal((await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: {} })).status, 200);
-    expectProblem(await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: {} }), 409);
-    expectProblem(await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'failed', body: {} }), 409);
-    const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
-    assert.equal(row.state, 'DONE');
-    assert.equal(row.payload, null);
-
-    // Another agent of the account cannot report on it.
-    const other = await credentialsOf(await newAgent());
+    const done = await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: { ok: true } });
+    assert.deepEqual(done.body, { workId, state: 'done' });
     expectProblem(
-      await agentCall(await server.token(other.clientId, other.clientSecret), 'POST', `/work/${workId}/reports`, {
-        type: 'done',
-      }),
-      404,
+      await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: {} }),
+      409,
+      'work-already-finished',
     );
+    expectProblem(
+      await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'failed', body: {} }),
+      409,
+      'work-already-finished',
+    );
+    assert.deepEqual(reports, [
+      { type: 'progress', body: { step: 1 } },
+      { type: 'done', body: { ok: true } },
+    ]);
+    const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
+    assert.equal(row.payload, null);
+    // Another agent cannot report on it.
+    const other = await connectedAgent();
+    expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
   });
 
-  test("a secret sent through E15 is encrypted so that only the agent's private key opens it", async () => {
-    const agentId = await newAgent();
-    const credentials = await credentialsOf(agentId);
-    const token = await server.token(credentials.clientId, credentials.clientSecret);
-    const stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
-    stateDirs.push(stateDir);
-    const identity = await loadOrCreateIdentity(stateDir, 'test agent');
-    expectProblem(
-      await server.api('POST', `/secrets/${agentId}/secret-value`, {
-        token: caller.token,
-        body: { secret: { name: 'n', key: 'k', type: 'PASSWORD', value: { password: 'p' } } },
-      }),
-      409,
-    );
-    assert.equal((await agentCall(token, 'PUT', '/certificate', { certificate: identity.certificate })).status, 200);
-    expectProblem(await agentCall(token, 'PUT', '/certificate', { certificate: 'not a certificate' }), 400);
+  test('a long poll waits for work enqueued meanwhile; a paused agent gets none; cancellation reaches the agent', async () => {
+    const { agentId, token } = await connectedAgent();
+    const enqueue = (payload: unknown) =>
+      server.db
+        .transaction()
+        .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-wait', payload }));
+    const polling = agentCall(token, 'GET', '/work?waitSeconds=5');
+    await new Promise((r) => setTimeout(r, 400));
+    const workId = await enqueue('late');
+    const answer = await polling;
+    assert.equal(answer.status, 200);
+    assert.equal(answer.body.workId, workId);
 
-    const plaintext = `plain-${randomBytes(8).toString('hex')}`;
-    const writing = server.api('POST', `/secrets/${agentId}/secret-value`, {
-      token: caller.token,
-      body: { secret: { name: 'db', key: 'password', type: 'PASSWORD', value: { password: plaintext } } },
-    });
-    const poll = await until('the secret work', async () => {
-      const answer = await agentCall(token, 'POST', '/work/poll', { waitSeconds: 1 });
-      return answer.body.work.length > 0 && answer.body;
-    });
-    // Confirmed first, within the server's wait; the ciphertext is examined afterwards.
-    await agentCall(token, 'POST', `/work/${poll.work[0].workId}/reports`, {
+    // Delivered work that is cancelled: the agent learns it on its heartbeat, and a report is then refused.
+    assert.equal(await server.db.transaction().execute((trx) => cancelAgentWork(trx, workId)), 'cancel-requested');
+    const beat = await agentCall(token, 'POST', '/heartbeat', { heldWorkIds: [workId] });
+    assert.deepEqual(beat.body.cancelledWorkIds, [workId]);
+    expectProblem(await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress' }), 409, 'work-cancelled');
+    // Queued work that is cancelled is never delivered.
+    const queued = await enqueue('never');
+    assert.equal(await server.db.transaction().execute((trx) => cancelAgentWork(trx, queued)), 'cancelled');
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204);
+
+    await api('PATCH', `/agents/${agentId}`, { pausedUntil: '2999-01-01T00:00:00Z' });
+    await enqueue('held back');
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 204);
+    await api('PATCH', `/agents/${agentId}`, { pausedUntil: null });
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 200);
+  });
+
+  test('E15 encrypts for the agent certificate: only its private key decrypts; the confirmation answers', async () => {
+    const { agentId, token } = await connectedAgent();
+    const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'p4ss-unique-e15' };
+    const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+    const work = await agentCall(token, 'GET', '/work?waitSeconds=3');
+    assert.equal(work.body.kind, 'write-secret');
+    const { jwe, name, key, overwrite } = work.body.payload;
+    assert.deepEqual({ name, key, overwrite }, { name: 'warehouse', key: 'login', overwrite: false });
+    assert.ok(!JSON.stringify(work.body).includes(secret.value));
+    // Confirmed at once: the server waits 2 s at most here.
+    await agentCall(token, 'POST', `/work/${work.body.workId}/reports`, {
       type: 'done',
-      body: { vaultSecretName: 'db', resolverRef: 'MATILLION_CUSTOMER_VAULT:db:password' },
+      body: { resolverRef: 'MATILLION_CUSTOMER_VAULT:warehouse:login', vaultSecretName: 'warehouse' },
     });
-    const written = await writing;
-    assert.equal(written.status, 200, written.text);
-    const { jwe } = poll.work[0].payload;
-    assert.ok(!jwe.includes(plaintext) && !Buffer.from(jwe.split('.')[3] ?? '', 'base64url').includes(plaintext));
-    const { plaintext: opened } = await compactDecrypt(jwe, identity.privateKey);
-    assert.equal(JSON.parse(new TextDecoder().decode(opened)).value.password, plaintext);
+    const { plaintext, protectedHeader } = await compactDecrypt(jwe, identity.privateKey);
+    assert.equal(protectedHeader.alg, 'RSA-OAEP-256');
+    assert.equal(protectedHeader.enc, 'A256GCM');
+    assert.deepEqual(JSON.parse(new TextDecoder().decode(plaintext)), { value: secret.value });
     const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
     await assert.rejects(compactDecrypt(jwe, stranger));
-    assert.deepEqual(written.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:db:password', vaultSecretName: 'db' });
+    const answer = await writing;
+    assert.equal(answer.status, 200, answer.text);
+    assert.deepEqual(answer.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:warehouse:login', vaultSecretName: 'warehouse' });
+    expectProblem(await api('POST', `/secrets/${agentId}/secret-value`, { secret }, viewer), 403);
   });
 
-  test('the whole path with the reference agent process: connected, secret in its vault, never in the store or logs; stopped, E15 fails clearly', async () => {
-    const agentId = await newAgent();
-    const credentials = await credentialsOf(agentId);
-    const stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
-    stateDirs.push(stateDir);
-    const agent = spawnAgent(server.url, credentials, stateDir);
+  test('E15 problems: unknown agent 404, no certificate 409, not connected 503, no confirmation 504 (written or not)', async () => {
+    const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
+    expectProblem(await api('POST', '/secrets/0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11/secret-value', { secret }), 404);
+    expectProblem(await api('POST', `/secrets/${await newAgent()}/secret-value`, { secret }), 409, 'agent-has-no-certificate');
+    const silent = await connectedAgent();
+    await agentCall(silent.token, 'POST', '/disconnect');
+    expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }), 503, 'agent-not-connected');
+    expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, value: {} } }), 400);
+
+    // Connected but not polling: the work is withdrawn before delivery, so it was certainly not written.
+    await agentCall(silent.token, 'POST', '/heartbeat', {});
+    const withdrawn = expectProblem(
+      await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }),
+      504,
+      'secret-not-written',
+    );
+    assert.match(withdrawn.detail, /NOT written/);
+    assert.equal((await agentCall(silent.token, 'GET', '/work?waitSeconds=0')).status, 204, 'withdrawn work is never delivered');
+
+    // Taken but never confirmed: it may have been written; the agent is told to stop.
+    const writing = api('POST', `/secrets/${silent.agentId}/secret-value`, { secret });
+    const taken = await agentCall(silent.token, 'GET', '/work?waitSeconds=3');
+    assert.equal(taken.status, 200);
+    expectProblem(await writing, 504, 'secret-write-unconfirmed');
+    const beat = await agentCall(silent.token, 'POST', '/heartbeat', { heldWorkIds: [taken.body.workId] });
+    assert.deepEqual(beat.body.cancelledWorkIds, [taken.body.workId]);
+    const row = await server.db
+      .selectFrom('agentWork')
+      .select('payload')
+      .where('id', '=', taken.body.workId)
+      .executeTakeFirstOrThrow();
+    assert.equal(row.payload, null, 'the ciphertext is dropped on cancellation');
+  });
+
+  test('with two server instances on one store, each piece of work goes to exactly one poll', async () => {
+    const beside = await TestServer.startBeside(server);
     try {
-      await until(
-        'connected',
-        async () => {
-          const read = (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body;
-          return read.connected && read.hasCertificate;
-        },
-        60_000,
-      ); // the agent's first start makes its RSA key, which takes a while on a loaded machine
-      assert.equal(statSync(path.join(stateDir, 'agent-key.pem')).mode & 0o777, 0o600);
-
-      const plaintext = `s3cret-${randomBytes(12).toString('hex')}`;
-      const body = { secret: { name: 'warehouse', key: 'password', type: 'PASSWORD', value: { password: plaintext } } };
-      const written = await server.api('POST', `/secrets/${agentId}/secret-value`, { token: caller.token, body });
-      assert.equal(written.status, 200, `${written.text}\n${agent.logs()}`);
-      assert.deepEqual(written.body, {
-        resolver_ref: 'MATILLION_CUSTOMER_VAULT:warehouse:password',
-        vaultSecretName: 'warehouse',
-      });
-      const vaultFile = path.join(stateDir, 'vault.json');
-      assert.equal(statSync(vaultFile).mode & 0o777, 0o600);
-      assert.equal(JSON.parse(readFileSync(vaultFile, 'utf8')).secrets.warehouse.password.value.password, plaintext);
-
-      // The same name again without overwrite is refused by the vault; with overwrite it is replaced.
-      expectProblem(await server.api('POST', `/secrets/${agentId}/secret-value`, { token: caller.token, body }), 409);
-      const replaced = await server.api('POST', `/secrets/${agentId}/secret-value?overwrite=true`, { token: caller.token, body });
-      assert.equal(replaced.status, 200);
-
-      // Nowhere on the server's side: not in any row of any table, not in any log line.
-      assert.ok(!logs.includes(plaintext), 'the plaintext is in the server log');
-      assert.ok(!(await storeHolds(server, kind, plaintext)), 'the plaintext is in the store');
-      assert.ok(
-        await storeHolds(server, kind, 'MATILLION_CUSTOMER_VAULT:warehouse:password'),
-        'the search finds what the store holds',
-      );
-      const works = await server.db.selectFrom('agentWork').select(['payload', 'state']).where('agentId', '=', agentId).execute();
-      assert.ok(
-        works.every((work) => work.payload === null),
-        'a ciphertext outlived its delivery',
-      );
-
-      // A second account neither sees the agent nor writes through it.
-      const stranger = await server.newAccount('stranger');
-      expectProblem(await server.api('GET', `/agents/${agentId}`, { token: stranger.token }), 404);
-      expectProblem(await server.api('POST', `/secrets/${agentId}/secret-value`, { token: stranger.token, body }), 404);
-      assert.equal((await server.api('GET', '/agents', { token: stranger.token })).body.total, 0);
-    } finally {
-      await agent.stop();
-    }
-    await until(
-      'disconnected',
-      async () => !(await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.connected,
-      6000,
-    );
-    const refused = await server.api('POST', `/secrets/${agentId}/secret-value`, {
-      token: caller.token,
-      body: { secret: { name: 'later', key: 'k', type: 'PASSWORD', value: { password: 'x' } } },
-    });
-    expectProblem(refused, 503);
-    assert.match(refused.body.detail, /not connected/);
-  });
-
-  test('an agent that takes no secret in time: 504 saying it was not written', async () => {
-    const agentId = await newAgent();
-    const credentials = await credentialsOf(agentId);
-    const token = await server.token(credentials.clientId, credentials.clientSecret);
-    const stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
-    stateDirs.push(stateDir);
-    await agentCall(token, 'PUT', '/certificate', { certificate: (await loadOrCreateIdentity(stateDir, 'quiet')).certificate });
-    const timedOut = await server.api('POST', `/secrets/${agentId}/secret-value`, {
-      token: caller.token,
-      body: { secret: { name: 'quiet', key: 'k', type: 'PASSWORD', value: { password: 'x' } } },
-    });
-    expectProblem(timedOut, 504);
-    assert.match(timedOut.body.detail, /NOT written/);
-    // The agent polls later: the cancelled secret is not handed out.
-    assert.deepEqual((await agentCall(token, 'POST', '/work/poll', { waitSeconds: 0 })).body.work, []);
-  });
-});
-
-/** Whether any text column of any table of the scratch store holds `text`. */
-async function storeHolds(server: TestServer, kind: string, text: string): Promise<boolean> {
-  if (kind === 'sqlite') {
-    const file = path.join(server.config.dataDir, 'platform.db');
-    const bytes = [file, `${file}-wal`].flatMap((f) => {
-      try {
-        return [readFileSync(f)];
-      } catch {
-        return [];
-      }
-    });
-    return bytes.some((b) => b.includes(text));
-  }
-  const tables = await sql<{
-    tableName: string;
-  }>`select table_name from information_schema.tables where table_schema = 'public'`.execute(server.db);
-  for (const { tableName } of tables.rows) {
-    const found = await sql`select 1 from ${sql.table(tableName)} t where t::text like ${`%${text}%`} limit 1`.execute(server.db);
-    if (found.rows.length > 0) return true;
-  }
-  return false;
-}
-
-describeOnPostgres('agent work across server processes', () => {
-  let first: TestServer;
-  let second: TestServer;
-  before(async () => {
-    first = await TestServer.start('postgres', { agentPollWaitSeconds: 1 });
-    second = await TestServer.startBeside(first);
-  });
-  after(async () => {
-    await second.close();
-    await first.close();
-  });
-
-  test('each piece of work goes to one poll, whichever process the polls reach; it outlives a process', async () => {
-    const caller = await first.newAccount();
-    const agentId = (await first.api('POST', '/agents', { token: caller.token, body: AGENT })).body.agentId;
-    const credentials = (await first.api('POST', `/agents/${agentId}/credentials`, { token: caller.token })).body;
-    const token = await first.token(credentials.clientId, credentials.clientSecret);
-    const works = await Promise.all(
-      Array.from({ length: 40 }, (_, n) =>
-        enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: { n } }),
-      ),
-    );
-    const delivered: string[] = [];
-    await Promise.all(
-      Array.from({ length: 8 }, async (_, poller) => {
-        const server = poller % 2 === 0 ? first : second;
-        for (;;) {
-          const answer = await server.request('POST', '/dpc/agent/v1/work/poll', { token, body: { max: 3, waitSeconds: 0 } });
-          assert.equal(answer.status, 200, answer.text);
-          if (answer.body.work.length === 0) return;
-          delivered.push(...answer.body.work.map((work: { workId: string }) => work.workId));
+      const { agentId, token } = await connectedAgent();
+      const ids = new Set<string>();
+      await server.db.transaction().execute(async (trx) => {
+        for (let i = 0; i < 12; i += 1) {
+          ids.add(await enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-race', payload: i }));
         }
-      }),
-    );
-    assert.equal(delivered.length, works.length, 'a piece of work was delivered twice or not at all');
-    assert.deepEqual([...delivered].sort(), [...works].sort());
+      });
+      const polls = await Promise.all(
+        Array.from({ length: 16 }, (_, i) =>
+          (i % 2 ? beside : server).request('GET', '/dpc/agent/v1/work?waitSeconds=0', { token }),
+        ),
+      );
+      const delivered = polls.filter((p) => p.status === 200).map((p) => p.body.workId as string);
+      assert.equal(delivered.length, 12);
+      assert.deepEqual(new Set(delivered), ids);
+    } finally {
+      await beside.close();
+    }
+  });
 
-    // Work added now waits in the store: a process started later hands it out.
-    const later = await enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: {} });
-    await second.close();
-    second = await TestServer.startBeside(first);
-    const poll = await second.request('POST', '/dpc/agent/v1/work/poll', { token, body: { waitSeconds: 0 } });
-    assert.deepEqual(
-      poll.body.work.map((work: { workId: string }) => work.workId),
-      [later],
-    );
+  // Last: it restarts the suite's server.
+  test('work survives a server restart: delivered work whose lease lapsed goes to the next poll, and is finished once', async () => {
+    const { agentId, token } = await connectedAgent();
+    const workId = await server.db
+      .transaction()
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-restart', payload: 'kept' }));
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).body.workId, workId);
+    await server.server.close();
+    const restarted = await TestServer.startBeside(server);
+    restartedServer = restarted;
+
+    const call = (method: string, apiPath: string, body?: unknown) =>
+      restarted.request(method, `/dpc/agent/v1${apiPath}`, { token, body });
+    const again = await call('GET', '/work?waitSeconds=3');
+    assert.equal(again.status, 200, again.text);
+    assert.deepEqual([again.body.workId, again.body.payload, again.body.delivery], [workId, 'kept', 2]);
+    assert.equal((await call('POST', `/work/${workId}/reports`, { type: 'done' })).status, 200);
+    expectProblem(await call('POST', `/work/${workId}/reports`, { type: 'done' }), 409, 'work-already-finished');
   });
 });

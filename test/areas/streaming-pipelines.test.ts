@@ -1,148 +1,170 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { freePort, spawnAgent } from '../helpers/processes.ts';
-import { until } from '../helpers/until.ts';
 
-const definition = (agentId: string, port: number, name = 'orders-cdc') => ({
-  name,
-  agentId,
-  streamingSource: {
-    type: 'POSTGRES',
-    connection: {
-      host: '127.0.0.1',
-      port,
-      username: 'replicator',
-      password: { secretName: 'orders-db', secretType: 'PASSWORD', secretKey: 'password' },
+export function pipelineBody(agentId: string, name = 'orders-cdc') {
+  return {
+    name,
+    agentId,
+    advancedProperties: { 'snapshot.mode': 'initial' },
+    streamingSource: {
+      type: 'POSTGRES',
+      connection: {
+        host: 'db.internal',
+        port: 5432,
+        username: 'replicator',
+        password: {
+          secretName: 'orders-db',
+          secretKey: 'password',
+          secretType: 'PASSWORD',
+          secretLocation: 'MATILLION_CUSTOMER_VAULT',
+        },
+        jdbcProperties: { sslmode: 'require' },
+      },
+      tables: [{ schema: 'public', table: 'orders' }],
     },
-    tables: [{ schema: 'public', table: 'orders' }],
-  },
-  streamingTarget: {
-    type: 'AZURE_BLOB',
-    accountName: 'lake',
-    accountKey: { secretName: 'lake', secretType: 'PASSWORD' },
-    container: 'cdc',
-  },
-});
+    streamingTarget: {
+      type: 'AZURE_BLOB',
+      accountName: 'lake',
+      accountKey: { secretName: 'lake', secretKey: 'key' },
+      container: 'cdc',
+      prefix: 'orders/',
+      decimalMapping: 'STRING',
+    },
+  };
+}
 
-describeEachStore('streaming pipelines', (kind) => {
+describeEachStore('streaming pipelines (E19)', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
   let projectId: string;
   let agentId: string;
-  let source: Server;
-  let sourcePort: number;
-  let stateDir: string;
-  let agent: ReturnType<typeof spawnAgent>;
-
+  let agentToken: string;
   before(async () => {
-    server = await TestServer.start(kind, { agentConnectedSeconds: 3, agentPollWaitSeconds: 1 });
+    server = await TestServer.start(kind);
     caller = await server.newAccount();
+    viewer = await server.tokenFor(caller.accountId, 'viewer');
     projectId = await server.newProject(caller);
-    const created = await server.api('POST', '/agents', {
-      token: caller.token,
-      body: { name: 'streamer', agentType: 'HYBRID', cloudProvider: 'azure', deployment: 'aks' },
+    const created = await api('POST', '/agents', {
+      name: 'runner',
+      agentType: 'CUSTOMER_HOSTED',
+      cloudProvider: 'azure',
+      deployment: 'aks',
     });
     agentId = created.body.agentId;
-    const credentials = (await server.api('POST', `/agents/${agentId}/credentials`, { token: caller.token })).body;
-    source = createServer((socket) => socket.end()).listen(0, '127.0.0.1');
-    await new Promise((resolve) => source.once('listening', resolve));
-    sourcePort = (source.address() as { port: number }).port;
-    stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
-    agent = spawnAgent(server.url, credentials, stateDir);
-    // The agent's first start makes its RSA key, which takes a while on a loaded machine.
-    await until(
-      'the agent to connect',
-      async () => (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.connected,
-      60_000,
-    );
+    const credentials = (await api('POST', `/agents/${agentId}/credentials`)).body;
+    agentToken = await server.token(credentials.clientId, credentials.clientSecret);
   });
-  after(async () => {
-    await agent.stop();
-    source.close();
-    await server.close();
-    rmSync(stateDir, { recursive: true, force: true });
-  });
+  after(() => server.close());
 
-  const at = (suffix = '') => `/projects/${projectId}/streaming-pipelines${suffix}`;
+  const api = (method: string, apiPath: string, body?: unknown, token = caller.token) =>
+    server.api(method, apiPath, { token, body });
+  const pipelines = (project = projectId) => `/projects/${project}/streaming-pipelines`;
+  const agentCall = (method: string, apiPath: string, body?: unknown) =>
+    server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
 
-  test('create, read, list, replace and delete; credentials only as secret references; the agent must be the account’s', async () => {
-    assert.deepEqual((await server.api('GET', at(), { token: caller.token })).body, { page: 0, results: [], size: 25, total: 0 });
-    const created = await server.api('POST', at(), { token: caller.token, body: definition(agentId, sourcePort, 'crud') });
+  test('the page may be empty; create (201), read, list paged, replace, delete', async () => {
+    const project = await server.newProject(caller);
+    assert.deepEqual((await api('GET', pipelines(project))).body, { page: 0, results: [], size: 25, total: 0 });
+    const created = await api('POST', pipelines(project), pipelineBody(agentId));
     assert.equal(created.status, 201, created.text);
-    const id = created.body.streamingPipelineId;
-    assert.equal(created.body.status, 'STOPPED');
-    assert.equal(created.headers.get('location'), `/dpc/v1${at(`/${id}`)}`);
-    assert.deepEqual((await server.api('GET', at(`/${id}`), { token: caller.token })).body, created.body);
-    expectProblem(await server.api('POST', at(), { token: caller.token, body: definition(agentId, sourcePort, 'crud') }), 409);
+    const { streamingPipelineId } = created.body;
+    assert.equal(created.headers.get('location'), `/dpc/v1${pipelines(project)}/${streamingPipelineId}`);
+    assert.deepEqual(created.body, { ...pipelineBody(agentId), streamingPipelineId, projectId: project, status: 'STOPPED' });
+    assert.deepEqual((await api('GET', `${pipelines(project)}/${streamingPipelineId}`, undefined, viewer)).body, created.body);
+    expectProblem(await api('POST', pipelines(project), pipelineBody(agentId)), 409);
+    await api('POST', pipelines(project), pipelineBody(agentId, 'b-second'));
+    const page = await api('GET', `${pipelines(project)}?page=1&size=1`);
+    assert.deepEqual(
+      page.body.results.map((p: { name: string }) => p.name),
+      ['orders-cdc'],
+    );
+    assert.equal(page.body.total, 2);
+    assert.equal((await api('GET', `${pipelines(project)}?agentId=${agentId}&status=RUNNING`)).body.total, 0);
 
-    const plainPassword = definition(agentId, sourcePort, 'plain');
-    (plainPassword.streamingSource.connection as Record<string, unknown>).password = 'hunter2';
-    expectProblem(await server.api('POST', at(), { token: caller.token, body: plainPassword }), 400);
-    const inProperties = definition(agentId, sourcePort, 'props');
-    (inProperties.streamingSource.connection as Record<string, unknown>).jdbcProperties = { ssl: 'true', password: 'hunter2' };
-    const refused = await server.api('POST', at(), { token: caller.token, body: inProperties });
-    expectProblem(refused, 400);
-    assert.match(refused.body.violations.join(), /jdbcProperties\.password/);
-    assert.ok(!refused.text.includes('hunter2'));
-    const stranger = await server.newAccount('stranger');
-    const foreignAgent = definition(agentId, sourcePort, 'foreign');
-    const strangersProject = await server.newProject(stranger);
-    const wrongAgent = await server.api('POST', `/projects/${strangersProject}/streaming-pipelines`, {
-      token: stranger.token,
-      body: foreignAgent,
-    });
-    expectProblem(wrongAgent, 400);
-    assert.match(wrongAgent.body.violations[0], /^agentId/);
-    expectProblem(await server.api('GET', at(`/${id}`), { token: stranger.token }), 404);
-
-    const replaced = await server.api('PUT', at(`/${id}`), {
-      token: caller.token,
-      body: { ...definition(agentId, sourcePort, 'crud-2'), advancedProperties: { batchSize: '100' } },
+    const replaced = await api('PUT', `${pipelines(project)}/${streamingPipelineId}`, {
+      ...pipelineBody(agentId, 'renamed'),
+      advancedProperties: undefined,
     });
     assert.equal(replaced.status, 200, replaced.text);
-    assert.equal(replaced.body.name, 'crud-2');
-    assert.deepEqual(replaced.body.advancedProperties, { batchSize: '100' });
-    const listed = await server.api('GET', at('?size=1'), { token: caller.token });
-    assert.equal(listed.body.total, 1);
-    assert.equal((await server.api('DELETE', at(`/${id}`), { token: caller.token })).status, 204);
-    expectProblem(await server.api('GET', at(`/${id}`), { token: caller.token }), 404);
+    assert.equal(replaced.body.name, 'renamed');
+    assert.deepEqual(replaced.body.advancedProperties, {});
+    assert.equal((await api('DELETE', `${pipelines(project)}/${streamingPipelineId}`)).status, 204);
+    expectProblem(await api('GET', `${pipelines(project)}/${streamingPipelineId}`), 404);
+    expectProblem(await api('POST', pipelines(project), pipelineBody(agentId, 'v'), viewer), 403);
   });
 
-  test('started, the agent runs it (RUNNING); stopped, it stops; an unreachable source fails with a message', async () => {
-    const id = (await server.api('POST', at(), { token: caller.token, body: definition(agentId, sourcePort, 'runs') })).body
-      .streamingPipelineId;
-    const started = await server.api('POST', at(`/${id}/start`), { token: caller.token });
-    assert.equal(started.status, 202, started.text);
-    assert.equal(started.body.status, 'STARTING');
-    expectProblem(await server.api('POST', at(`/${id}/start`), { token: caller.token }), 409);
-    await until(
-      'RUNNING',
-      async () => (await server.api('GET', at(`/${id}/status`), { token: caller.token })).body.status === 'RUNNING',
-    );
-    expectProblem(await server.api('DELETE', at(`/${id}`), { token: caller.token }), 409);
-    expectProblem(await server.api('DELETE', `/agents/${agentId}`, { token: caller.token }), 409);
-    const stopping = await server.api('POST', at(`/${id}/stop`), { token: caller.token });
-    assert.equal(stopping.body.status, 'STOPPING');
-    await until(
-      'STOPPED',
-      async () => (await server.api('GET', at(`/${id}/status`), { token: caller.token })).body.status === 'STOPPED',
-    );
-    expectProblem(await server.api('POST', at(`/${id}/stop`), { token: caller.token }), 409);
+  test('secret values are refused where a secret reference belongs (400 naming the field, never the value)', async () => {
+    const body = pipelineBody(agentId, 'leaky');
+    const plain = structuredClone(body) as any;
+    plain.streamingSource.connection.password = 'hunter2-plain';
+    const refused = expectProblem(await api('POST', pipelines(), plain), 400);
+    assert.ok(!JSON.stringify(refused).includes('hunter2-plain'));
+    const valued = structuredClone(body) as any;
+    valued.streamingTarget.accountKey = { secretName: 'lake', value: 'hunter2-key' };
+    const named = expectProblem(await api('POST', pipelines(), valued), 400);
+    assert.deepEqual(named.violations, [
+      'body.streamingTarget.accountKey.value: a secret reference holds only secretName, secretType, secretKey, secretLocation, never a value',
+    ]);
+    const inProperties = structuredClone(body) as any;
+    inProperties.streamingSource.connection.jdbcProperties = { password: 'hunter2' };
+    expectProblem(await api('POST', pipelines(), inProperties), 400);
+    const missingName = structuredClone(body) as any;
+    missingName.streamingSource.connection.password = { secretKey: 'password' };
+    expectProblem(await api('POST', pipelines(), missingName), 400);
+    assert.equal((await api('GET', pipelines())).body.results.filter((p: { name: string }) => p.name === 'leaky').length, 0);
+  });
 
-    const closedPort = await freePort();
-    const failing = (
-      await server.api('POST', at(), { token: caller.token, body: definition(agentId, closedPort, 'unreachable') })
-    ).body.streamingPipelineId;
-    await server.api('POST', at(`/${failing}/start`), { token: caller.token });
-    const failed = await until('FAILED', async () => {
-      const status = (await server.api('GET', at(`/${failing}/status`), { token: caller.token })).body;
-      return status.status === 'FAILED' && status;
-    });
-    assert.match(failed.statusMessage, new RegExp(`127\\.0\\.0\\.1:${closedPort} cannot be reached`));
+  test("the agent must be one of the account's; another account sees nothing", async () => {
+    const stranger = await server.newAccount('stranger');
+    const theirs = await api(
+      'POST',
+      '/agents',
+      { name: 'theirs', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'eks' },
+      stranger.token,
+    );
+    const foreign = expectProblem(await api('POST', pipelines(), pipelineBody(theirs.body.agentId, 'foreign')), 422);
+    assert.deepEqual(foreign.violations, ['body.agentId: is not an agent of this account']);
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'mine'));
+    expectProblem(await api('GET', pipelines(), undefined, stranger.token), 404);
+    expectProblem(await api('GET', `${pipelines()}/${created.body.streamingPipelineId}`, undefined, stranger.token), 404);
+    expectProblem(await api('DELETE', `/agents/${agentId}`), 409);
+  });
+
+  test('start and stop go to the agent as work; the status follows its reports', async () => {
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'running'));
+    const id = created.body.streamingPipelineId;
+    const status = () => api('GET', `${pipelines()}/${id}/status`).then((a) => a.body);
+    expectProblem(await api('POST', `${pipelines()}/${id}/stop`), 409);
+    const starting = await api('POST', `${pipelines()}/${id}/start`);
+    assert.equal(starting.status, 202, starting.text);
+    assert.equal(starting.body.status, 'STARTING');
+    expectProblem(await api('POST', `${pipelines()}/${id}/start`), 409);
+    expectProblem(await api('PUT', `${pipelines()}/${id}`, pipelineBody(agentId, 'running')), 409);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.kind, 'streaming-pipeline-start');
+    assert.equal(work.body.payload.streamingPipelineId, id);
+    assert.deepEqual(
+      work.body.payload.definition.streamingSource.connection.password,
+      pipelineBody(agentId).streamingSource.connection.password,
+    );
+    await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done', body: { state: 'RUNNING' } });
+    assert.equal((await status()).status, 'RUNNING');
+    expectProblem(await api('DELETE', `${pipelines()}/${id}`), 409);
+
+    assert.equal((await api('POST', `${pipelines()}/${id}/stop`)).body.status, 'STOPPING');
+    const stop = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(stop.body.kind, 'streaming-pipeline-stop');
+    await agentCall('POST', `/work/${stop.body.workId}/reports`, { type: 'done' });
+    assert.equal((await status()).status, 'STOPPED');
+
+    await api('POST', `${pipelines()}/${id}/start`);
+    const again = await agentCall('GET', '/work?waitSeconds=2');
+    await agentCall('POST', `/work/${again.body.workId}/reports`, { type: 'failed', body: { message: 'source unreachable' } });
+    assert.deepEqual(
+      { ...(await status()), changedAt: undefined },
+      { streamingPipelineId: id, status: 'FAILED', message: 'source unreachable', changedAt: undefined },
+    );
   });
 });

@@ -49,30 +49,37 @@ export async function spawnServe(
   throw new Error(`dpc serve did not answer: ${output}`);
 }
 
-/** The reference agent (`dpc agent run`) in a child process, collecting what it logs. */
-export function spawnAgent(
-  url: string,
-  credentials: { clientId: string; clientSecret: string },
-  stateDir: string,
-): { child: ChildProcess; logs: () => string; stop: () => Promise<number | null> } {
+/** `dpc agent run` in a child process (the reference agent), collecting what it logs; resolves once it runs. */
+export async function spawnAgent(
+  args: { url: string; clientId: string; clientSecret: string; stateDir: string },
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ child: ChildProcess; logs: () => string; exited: Promise<number | null> }> {
   const child = spawn(
     process.execPath,
-    [dpc, 'agent', 'run', '--url', url, '--client-id', credentials.clientId, '--state-dir', stateDir],
-    {
-      env: { ...process.env, DPC_AGENT_CLIENT_SECRET: credentials.clientSecret },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
+    [
+      dpc,
+      'agent',
+      'run',
+      '--url',
+      args.url,
+      '--client-id',
+      args.clientId,
+      '--client-secret',
+      args.clientSecret,
+      '--state-dir',
+      args.stateDir,
+    ],
+    { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  return {
-    child,
-    logs: () => output,
-    stop: async () => {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      return exited;
-    },
-  };
+  for (let i = 0; i < 300; i += 1) {
+    if (child.exitCode !== null) throw new Error(`dpc agent run exited: ${output}`);
+    if (output.includes('"agent running"')) return { child, logs: () => output, exited };
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill();
+  throw new Error(`dpc agent run did not start: ${output}`);
 }

@@ -1,70 +1,161 @@
+/**
+ * The agent protocol, under /dpc/agent/v1: what an agent process calls with a token got from its own
+ * credentials. Account tokens are refused here, as agent tokens are on /dpc/v1. Every message is
+ * described in the README ("Agent protocol").
+ */
+import { X509Certificate } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { authenticate } from '../../core/auth/plugin.ts';
-import { problems } from '../../core/openapi.ts';
-import { ProblemError } from '../../core/problems.ts';
-import { agentOfToken, recordHeartbeat, registerCertificate, statusOf } from './repository.ts';
-import { pollAgentWork, renewAgentWork, reportAgentWork } from './work.ts';
-import { AGENT_STATUSES } from './schemas.ts';
+import { bearerTokenOf, invalidTokenProblem } from '../../core/auth/plugin.ts';
+import { InvalidToken } from '../../core/auth/tokens.ts';
+import { now } from '../../core/db/database.ts';
+import { problemResponse } from '../../core/openapi.ts';
+import { badRequest } from '../../core/problems.ts';
+import { isPaused } from './repository.ts';
+import { claimAgentWork, recordAgentWorkReport, renewAgentWork } from './work.ts';
 
 const tags = ['Agent protocol'];
-const WorkId = Type.String({ format: 'uuid' });
+const security = [{ bearerAuth: [] }];
+const errors = Object.fromEntries([400, 401, 404, 409, 500].map((status) => [status, problemResponse(status)]));
 
-const AgentState = {
-  agentStatus: Type.Enum(AGENT_STATUSES, { description: 'only a RUNNING agent is handed work' }),
-  cancelledWork: Type.Array(WorkId, { description: 'work the agent holds that is to be stopped; it then reports it failed' }),
-};
+/** How often a waiting poll looks for work in the store (shared by every server instance). */
+const POLL_INTERVAL_MS = 250;
+/** How often a waiting poll counts as contact, at most (and at least three times per connected window). */
+const CONTACT_EVERY_MS = 5000;
+/** Smallest RSA key an agent certificate may carry. */
+const MIN_RSA_BITS = 2048;
 
-const Work = Type.Object({
-  workId: WorkId,
-  kind: Type.String({ description: 'what to do: write-secret, start-streaming-pipeline, stop-streaming-pipeline, ...' }),
-  payload: Type.Unknown({ description: "the kind's own JSON" }),
-  deliveries: Type.Integer({ description: 'how many times this work was handed out; more than 1 means a lease lapsed before' }),
+const CertificateRequest = Type.Object(
+  { certificate: Type.String({ minLength: 1, maxLength: 16_384, description: 'X.509 certificate, PEM' }) },
+  { examples: [{ certificate: '-----BEGIN CERTIFICATE-----\nMIIC...\n-----END CERTIFICATE-----\n' }] },
+);
+const HeartbeatRequest = Type.Object(
+  {
+    heldWorkIds: Type.Optional(
+      Type.Array(Type.String({ format: 'uuid' }), { maxItems: 100, description: 'work the agent is still doing' }),
+    ),
+  },
+  { examples: [{ heldWorkIds: ['3b0c8a2e-4a1f-4bb0-8e1e-8d2a7f2c9d10'] }] },
+);
+const HeartbeatAnswer = Type.Object({
+  agentId: Type.String(),
+  agentStatus: Type.String(),
+  heartbeatIntervalSeconds: Type.Integer({ description: 'send the next heartbeat within this' }),
+  connectedWindowSeconds: Type.Integer(),
+  cancelledWorkIds: Type.Array(Type.String(), { description: 'of heldWorkIds, those cancelled: stop them' }),
 });
+const PollQuery = Type.Object({
+  waitSeconds: Type.Integer({ minimum: 0, maximum: 300, default: 20, description: 'longest wait (capped by the server)' }),
+});
+const WorkItem = Type.Object({
+  workId: Type.String(),
+  kind: Type.String(),
+  payload: Type.Unknown(),
+  delivery: Type.Integer({ description: '1 on the first delivery, more on a redelivery after a lapsed lease' }),
+  leaseExpiresAt: Type.String({ format: 'date-time' }),
+});
+const ReportRequest = Type.Object(
+  {
+    type: Type.Enum(['progress', 'done', 'failed']),
+    body: Type.Optional(
+      Type.Unknown({ description: 'what the work produced (done), why it failed (failed), how far it got (progress)' }),
+    ),
+  },
+  { examples: [{ type: 'done', body: { vaultSecretName: 'warehouse' } }] },
+);
 
-/**
- * The operations agents call, under /dpc/agent/v1, with a token issued for an agent's credentials: account
- * tokens do not reach them, and agent tokens reach nothing else. Every call counts as contact (heartbeat).
- */
+/** The agent of the bearer token, once its token is valid and its credentials are still the current ones. */
+async function authenticateAgent(app: FastifyInstance, token: string) {
+  let principal;
+  try {
+    principal = await app.tokens.verifyAgent(token);
+  } catch (error) {
+    if (error instanceof InvalidToken) throw invalidTokenProblem(error);
+    throw error;
+  }
+  const agent = await app.store.db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', '=', principal.agentId)
+    .where('accountId', '=', principal.accountId)
+    .where('clientId', '=', principal.clientId)
+    .executeTakeFirst();
+  if (!agent) {
+    throw invalidTokenProblem(new InvalidToken('the agent was deleted or its credentials were replaced'));
+  }
+  return principal;
+}
+
+/** Checks an agent's certificate: PEM X.509, an RSA key of at least 2048 bits, valid now. */
+function parseCertificate(pem: string): X509Certificate {
+  let certificate: X509Certificate;
+  try {
+    certificate = new X509Certificate(pem);
+  } catch {
+    throw badRequest('The certificate is not a PEM X.509 certificate.', ['body.certificate: is not a PEM X.509 certificate']);
+  }
+  const key = certificate.publicKey;
+  if (key.asymmetricKeyType !== 'rsa' || (key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS) {
+    throw badRequest('The certificate must carry an RSA public key of at least 2048 bits.', [
+      `body.certificate: the public key is ${key.asymmetricKeyType}, not RSA of ${MIN_RSA_BITS} bits or more`,
+    ]);
+  }
+  const at = Date.now();
+  if (Date.parse(certificate.validFrom) > at || Date.parse(certificate.validTo) <= at) {
+    throw badRequest('The certificate is not valid now.', [
+      `body.certificate: valid from ${certificate.validFrom} to ${certificate.validTo}`,
+    ]);
+  }
+  return certificate;
+}
+
 export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  const { agentWorkLeaseSeconds: leaseSeconds, agentPollWaitSeconds, agentConnectedSeconds } = app.config;
-  // Long polls end when the server closes, so that a shutdown does not wait for them.
-  const closing = new AbortController();
-  app.addHook('onClose', async () => closing.abort());
+  const { agentConnectedWindowSeconds: window, agentWorkLeaseSeconds, agentPollMaxWaitSeconds } = app.config;
+  const leaseMs = agentWorkLeaseSeconds * 1000;
+  const contactEveryMs = Math.min(CONTACT_EVERY_MS, (window * 1000) / 3);
+  const db = app.store.db;
 
   app.decorateRequest('agent', null as never);
   app.addHook('onRequest', async (request) => {
-    const principal = await authenticate(request);
-    if (principal.agentId === undefined) {
-      throw new ProblemError(403, 'The agent protocol is for agents: sign in with the credentials issued for an agent.');
-    }
-    const agent = await agentOfToken(app.store.db, principal.agentId, principal.clientId);
-    if (!agent)
-      throw new ProblemError(
-        401,
-        'The agent was deleted or its credentials were rotated; sign in again with its current credentials.',
-      );
-    request.agent = principal;
+    request.agent = await authenticateAgent(app, bearerTokenOf(request));
   });
+
+  /** Records contact: the agent is connected from now for the window, and RUNNING unless it is paused. */
+  const touch = (agentId: string) =>
+    db
+      .updateTable('agents')
+      .set((eb) => ({
+        lastContactAt: now(),
+        status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
+      }))
+      .where('id', '=', agentId)
+      .execute();
 
   app.put(
     '/certificate',
     {
       schema: {
-        summary: "Register the agent's X.509 certificate (PEM); secrets are encrypted for its RSA key",
+        summary: "Register the agent's X.509 certificate (its private key stays with the agent)",
         tags,
-        body: Type.Object({ certificate: Type.String({ minLength: 1, maxLength: 65536 }) }, { additionalProperties: false }),
-        response: { 200: Type.Object({ fingerprint: Type.String({ description: 'SHA-256 fingerprint of the certificate' }) }) },
+        security,
+        body: CertificateRequest,
+        response: {
+          200: Type.Object({ fingerprint256: Type.String(), notAfter: Type.String({ format: 'date-time' }) }),
+          ...errors,
+        },
       },
     },
     async (request) => {
-      const fingerprint = await app.store.db.transaction().execute(async (trx) => {
-        await recordHeartbeat(trx, request.agent.agentId);
-        return registerCertificate(trx, request.agent.agentId, request.body.certificate);
-      });
-      return { fingerprint };
+      const certificate = parseCertificate(request.body.certificate);
+      await db
+        .updateTable('agents')
+        .set({ certificatePem: certificate.toString() })
+        .where('id', '=', request.agent.agentId)
+        .execute();
+      return { fingerprint256: certificate.fingerprint256, notAfter: new Date(certificate.validTo).toISOString() };
     },
   );
 
@@ -72,66 +163,67 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
     '/heartbeat',
     {
       schema: {
-        summary: 'Tell the server the agent is alive and which work it is still doing (their leases run on)',
+        summary: 'Say the agent is alive; renew the leases of the work it holds and learn which was cancelled',
         tags,
-        body: Type.Object({ runningWork: Type.Array(WorkId, { maxItems: 1000, default: [] }) }, { additionalProperties: false }),
-        response: {
-          200: Type.Object({
-            ...AgentState,
-            heartbeatSeconds: Type.Integer({ description: 'send the next heartbeat within this many seconds' }),
-          }),
-        },
+        security,
+        body: HeartbeatRequest,
+        response: { 200: HeartbeatAnswer, ...errors },
       },
     },
     async (request) => {
       const { agentId } = request.agent;
-      const cancelledWork = await app.store.db.transaction().execute(async (trx) => {
-        await recordHeartbeat(trx, agentId);
-        return renewAgentWork(trx, agentId, request.body.runningWork, leaseSeconds);
-      });
+      await touch(agentId);
+      const cancelledWorkIds = await renewAgentWork(db, agentId, request.body.heldWorkIds ?? [], leaseMs);
+      const row = await db
+        .selectFrom('agents')
+        .select(['status', 'pausedUntil'])
+        .where('id', '=', agentId)
+        .executeTakeFirstOrThrow();
       return {
-        agentStatus: await currentStatus(app, agentId),
-        cancelledWork,
-        heartbeatSeconds: Math.max(1, Math.floor(agentConnectedSeconds / 3)),
+        agentId,
+        agentStatus: isPaused(row) ? 'PAUSED' : row.status,
+        heartbeatIntervalSeconds: Math.max(1, Math.floor(window / 3)),
+        connectedWindowSeconds: window,
+        cancelledWorkIds,
       };
     },
   );
 
-  app.post(
-    '/work/poll',
+  app.get(
+    '/work',
     {
       schema: {
-        summary: 'Wait for work (long poll); answers as soon as there is some, or empty after waitSeconds',
+        summary: 'Long-poll for the next piece of work (204 when none came within the wait)',
         tags,
-        body: Type.Object(
-          {
-            max: Type.Integer({ minimum: 1, maximum: 20, default: 1 }),
-            waitSeconds: Type.Integer({ minimum: 0, maximum: 60, default: agentPollWaitSeconds }),
-          },
-          { additionalProperties: false },
-        ),
-        response: { 200: Type.Object({ ...AgentState, work: Type.Array(Work) }) },
+        security,
+        querystring: PollQuery,
+        response: { 200: WorkItem, 204: { type: 'null', description: 'no work within the wait' }, ...errors },
       },
     },
     async (request, reply) => {
       const { agentId } = request.agent;
-      await recordHeartbeat(app.store.db, agentId);
-      const waitMs = Math.min(request.body.waitSeconds, agentPollWaitSeconds) * 1000;
-      const gone = AbortSignal.any([closing.signal, abortedWith(reply.raw)]);
-      const work =
-        (await currentStatus(app, agentId)) === 'RUNNING'
-          ? await pollAgentWork(app.store, agentId, { leaseSeconds, max: request.body.max, waitMs, signal: gone })
-          : await idle(waitMs, gone);
-      return {
-        agentStatus: await currentStatus(app, agentId),
-        cancelledWork: await renewAgentWork(app.store.db, agentId, [], leaseSeconds),
-        work: work.map((piece) => ({
-          workId: piece.id,
-          kind: piece.kind,
-          payload: JSON.parse(piece.payload ?? 'null'),
-          deliveries: piece.deliveries,
-        })),
-      };
+      const deadline = Date.now() + Math.min(request.query.waitSeconds, agentPollMaxWaitSeconds) * 1000;
+      let contactAt = 0;
+      for (;;) {
+        if (Date.now() - contactAt >= contactEveryMs) {
+          await touch(agentId);
+          contactAt = Date.now();
+        }
+        const agent = await db.selectFrom('agents').select('pausedUntil').where('id', '=', agentId).executeTakeFirstOrThrow();
+        const work = isPaused(agent) ? undefined : await claimAgentWork(db, app.store.dialect, agentId, leaseMs);
+        if (work) {
+          return {
+            workId: work.id,
+            kind: work.kind,
+            payload: work.payload,
+            delivery: work.deliveries,
+            leaseExpiresAt: new Date(Date.now() + leaseMs).toISOString(),
+          };
+        }
+        const left = deadline - Date.now();
+        if (left <= 0 || app.shuttingDown || request.raw.socket.destroyed) return reply.code(204).send(null);
+        await sleep(Math.min(POLL_INTERVAL_MS, left));
+      }
     },
   );
 
@@ -139,54 +231,38 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
     '/work/:workId/reports',
     {
       schema: {
-        summary: 'Report progress on a piece of work, or that it is done or failed (the final report is taken once)',
+        summary: 'Report progress on a piece of work, or that it is done or failed (a final report is taken once)',
         tags,
-        params: Type.Object({ workId: WorkId }),
-        body: Type.Object(
-          {
-            type: Type.Enum(['progress', 'done', 'failed']),
-            body: Type.Record(Type.String(), Type.Unknown(), { default: {}, description: "the kind's own report" }),
-          },
-          { additionalProperties: false },
-        ),
-        response: { 200: Type.Object({ workId: WorkId, accepted: Type.Literal(true) }), ...problems(404, 409) },
+        security,
+        params: Type.Object({ workId: Type.String({ format: 'uuid' }) }),
+        body: ReportRequest,
+        response: { 200: Type.Object({ workId: Type.String(), state: Type.String() }), ...errors },
       },
     },
     async (request) => {
-      const { workId } = request.params;
-      await app.store.db.transaction().execute(async (trx) => {
-        await recordHeartbeat(trx, request.agent.agentId);
-        await reportAgentWork(trx, request.agent.agentId, workId, request.body as Parameters<typeof reportAgentWork>[3]);
-      });
-      return { workId, accepted: true as const };
+      const report = { type: request.body.type, body: request.body.body ?? null };
+      const work = await recordAgentWorkReport(db, request.agent.agentId, request.params.workId, report, leaseMs);
+      return { workId: work.id, state: work.state };
     },
   );
-}
 
-async function currentStatus(app: FastifyInstance, agentId: string) {
-  const row = await app.store.db
-    .selectFrom('agents')
-    .select(['status', 'pausedUntil', 'lastHeartbeatAt'])
-    .where('id', '=', agentId)
-    .executeTakeFirstOrThrow();
-  return statusOf(row);
-}
-
-/** A signal that aborts when the connection closes before the answer is sent (the client went away). */
-function abortedWith(raw: NodeJS.EventEmitter): AbortSignal {
-  const controller = new AbortController();
-  raw.once('close', () => controller.abort());
-  return controller.signal;
-}
-
-/** A paused or stopped agent's poll waits as a poll with no work would, so that it does not spin. */
-async function idle(waitMs: number, signal: AbortSignal): Promise<[]> {
-  await new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, waitMs);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    });
-  });
-  return [];
+  app.post(
+    '/disconnect',
+    {
+      schema: {
+        summary: 'Sign off: the agent is STOPPED and not connected until its next heartbeat',
+        tags,
+        security,
+        response: { 204: { type: 'null', description: 'signed off' }, ...errors },
+      },
+    },
+    async (request, reply) => {
+      await db
+        .updateTable('agents')
+        .set({ status: 'STOPPED', lastContactAt: null })
+        .where('id', '=', request.agent.agentId)
+        .execute();
+      return reply.code(204).send(null);
+    },
+  );
 }

@@ -1,50 +1,66 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { Page } from '../../core/paging.ts';
-import { noContent, problems } from '../../core/openapi.ts';
 import { sendCreated } from '../../core/created.ts';
+import { Page } from '../../core/paging.ts';
+import { pageOf } from '../../core/paging.ts';
+import { noContent, problems } from '../../core/openapi.ts';
 import {
   Agent,
   AgentCredentials,
-  AgentListQuery,
   AgentParams,
+  AgentQuery,
   AgentSummary,
   CreateAgentRequest,
   CreateAgentResponse,
   UpdateAgentRequest,
 } from './schemas.ts';
-import { createAgent, deleteAgent, issueAgentCredentials, listAgents, requireAgent, toAgent, updateAgent } from './repository.ts';
+import {
+  createAgent,
+  deleteAgent,
+  issueAgentCredentials,
+  listAgents,
+  requireAgent,
+  toAgent,
+  toSummary,
+  updateAgent,
+} from './repository.ts';
 
 const tags = ['Agents'];
-const admin = { role: 'admin' as const };
 
-/** The account's agents (E18): admins register and manage them, everyone reads them. */
+/** The account's view of its agents (E18 and the rest of their management); only admins change them. */
 export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  const connectedSeconds = app.config.agentConnectedSeconds;
+  const window = app.config.agentConnectedWindowSeconds;
 
   app.get(
     '/agents',
     {
       schema: {
-        summary: 'List the agents of the account, by name (E18)',
+        summary: "List the account's agents with summary details (E18)",
         tags,
-        querystring: AgentListQuery,
-        response: { 200: Page(AgentSummary), ...problems(404) },
+        querystring: AgentQuery,
+        response: { 200: Page(AgentSummary) },
       },
     },
-    async (request) => listAgents(app.store.db, request.principal.accountId, request.query, connectedSeconds),
+    async (request) => {
+      const { rows, total } = await listAgents(app.store.db, request.principal.accountId, request.query);
+      return pageOf(
+        request.query,
+        rows.map((row) => toSummary(row, window)),
+        total,
+      );
+    },
   );
 
   app.post(
     '/agents',
     {
-      config: admin,
+      config: { role: 'admin' },
       schema: {
-        summary: 'Register an agent',
+        summary: 'Register an agent; issue its credentials next',
         tags,
         body: CreateAgentRequest,
-        response: { 201: CreateAgentResponse, ...problems(409) },
+        response: { 201: CreateAgentResponse, ...problems(409, 422) },
       },
     },
     async (request, reply) => {
@@ -58,41 +74,36 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
 
   app.get(
     '/agents/:agentId',
-    { schema: { summary: 'Get an agent', tags, params: AgentParams, response: { 200: Agent } } },
-    async (request) =>
-      toAgent(await requireAgent(app.store.db, request.principal.accountId, request.params.agentId), connectedSeconds),
+    { schema: { summary: 'Read an agent', tags, params: AgentParams, response: { 200: Agent } } },
+    async (request) => toAgent(await requireAgent(app.store.db, request.principal.accountId, request.params.agentId), window),
   );
 
   app.patch(
     '/agents/:agentId',
     {
-      config: admin,
+      config: { role: 'admin' },
       schema: {
-        summary: 'Rename, describe, pause, stop or resume an agent',
-        description:
-          'agentStatus PAUSED (with an optional pausedUntil), STOPPED or RUNNING (resume). A paused or stopped agent is handed no work.',
+        summary: 'Update an agent: rename it, describe it, move it, pause or resume it',
         tags,
         params: AgentParams,
         body: UpdateAgentRequest,
-        response: { 200: Agent, ...problems(409) },
+        response: { 200: Agent, ...problems(409, 422) },
       },
     },
     async (request) => {
-      const { accountId } = request.principal;
-      const { agentId } = request.params;
-      return app.store.db.transaction().execute(async (trx) => {
-        await updateAgent(trx, accountId, agentId, request.body);
-        return toAgent(await requireAgent(trx, accountId, agentId), connectedSeconds);
-      });
+      const row = await app.store.db
+        .transaction()
+        .execute((trx) => updateAgent(trx, request.principal.accountId, request.params.agentId, request.body));
+      return toAgent(row, window);
     },
   );
 
   app.delete(
     '/agents/:agentId',
     {
-      config: admin,
+      config: { role: 'admin' },
       schema: {
-        summary: 'Delete an agent; its credentials stop working and its pending work is dropped',
+        summary: 'Delete an agent, its credentials and its pending work',
         tags,
         params: AgentParams,
         response: { ...noContent('The agent is deleted.'), ...problems(409) },
@@ -107,19 +118,21 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   app.post(
     '/agents/:agentId/credentials',
     {
-      config: admin,
+      config: { role: 'admin' },
       schema: {
-        summary: "Issue the agent's credentials; issuing again rotates them (the old ones stop working at once)",
+        summary: "Issue the agent's client credentials (replacing, and so revoking, any earlier ones)",
+        description:
+          'The secret is answered once and kept only as a hash. Tokens got with earlier credentials stop working at once.',
         tags,
         params: AgentParams,
-        response: { 200: AgentCredentials },
+        response: { 201: AgentCredentials },
       },
     },
     async (request, reply) => {
       const credentials = await app.store.db
         .transaction()
         .execute((trx) => issueAgentCredentials(trx, request.principal.accountId, request.params.agentId));
-      return reply.header('cache-control', 'no-store').send(credentials);
+      return reply.code(201).header('cache-control', 'no-store').send(credentials);
     },
   );
 }

@@ -1,42 +1,58 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
 
-/** HYBRID: run by the customer in their own cloud (the reference agent is one); FULL_SAAS: run by the operator. */
-export const AGENT_TYPES = ['HYBRID', 'FULL_SAAS'] as const;
+/**
+ * CUSTOMER_HOSTED: runs in the customer's cloud and holds the customer's secrets (the hybrid model; the
+ * reference agent `dpc agent run` is one). PLATFORM_HOSTED: run by the platform operator for the account.
+ */
+export const AGENT_TYPES = ['CUSTOMER_HOSTED', 'PLATFORM_HOSTED'] as const;
 export const CLOUD_PROVIDERS = ['aws', 'azure', 'gcp'] as const;
-/** Where an agent of each cloud provider may be deployed. */
-export const DEPLOYMENTS: Record<(typeof CLOUD_PROVIDERS)[number], readonly string[]> = {
+export const DEPLOYMENTS = ['fargate', 'eks', 'aci', 'aks', 'gke', 'gce'] as const;
+/** Which deployments run on which cloud. */
+export const DEPLOYMENTS_OF: Record<(typeof CLOUD_PROVIDERS)[number], readonly string[]> = {
   aws: ['fargate', 'eks'],
   azure: ['aci', 'aks'],
   gcp: ['gke', 'gce'],
 };
 /**
- * PENDING: never in contact; RUNNING: takes work; PAUSED: takes no work until pausedUntil (or until resumed);
- * STOPPED: takes no work until resumed. The moves are in `nextAgentStatus` (repository.ts).
+ * PENDING: created, never in contact. RUNNING: has been in contact since it last signed off.
+ * PAUSED: pausedUntil lies ahead (it gets no work until then). STOPPED: signed off (its process stopped).
  */
 export const AGENT_STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'STOPPED'] as const;
 export type AgentStatus = (typeof AGENT_STATUSES)[number];
 
-const AgentId = Type.String({ format: 'uuid', examples: ['0b7d4c52-4f0e-4c8e-8a57-2f1f4bb0d3a9'] });
-export const AgentParams = Type.Object({ agentId: AgentId });
-
+const AgentType = Type.Enum(AGENT_TYPES, {
+  description: 'CUSTOMER_HOSTED: runs in the customer cloud and holds its secrets; PLATFORM_HOSTED: run by the platform',
+});
+const CloudProvider = Type.Enum(CLOUD_PROVIDERS);
+const Deployment = Type.Enum(DEPLOYMENTS, { description: 'aws: fargate|eks; azure: aci|aks; gcp: gke|gce' });
+const AgentStatusSchema = Type.Enum(AGENT_STATUSES, {
+  description:
+    'PENDING (never in contact) -> RUNNING (first heartbeat) -> STOPPED (signed off) -> RUNNING (heartbeat again); PAUSED while pausedUntil is ahead',
+});
 const Name = Type.String({ minLength: 1, maxLength: 255 });
 const Description = Type.String({ maxLength: 4000 });
+
+export const AgentParams = Type.Object({ agentId: Type.String({ format: 'uuid', description: 'agent id (UUID)' }) });
+export type AgentParams = Static<typeof AgentParams>;
 
 export const CreateAgentRequest = Type.Object(
   {
     name: Name,
     description: Type.Optional(Description),
-    agentType: Type.Enum(AGENT_TYPES, { description: 'HYBRID: hosted by the customer; FULL_SAAS: hosted by the operator' }),
-    cloudProvider: Type.Enum(CLOUD_PROVIDERS),
-    deployment: Type.Enum(Object.values(DEPLOYMENTS).flat(), {
-      description: 'one of the cloud provider: aws fargate|eks, azure aci|aks, gcp gke|gce',
-    }),
+    agentType: AgentType,
+    cloudProvider: CloudProvider,
+    deployment: Deployment,
   },
   {
-    additionalProperties: false,
     examples: [
-      { name: 'eu-prod', description: 'Production agent', agentType: 'HYBRID', cloudProvider: 'aws', deployment: 'fargate' },
+      {
+        name: 'eu-agent',
+        description: 'Runs in our AWS account',
+        agentType: 'CUSTOMER_HOSTED',
+        cloudProvider: 'aws',
+        deployment: 'fargate',
+      },
     ],
   },
 );
@@ -45,69 +61,84 @@ export type CreateAgentRequest = Static<typeof CreateAgentRequest>;
 export const UpdateAgentRequest = Type.Object(
   {
     name: Type.Optional(Name),
-    description: Type.Optional(Description),
-    agentStatus: Type.Optional(Type.Enum(['RUNNING', 'PAUSED', 'STOPPED'], { description: 'resume, pause or stop the agent' })),
-    pausedUntil: Type.Optional(Type.String({ format: 'date-time', description: 'with PAUSED: when the pause ends by itself' })),
+    description: Type.Optional(Type.Union([Description, Type.Null()])),
+    agentType: Type.Optional(AgentType),
+    cloudProvider: Type.Optional(CloudProvider),
+    deployment: Type.Optional(Deployment),
+    pausedUntil: Type.Optional(
+      Type.Union([Type.String({ format: 'date-time' }), Type.Null()], {
+        description: 'pause the agent (it gets no work) until then; null resumes it',
+      }),
+    ),
   },
-  { additionalProperties: false, examples: [{ agentStatus: 'PAUSED', pausedUntil: '2026-12-01T08:00:00Z' }] },
+  {
+    description: 'a field left out keeps its value; cloudProvider and deployment must still fit together',
+    examples: [{ description: 'Paused for maintenance', pausedUntil: '2030-01-01T00:00:00Z' }],
+  },
 );
 export type UpdateAgentRequest = Static<typeof UpdateAgentRequest>;
 
+const summaryExample = {
+  agentId: '0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11',
+  agentStatus: 'RUNNING',
+  agentType: 'CUSTOMER_HOSTED',
+  cloudProvider: 'aws',
+  connected: true,
+  deployment: 'fargate',
+  description: 'Runs in our AWS account',
+  name: 'eu-agent',
+};
+
 export const AgentSummary = Type.Object(
   {
-    agentId: AgentId,
-    agentStatus: Type.Enum(AGENT_STATUSES),
-    agentType: Type.Enum(AGENT_TYPES),
-    cloudProvider: Type.Enum(CLOUD_PROVIDERS),
-    connected: Type.Boolean({ description: 'a heartbeat arrived within the last DPC_AGENT_CONNECTED_SECONDS' }),
-    deployment: Type.String(),
+    agentId: Type.String({ format: 'uuid' }),
+    agentStatus: AgentStatusSchema,
+    agentType: AgentType,
+    cloudProvider: CloudProvider,
+    connected: Type.Boolean({
+      description: 'a heartbeat or poll arrived within the connected window (DPC_AGENT_CONNECTED_WINDOW_SECONDS)',
+    }),
+    deployment: Deployment,
     description: Type.Optional(Type.String()),
     name: Type.String(),
     pausedUntil: Type.Optional(Type.String({ format: 'date-time' })),
   },
-  {
-    examples: [
-      {
-        agentId: '0b7d4c52-4f0e-4c8e-8a57-2f1f4bb0d3a9',
-        agentStatus: 'RUNNING',
-        agentType: 'HYBRID',
-        cloudProvider: 'aws',
-        connected: true,
-        deployment: 'fargate',
-        description: 'Production agent',
-        name: 'eu-prod',
-      },
-    ],
-  },
+  { examples: [summaryExample] },
 );
 export type AgentSummary = Static<typeof AgentSummary>;
 
-export const Agent = Type.Object({
-  ...AgentSummary.properties,
-  hasCertificate: Type.Boolean({ description: 'the agent has registered its certificate (secrets can be sent to it)' }),
-  hasCredentials: Type.Boolean({ description: 'credentials were issued' }),
-  lastHeartbeatAt: Type.Optional(Type.String({ format: 'date-time' })),
-  createdAt: Type.String({ format: 'date-time' }),
-});
+export const Agent = Type.Object(
+  {
+    ...AgentSummary.properties,
+    clientId: Type.Optional(Type.String({ description: 'the agent client id, once credentials are issued' })),
+    certificateFingerprint: Type.Optional(Type.String({ description: 'SHA-256 fingerprint of the registered certificate' })),
+    certificateNotAfter: Type.Optional(Type.String({ format: 'date-time' })),
+    lastContactAt: Type.Optional(Type.String({ format: 'date-time' })),
+    createdAt: Type.String({ format: 'date-time' }),
+  },
+  { examples: [{ ...summaryExample, createdAt: '2026-01-01T00:00:00.000Z', lastContactAt: '2026-01-02T10:00:00.000Z' }] },
+);
 export type Agent = Static<typeof Agent>;
 
-export const AgentListQuery = Type.Object({
+export const AgentQuery = Type.Object({
   ...PageQuery.properties,
-  agentStatus: Type.Optional(Type.Enum(AGENT_STATUSES)),
-  agentType: Type.Optional(Type.Enum(AGENT_TYPES)),
-  name: Type.Optional(Type.String({ minLength: 1, maxLength: 255, description: 'agents whose name contains this, any case' })),
+  status: Type.Optional(Type.Enum(AGENT_STATUSES, { description: 'only agents of this agentStatus' })),
+  type: Type.Optional(Type.Enum(AGENT_TYPES, { description: 'only agents of this agentType' })),
+  name: Type.Optional(
+    Type.String({ minLength: 1, maxLength: 255, description: 'only agents whose name contains this (any case)' }),
+  ),
 });
-export type AgentListQuery = Static<typeof AgentListQuery>;
+export type AgentQuery = Static<typeof AgentQuery>;
 
 export const CreateAgentResponse = Type.Object(
-  { agentId: AgentId },
-  { examples: [{ agentId: '0b7d4c52-4f0e-4c8e-8a57-2f1f4bb0d3a9' }] },
+  { agentId: Type.String({ format: 'uuid' }) },
+  { examples: [{ agentId: summaryExample.agentId }] },
 );
 
 export const AgentCredentials = Type.Object(
   {
     clientId: Type.String(),
-    clientSecret: Type.String({ description: 'shown once; issuing new credentials makes the old ones stop working' }),
+    clientSecret: Type.String({ description: 'shown once; the server keeps only a hash' }),
   },
-  { examples: [{ clientId: 'agent-4qB1xX0mZ2v7', clientSecret: 'e0p2...' }] },
+  { examples: [{ clientId: '6a0e2b7c-1f44-4f7e-8f00-3c8a9b1d2e55', clientSecret: 'k3v1...' }] },
 );

@@ -1,8 +1,4 @@
-import type { Generated } from 'kysely';
-
 export interface AgentTable {
-  /** Creation order, also within one millisecond. */
-  seq: Generated<number>;
   id: string;
   accountId: string;
   name: string;
@@ -10,35 +6,33 @@ export interface AgentTable {
   agentType: string;
   cloudProvider: string;
   deployment: string;
-  /** The status an admin set (or PENDING until the agent first reports); see agentStatus in schemas.ts. */
+  /** PENDING, RUNNING or STOPPED as last moved; PAUSED is shown while pausedUntil is ahead. */
   status: string;
   pausedUntil: string | null;
-  /** The agent's current credentials: the client id and the hash of its secret (never the secret). */
+  /** The agent's own client id (null until credentials are issued); its secret is kept only as a hash. */
   clientId: string | null;
   secretHash: string | null;
-  /** PEM of the X.509 certificate the agent registered; secrets sent to it are encrypted for its key. */
-  certificate: string | null;
-  lastHeartbeatAt: string | null;
+  /** The agent's X.509 certificate (PEM); secrets sent to the agent are encrypted for its public key. */
+  certificatePem: string | null;
+  /** Last heartbeat or poll, from any server instance: `connected` is derived from it. */
+  lastContactAt: string | null;
   createdAt: string;
-  updatedAt: string;
 }
 
-/** A piece of work handed to an agent: PENDING, DELIVERED (leased to a poll), DONE, FAILED or CANCELLED. */
 export interface AgentWorkTable {
-  /** Creation order, also within one millisecond. */
-  seq: Generated<number>;
   id: string;
   accountId: string;
   agentId: string;
   kind: string;
-  /** JSON; removed once the work is finished (a secret's ciphertext must not outlive its delivery). */
+  /** JSON; cleared once the work is finished or cancelled (it may hold a secret's ciphertext). */
   payload: string | null;
+  /** queued, delivered, done, failed or cancelled. */
   state: string;
-  cancelRequested: number;
   deliveries: number;
-  /** Until when a delivered piece stays with the poll that took it; past it, it is delivered again. */
-  leaseUntil: string | null;
-  /** JSON of the agent's final report. */
+  /** While delivered: when the agent's hold on it lapses and it is handed out again. */
+  leasedUntil: string | null;
+  cancelRequested: number;
+  /** JSON body of the final report. */
   result: string | null;
   createdAt: string;
   finishedAt: string | null;

@@ -1,45 +1,77 @@
+/**
+ * Work the server hands to an agent, kept in the store (`agent_work`) so that it survives restarts and
+ * is shared by every server instance. Delivered at least once (a delivery is leased; when the lease
+ * lapses without a final report, the next poll gets it again), finished exactly once (the first final
+ * report wins; any later report is refused with 409), one delivery per poll across instances.
+ *
+ * Other areas use enqueueAgentWork, onAgentWorkReport and cancelAgentWork; the agent protocol routes
+ * (routes.ts) use the rest.
+ */
 import { randomUUID } from 'node:crypto';
-import { EventEmitter } from 'node:events';
-import type { Selectable } from 'kysely';
-import type { Executor, Store, Trx } from '../../core/db/database.ts';
+import type { Db, Dialect, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
+import { ProblemError, notFound } from '../../core/problems.ts';
 import type { AgentWorkTable } from './tables.ts';
 
-/**
- * Work the server hands to agents, kept in the store so that it survives restarts and is shared by every
- * server process: PENDING until a poll of its agent takes it, DELIVERED while leased to that poll (the
- * agent names it in its heartbeats to keep the lease), then DONE, FAILED or CANCELLED by one report.
- * Delivery is at least once (a lapsed lease delivers it again); the final report is accepted once.
- */
-export type AgentWorkState = 'PENDING' | 'DELIVERED' | 'DONE' | 'FAILED' | 'CANCELLED';
-export type AgentWork = Selectable<AgentWorkTable>;
+export type AgentWorkState = 'queued' | 'delivered' | 'done' | 'failed' | 'cancelled';
 
-export interface AgentWorkReport {
-  type: 'progress' | 'done' | 'failed';
-  body: Record<string, unknown>;
+export interface AgentWork {
+  id: string;
+  accountId: string;
+  agentId: string;
+  kind: string;
+  /** Null once the work is finished or cancelled. */
+  payload: unknown;
+  state: AgentWorkState;
+  deliveries: number;
+  cancelRequested: boolean;
+  /** The body of the final report, once there is one. */
+  result: unknown;
+  createdAt: string;
+  finishedAt: string | null;
 }
 
-/** Runs inside the transaction that records an agent's report, so an area updates its own rows with it. */
-export type AgentWorkReportHandler = (trx: Trx, event: { work: AgentWork; report: AgentWorkReport }) => Promise<void>;
+export interface AgentReport {
+  type: 'progress' | 'done' | 'failed';
+  body: unknown;
+}
+
+/**
+ * Runs inside the transaction that records the report, so an area's own rows move with it. `work.payload`
+ * is the payload as delivered (the row itself drops it once the work is finished).
+ */
+export type AgentWorkReportHandler = (executor: Executor, event: { work: AgentWork; report: AgentReport }) => Promise<void>;
 
 const reportHandlers = new Map<string, AgentWorkReportHandler>();
 
-/** Lets the area that hands out work of `kind` follow what the agent reports about it. */
+/** Registers what happens when an agent reports on work of `kind` (one handler per kind; a later one replaces it). */
 export function onAgentWorkReport(kind: string, handler: AgentWorkReportHandler): void {
   reportHandlers.set(kind, handler);
 }
 
-/** Wakes the polls of an agent waiting in this process when work is added for it. */
-const arrivals = new EventEmitter().setMaxListeners(0);
+function toWork(row: AgentWorkTable): AgentWork {
+  return {
+    id: row.id,
+    accountId: row.accountId,
+    agentId: row.agentId,
+    kind: row.kind,
+    payload: row.payload === null ? null : JSON.parse(row.payload),
+    state: row.state as AgentWorkState,
+    deliveries: Number(row.deliveries),
+    cancelRequested: Number(row.cancelRequested) === 1,
+    result: row.result === null ? null : JSON.parse(row.result),
+    createdAt: row.createdAt,
+    finishedAt: row.finishedAt,
+  };
+}
 
-/** Adds work for an agent; pass the transaction of the write it belongs to so that both land or neither does. */
+/** Queues work for an agent; pass the transaction of the write it belongs to. Answers the work id. */
 export async function enqueueAgentWork(
-  db: Executor,
+  executor: Executor,
   work: { accountId: string; agentId: string; kind: string; payload: unknown },
 ): Promise<string> {
   const id = randomUUID();
-  await db
+  await executor
     .insertInto('agentWork')
     .values({
       id,
@@ -47,153 +79,171 @@ export async function enqueueAgentWork(
       agentId: work.agentId,
       kind: work.kind,
       payload: JSON.stringify(work.payload ?? null),
-      state: 'PENDING',
-      cancelRequested: 0,
+      state: 'queued',
       deliveries: 0,
-      leaseUntil: null,
+      leasedUntil: null,
+      cancelRequested: 0,
       result: null,
       createdAt: now(),
       finishedAt: null,
     })
     .execute();
-  // Told after the caller's transaction has had a moment to commit; a poll that misses it looks again soon.
-  setImmediate(() => arrivals.emit(work.agentId));
   return id;
 }
 
 /**
- * Asks for work to stop. Work no poll has taken is cancelled at once (and its payload dropped); delivered
- * work is marked, and its agent learns it from its next poll or heartbeat. Answers the work's state.
+ * Cancels work: queued work is never delivered ('cancelled'); delivered work is marked so that the agent
+ * learns it on its next heartbeat or report ('cancel-requested'), and is not delivered again. Either way
+ * its payload is dropped. Finished work is left as it is ('finished'); an unknown id is 'unknown'.
  */
-export async function cancelAgentWork(db: Executor, workId: string): Promise<AgentWorkState> {
-  const cancelled = await db
+export async function cancelAgentWork(
+  executor: Executor,
+  workId: string,
+): Promise<'cancelled' | 'cancel-requested' | 'finished' | 'unknown'> {
+  const queued = await executor
     .updateTable('agentWork')
-    .set({ state: 'CANCELLED', payload: null, cancelRequested: 1, finishedAt: now() })
+    .set({ state: 'cancelled', payload: null, finishedAt: now() })
     .where('id', '=', workId)
-    .where('state', '=', 'PENDING')
+    .where('state', '=', 'queued')
     .executeTakeFirst();
-  if (Number(cancelled.numUpdatedRows) > 0) return 'CANCELLED';
-  await db
+  if (queued.numUpdatedRows > 0n) return 'cancelled';
+  const delivered = await executor
     .updateTable('agentWork')
-    .set({ cancelRequested: 1 })
+    .set({ cancelRequested: 1, payload: null })
     .where('id', '=', workId)
-    .where('state', '=', 'DELIVERED')
-    .execute();
-  const row = await db.selectFrom('agentWork').select('state').where('id', '=', workId).executeTakeFirst();
-  if (!row) throw notFound(`There is no agent work ${workId}.`);
-  return row.state as AgentWorkState;
+    .where('state', '=', 'delivered')
+    .executeTakeFirst();
+  if (delivered.numUpdatedRows > 0n) return 'cancel-requested';
+  const row = await executor.selectFrom('agentWork').select('id').where('id', '=', workId).executeTakeFirst();
+  return row ? 'finished' : 'unknown';
 }
 
-export function readAgentWork(db: Executor, workId: string): Promise<AgentWork | undefined> {
-  return db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirst();
-}
-
-/** Takes up to `max` pieces of the agent's work that are pending or whose lease lapsed, leasing them to the caller. */
-export async function claimAgentWork(
-  store: Pick<Store, 'db' | 'dialect'>,
-  agentId: string,
-  leaseSeconds: number,
-  max: number,
-): Promise<AgentWork[]> {
-  const at = now();
-  const leaseUntil = new Date(Date.now() + leaseSeconds * 1000).toISOString();
-  const claimable = (eb: any) =>
-    eb.or([eb('state', '=', 'PENDING'), eb.and([eb('state', '=', 'DELIVERED'), eb('leaseUntil', '<', at)])]);
-  const due = store.db
-    .selectFrom('agentWork')
-    .select('id')
-    .where('agentId', '=', agentId)
-    .where(claimable)
-    .orderBy('seq')
-    .limit(max);
-  return (
-    store.db
-      .updateTable('agentWork')
-      .set((eb) => ({ state: 'DELIVERED', leaseUntil, deliveries: eb('deliveries', '+', 1) }))
-      .where('id', 'in', store.dialect === 'postgres' ? due.forUpdate().skipLocked() : due)
-      // Re-checked on the row itself, so that two polls racing for it cannot both take it.
-      .where(claimable)
-      .returningAll()
-      .execute()
-      .then((rows) => rows.sort((a, b) => a.seq - b.seq))
-  );
+/** The work `workId`, or undefined. */
+export async function findAgentWork(executor: Executor, workId: string): Promise<AgentWork | undefined> {
+  const row = await executor.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirst();
+  return row && toWork(row);
 }
 
 /**
- * Waits up to `waitMs` for work of the agent and takes it; answers at once when there is some. Work
- * added in this process wakes the wait; work added by another process is found by looking every 250 ms.
+ * Hands the agent its oldest due work, leased for `leaseMs`: queued work, or delivered work whose lease
+ * lapsed (the agent died holding it). One piece to one caller: on PostgreSQL the candidate row is locked
+ * with SKIP LOCKED, and the update re-checks the row's state, so two instances racing cannot both win; on
+ * SQLite writes are serialised. Cancelled work whose holder vanished is closed here rather than delivered.
  */
-export async function pollAgentWork(
-  store: Pick<Store, 'db' | 'dialect'>,
-  agentId: string,
-  options: { leaseSeconds: number; max: number; waitMs: number; signal: AbortSignal },
-): Promise<AgentWork[]> {
-  const deadline = Date.now() + options.waitMs;
-  for (;;) {
-    const work = await claimAgentWork(store, agentId, options.leaseSeconds, options.max);
-    const left = deadline - Date.now();
-    if (work.length > 0 || left <= 0 || options.signal.aborted) return work;
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        arrivals.off(agentId, done);
-        options.signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = setTimeout(done, Math.min(250, left));
-      arrivals.on(agentId, done);
-      options.signal.addEventListener('abort', done);
-    });
-  }
+export async function claimAgentWork(db: Db, dialect: Dialect, agentId: string, leaseMs: number): Promise<AgentWork | undefined> {
+  const at = now();
+  await db
+    .updateTable('agentWork')
+    .set({ state: 'cancelled', finishedAt: at })
+    .where('agentId', '=', agentId)
+    .where('state', '=', 'delivered')
+    .where('cancelRequested', '=', 1)
+    .where('leasedUntil', '<', at)
+    .execute();
+  const due = (eb: any) =>
+    eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'delivered'), eb('leasedUntil', '<', at)])]);
+  const candidate = db
+    .selectFrom('agentWork')
+    .select('id')
+    .where('agentId', '=', agentId)
+    .where('cancelRequested', '=', 0)
+    .where(due)
+    .orderBy('createdAt')
+    .limit(1);
+  const claimed = await db
+    .updateTable('agentWork')
+    .set((eb) => ({
+      state: 'delivered',
+      leasedUntil: new Date(Date.now() + leaseMs).toISOString(),
+      deliveries: eb('deliveries', '+', 1),
+    }))
+    .where('id', '=', dialect === 'postgres' ? candidate.forUpdate().skipLocked() : candidate)
+    .where('cancelRequested', '=', 0)
+    .where(due)
+    .returningAll()
+    .executeTakeFirst();
+  return claimed && toWork(claimed);
 }
 
-/** The agent still works on these: their leases run on. Answers which of the agent's work is to be cancelled. */
-export async function renewAgentWork(db: Executor, agentId: string, workIds: string[], leaseSeconds: number): Promise<string[]> {
-  if (workIds.length > 0) {
-    await db
-      .updateTable('agentWork')
-      .set({ leaseUntil: new Date(Date.now() + leaseSeconds * 1000).toISOString() })
-      .where('agentId', '=', agentId)
-      .where('state', '=', 'DELIVERED')
-      .where('id', 'in', workIds)
-      .execute();
-  }
+/**
+ * Extends the leases of the delivered work an agent says it still holds, and answers which of the work
+ * it holds has been cancelled since (so that it stops).
+ */
+export async function renewAgentWork(db: Db, agentId: string, held: string[], leaseMs: number): Promise<string[]> {
+  if (held.length === 0) return [];
+  await db
+    .updateTable('agentWork')
+    .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+    .where('agentId', '=', agentId)
+    .where('id', 'in', held)
+    .where('state', '=', 'delivered')
+    .execute();
   const cancelled = await db
     .selectFrom('agentWork')
     .select('id')
     .where('agentId', '=', agentId)
-    .where('state', '=', 'DELIVERED')
-    .where('cancelRequested', '=', 1)
+    .where('id', 'in', held)
+    .where((eb) => eb.or([eb('cancelRequested', '=', 1), eb('state', '=', 'cancelled')]))
     .execute();
   return cancelled.map((row) => row.id);
 }
 
+const finishedProblem = (work: AgentWork) =>
+  new ProblemError(
+    409,
+    work.state === 'cancelled' || work.cancelRequested
+      ? `Work ${work.id} was cancelled; stop it and report nothing more.`
+      : `Work ${work.id} is already ${work.state}; its final report was recorded once and this one is ignored.`,
+    { name: work.state === 'cancelled' || work.cancelRequested ? 'work-cancelled' : 'work-already-finished' },
+  );
+
 /**
- * Records an agent's report about its work and lets the area of the work's kind act on it in the same
- * transaction. Progress is taken while the work is delivered; the final report (done or failed) is taken
- * once: a second one is 409, whatever it says. Finishing drops the payload.
+ * Records an agent's report on its work, and runs the kind's report handler in the same transaction.
+ * progress keeps the lease alive; done or failed finishes the work once (the first final report wins;
+ * later ones, and any report on cancelled or finished work, answer 409), drops its payload and keeps the
+ * report body as the result. A final report on work whose cancellation was requested still finishes it.
  */
-export async function reportAgentWork(trx: Trx, agentId: string, workId: string, report: AgentWorkReport): Promise<AgentWork> {
-  const work = await trx
-    .selectFrom('agentWork')
-    .selectAll()
-    .where('id', '=', workId)
-    .where('agentId', '=', agentId)
-    .executeTakeFirst();
-  if (!work) throw notFound(`There is no work ${workId} for this agent.`);
-  const open = ['PENDING', 'DELIVERED'];
-  if (report.type !== 'progress') {
-    const state = work.cancelRequested && report.type === 'failed' ? 'CANCELLED' : report.type === 'done' ? 'DONE' : 'FAILED';
-    // Conditional on the row itself, so that of two final reports racing only one is taken.
-    const finished = await trx
-      .updateTable('agentWork')
-      .set({ state, payload: null, result: JSON.stringify(report.body), finishedAt: now(), leaseUntil: null })
-      .where('id', '=', workId)
-      .where('state', 'in', open)
-      .executeTakeFirst();
-    if (Number(finished.numUpdatedRows) === 0) work.state = 'FINISHED';
-  }
-  if (!open.includes(work.state)) throw conflict(`Work ${workId} is finished; its final report was already taken.`);
-  await reportHandlers.get(work.kind)?.(trx, { work, report });
-  return work;
+export function recordAgentWorkReport(
+  db: Db,
+  agentId: string,
+  workId: string,
+  report: AgentReport,
+  leaseMs: number,
+): Promise<AgentWork> {
+  return db.transaction().execute(async (trx) => {
+    const current = await findAgentWork(trx, workId);
+    if (!current || current.agentId !== agentId) throw notFound(`Work ${workId} is not this agent's.`);
+    if (current.state === 'queued') {
+      throw new ProblemError(409, `Work ${workId} has not been delivered; poll for it first.`, { name: 'work-not-delivered' });
+    }
+    const at = now();
+    const moved =
+      report.type === 'progress'
+        ? await trx
+            .updateTable('agentWork')
+            .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+            .where('id', '=', workId)
+            .where('state', '=', 'delivered')
+            .where('cancelRequested', '=', 0)
+            .returningAll()
+            .executeTakeFirst()
+        : await trx
+            .updateTable('agentWork')
+            .set({
+              state: report.type,
+              payload: null,
+              leasedUntil: null,
+              result: JSON.stringify(report.body ?? null),
+              finishedAt: at,
+            })
+            .where('id', '=', workId)
+            .where('state', '=', 'delivered')
+            .returningAll()
+            .executeTakeFirst();
+    if (!moved) throw finishedProblem((await findAgentWork(trx, workId))!);
+    // The handler sees the payload as delivered, although the row no longer keeps it.
+    const work = { ...toWork(moved), payload: current.payload };
+    await reportHandlers.get(work.kind)?.(trx, { work, report });
+    return work;
+  });
 }

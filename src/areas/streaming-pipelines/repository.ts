@@ -2,239 +2,242 @@ import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { CREDENTIAL_NAME } from '../../core/credentials.ts';
-import { countOf, offsetOf, pageOf, type PageQuery } from '../../core/paging.ts';
-import { badRequest, conflict, notFound } from '../../core/problems.ts';
-import { cancelAgentWork, enqueueAgentWork, onAgentWorkReport } from '../agents/work.ts';
+import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { countOf, offsetOf } from '../../core/paging.ts';
+import { enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
 import type { StreamingPipelineTable } from './tables.ts';
-import type { STREAMING_STATUSES, StreamingPipeline, StreamingPipelineRequest } from './schemas.ts';
+import {
+  SECRET_REFERENCE_FIELDS,
+  type StreamingPipeline,
+  type StreamingPipelineQuery,
+  type StreamingPipelineRequest,
+  type StreamingPipelineStatus,
+} from './schemas.ts';
 
-type Row = Selectable<StreamingPipelineTable>;
-type Status = (typeof STREAMING_STATUSES)[number];
+type PipelineRow = Selectable<StreamingPipelineTable>;
+type Definition = Pick<StreamingPipelineRequest, 'advancedProperties' | 'streamingSource' | 'streamingTarget'>;
 
-/** The kind of agent work that runs a streaming pipeline: it lasts from the start until the stop (its cancellation). */
-export const RUN_STREAMING_PIPELINE = 'start-streaming-pipeline';
+export const START_WORK = 'streaming-pipeline-start';
+export const STOP_WORK = 'streaming-pipeline-stop';
+
+/** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
+const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;
 
 /**
- * The moves of a streaming pipeline's status, all of them: what starts, stops or ends a run, from where.
- * Anything else is refused (409) or, for an agent's late report, ignored.
+ * Refuses a definition that carries a secret value: the secret references (password, accountKey) may hold
+ * only the reference fields, and free-form properties may not be named like credentials. Violations name
+ * the field, never its value.
  */
-const MOVES: Record<string, { from: Status[]; to: Status }> = {
-  start: { from: ['STOPPED', 'FAILED'], to: 'STARTING' },
-  stop: { from: ['STARTING', 'RUNNING'], to: 'STOPPING' },
-  'stopped before delivery': { from: ['STOPPING'], to: 'STOPPED' },
-  'agent reports running': { from: ['STARTING'], to: 'RUNNING' },
-  'agent reports done': { from: ['STARTING', 'RUNNING', 'STOPPING'], to: 'STOPPED' },
-  'agent reports failure': { from: ['STARTING', 'RUNNING'], to: 'FAILED' },
-  'agent reports stopped': { from: ['STOPPING'], to: 'STOPPED' },
-};
-const EDITABLE: Status[] = ['STOPPED', 'FAILED'];
+function checkNoSecretValues(request: StreamingPipelineRequest): void {
+  const violations: string[] = [];
+  const references: [string, object | undefined][] = [
+    ['body.streamingSource.connection.password', request.streamingSource.connection.password],
+    ['body.streamingTarget.accountKey', request.streamingTarget.accountKey],
+  ];
+  for (const [field, reference] of references) {
+    for (const key of Object.keys(reference ?? {})) {
+      if (!SECRET_REFERENCE_FIELDS.includes(key)) {
+        violations.push(`${field}.${key}: a secret reference holds only ${SECRET_REFERENCE_FIELDS.join(', ')}, never a value`);
+      }
+    }
+  }
+  const properties: [string, Record<string, string> | undefined][] = [
+    ['body.advancedProperties', request.advancedProperties],
+    ['body.streamingSource.connection.jdbcProperties', request.streamingSource.connection.jdbcProperties],
+  ];
+  for (const [field, values] of properties) {
+    for (const key of Object.keys(values ?? {})) {
+      if (CREDENTIAL_NAME.test(key))
+        violations.push(`${field}.${key}: credentials go in a secret reference, never in a property`);
+    }
+  }
+  if (violations.length) throw badRequest('The definition carries a secret value where a secret reference belongs.', violations);
+}
 
-function toStreamingPipeline(row: Row): StreamingPipeline {
-  const definition = JSON.parse(row.definition) as Pick<
-    StreamingPipeline,
-    'streamingSource' | 'streamingTarget' | 'advancedProperties'
-  >;
+function toPipeline(row: PipelineRow): StreamingPipeline {
+  const definition = JSON.parse(row.definition) as Definition;
   return {
     streamingPipelineId: row.id,
     projectId: row.projectId,
     name: row.name,
     agentId: row.agentId,
-    ...definition,
-    status: row.status as Status,
-    ...(row.statusMessage !== null && { statusMessage: row.statusMessage }),
+    advancedProperties: definition.advancedProperties ?? {},
+    streamingSource: definition.streamingSource,
+    streamingTarget: definition.streamingTarget,
+    status: row.status as StreamingPipelineStatus,
   };
 }
 
-/** Plain credentials where properties are kept (JDBC and advanced properties), and an agent that is not the account's. */
-async function checkDefinition(db: Executor, accountId: string, request: StreamingPipelineRequest): Promise<void> {
-  const violations: string[] = [];
-  const properties = {
-    'streamingSource.connection.jdbcProperties': request.streamingSource.connection.jdbcProperties,
-    advancedProperties: request.advancedProperties,
+export function statusOf(row: PipelineRow) {
+  return {
+    streamingPipelineId: row.id,
+    status: row.status as StreamingPipelineStatus,
+    ...(row.statusMessage !== null && { message: row.statusMessage }),
+    changedAt: row.statusChangedAt,
   };
-  for (const [at, values] of Object.entries(properties)) {
-    for (const key of Object.keys(values ?? {})) {
-      if (CREDENTIAL_NAME.test(key))
-        violations.push(`${at}.${key}: a definition holds no credential: give it as a secret reference (password, accountKey)`);
-    }
-  }
+}
+
+/** The agent must be one of the account's (422 otherwise, as a field of the body). */
+async function checkAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
   const agent = await db
     .selectFrom('agents')
     .select('id')
-    .where('id', '=', request.agentId)
+    .where('id', '=', agentId)
     .where('accountId', '=', accountId)
     .executeTakeFirst();
-  if (!agent) violations.push(`agentId: no agent ${request.agentId} in this account`);
-  if (violations.length > 0) throw badRequest('The streaming pipeline definition is not valid.', violations);
-}
-
-function definitionOf(request: StreamingPipelineRequest): string {
-  return JSON.stringify({
-    streamingSource: request.streamingSource,
-    streamingTarget: request.streamingTarget,
-    advancedProperties: request.advancedProperties ?? {},
-  });
+  if (!agent) throw unprocessable('The agent does not exist in this account.', ['body.agentId: is not an agent of this account']);
 }
 
 const nameTaken = (name: string) => conflict(`A streaming pipeline named "${name}" already exists in this project.`);
 
-export async function createStreamingPipeline(
-  db: Executor,
-  accountId: string,
-  projectId: string,
-  request: StreamingPipelineRequest,
-) {
-  await checkDefinition(db, accountId, request);
-  const id = randomUUID();
-  const at = now();
-  try {
-    await db
-      .insertInto('streamingPipelines')
-      .values({
-        id,
-        accountId,
-        projectId,
-        agentId: request.agentId,
-        name: request.name,
-        definition: definitionOf(request),
-        status: 'STOPPED',
-        workId: null,
-        statusMessage: null,
-        createdAt: at,
-        updatedAt: at,
-      })
-      .execute();
-  } catch (error) {
-    if (isUniqueViolation(error)) throw nameTaken(request.name);
-    throw error;
-  }
-  return requireStreamingPipeline(db, projectId, id);
-}
-
-async function requireRow(db: Executor, projectId: string, id: string): Promise<Row> {
+export async function requirePipeline(db: Executor, projectId: string, pipelineId: string): Promise<PipelineRow> {
   const row = await db
     .selectFrom('streamingPipelines')
     .selectAll()
-    .where('id', '=', id)
+    .where('id', '=', pipelineId)
     .where('projectId', '=', projectId)
     .executeTakeFirst();
-  if (!row) throw notFound(`Streaming pipeline ${id} does not exist in this project.`);
+  if (!row) throw notFound(`Streaming pipeline ${pipelineId} does not exist in this project.`);
   return row;
 }
 
-export async function requireStreamingPipeline(db: Executor, projectId: string, id: string): Promise<StreamingPipeline> {
-  return toStreamingPipeline(await requireRow(db, projectId, id));
+function definitionOf(request: StreamingPipelineRequest): string {
+  const definition: Definition = {
+    advancedProperties: request.advancedProperties ?? {},
+    streamingSource: request.streamingSource,
+    streamingTarget: request.streamingTarget,
+  };
+  return JSON.stringify(definition);
 }
 
-export async function listStreamingPipelines(db: Executor, projectId: string, query: PageQuery) {
-  const filtered = db.selectFrom('streamingPipelines').where('projectId', '=', projectId);
-  const [rows, total] = await Promise.all([
-    filtered.selectAll().orderBy('name').limit(query.size).offset(offsetOf(query)).execute(),
-    countOf(filtered),
-  ]);
-  return pageOf(query, rows.map(toStreamingPipeline), total);
-}
-
-function refuseUnlessStopped(row: Row, what: string): void {
-  if (!EDITABLE.includes(row.status as Status))
-    throw conflict(`Streaming pipeline ${row.id} is ${row.status}: stop it before you ${what} it.`);
-}
-
-export async function replaceStreamingPipeline(
+export async function createPipeline(
   db: Executor,
   accountId: string,
   projectId: string,
-  id: string,
   request: StreamingPipelineRequest,
-) {
-  refuseUnlessStopped(await requireRow(db, projectId, id), 'change');
-  await checkDefinition(db, accountId, request);
+): Promise<StreamingPipeline> {
+  checkNoSecretValues(request);
+  await checkAgent(db, accountId, request.agentId);
+  const at = now();
+  const row: PipelineRow = {
+    id: randomUUID(),
+    projectId,
+    agentId: request.agentId,
+    name: request.name,
+    definition: definitionOf(request),
+    status: 'STOPPED',
+    statusMessage: null,
+    statusChangedAt: at,
+    createdAt: at,
+  };
+  try {
+    await db.insertInto('streamingPipelines').values(row).execute();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw nameTaken(request.name);
+    throw error;
+  }
+  return toPipeline(row);
+}
+
+export async function listPipelines(db: Executor, projectId: string, query: StreamingPipelineQuery) {
+  let filtered = db.selectFrom('streamingPipelines').where('projectId', '=', projectId);
+  if (query.agentId) filtered = filtered.where('agentId', '=', query.agentId);
+  if (query.status) filtered = filtered.where('status', '=', query.status);
+  const [rows, total] = await Promise.all([
+    filtered.selectAll().orderBy('name').orderBy('id').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(filtered),
+  ]);
+  return { results: rows.map(toPipeline), total };
+}
+
+export function readPipeline(db: Executor, projectId: string, pipelineId: string): Promise<StreamingPipeline> {
+  return requirePipeline(db, projectId, pipelineId).then(toPipeline);
+}
+
+const IDLE: StreamingPipelineStatus[] = ['STOPPED', 'FAILED'];
+
+function requireIdle(row: PipelineRow, action: string): void {
+  if (!IDLE.includes(row.status as StreamingPipelineStatus)) {
+    throw conflict(`The streaming pipeline is ${row.status}; stop it before you ${action} it.`);
+  }
+}
+
+export async function replacePipeline(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  pipelineId: string,
+  request: StreamingPipelineRequest,
+): Promise<StreamingPipeline> {
+  const row = await requirePipeline(db, projectId, pipelineId);
+  requireIdle(row, 'replace');
+  checkNoSecretValues(request);
+  await checkAgent(db, accountId, request.agentId);
+  const next = { ...row, name: request.name, agentId: request.agentId, definition: definitionOf(request) };
   try {
     await db
       .updateTable('streamingPipelines')
-      .set({ name: request.name, agentId: request.agentId, definition: definitionOf(request), updatedAt: now() })
-      .where('id', '=', id)
+      .set({ name: next.name, agentId: next.agentId, definition: next.definition })
+      .where('id', '=', pipelineId)
       .execute();
   } catch (error) {
     if (isUniqueViolation(error)) throw nameTaken(request.name);
     throw error;
   }
-  return requireStreamingPipeline(db, projectId, id);
+  return toPipeline(next);
 }
 
-export async function deleteStreamingPipeline(db: Executor, projectId: string, id: string): Promise<void> {
-  refuseUnlessStopped(await requireRow(db, projectId, id), 'delete');
-  await db.deleteFrom('streamingPipelines').where('id', '=', id).execute();
+export async function deletePipeline(db: Executor, projectId: string, pipelineId: string): Promise<void> {
+  requireIdle(await requirePipeline(db, projectId, pipelineId), 'delete');
+  await db.deleteFrom('streamingPipelines').where('id', '=', pipelineId).execute();
 }
 
-/** Moves the status by `move` when the row is in one of the move's sources; answers whether it moved. */
-async function move(
-  db: Executor,
-  id: string,
-  name: keyof typeof MOVES,
-  set: Partial<Pick<Row, 'workId' | 'statusMessage'>> = {},
-) {
-  const { from, to } = MOVES[name];
-  const moved = await db
+async function moveStatus(db: Executor, pipelineId: string, status: StreamingPipelineStatus, message: string | null) {
+  await db
     .updateTable('streamingPipelines')
-    .set({ status: to, ...set, updatedAt: now() })
-    .where('id', '=', id)
-    .where('status', 'in', from)
-    .executeTakeFirst();
-  return Number(moved.numUpdatedRows) > 0;
+    .set({ status, statusMessage: message, statusChangedAt: now() })
+    .where('id', '=', pipelineId)
+    .execute();
 }
 
-/** Hands the pipeline to its agent to run; it is STARTING until the agent reports it running. */
-export async function startStreamingPipeline(db: Executor, accountId: string, projectId: string, id: string) {
-  const row = await requireRow(db, projectId, id);
-  if (!MOVES.start.from.includes(row.status as Status))
-    throw conflict(`Streaming pipeline ${id} is ${row.status}: it cannot be started.`);
-  const pipeline = toStreamingPipeline(row);
-  const workId = await enqueueAgentWork(db, {
+/**
+ * Asks the pipeline's agent to start (from STOPPED or FAILED: STARTING) or stop it (from RUNNING: STOPPING),
+ * through agent work that carries the definition (secret references only).
+ */
+export async function requestRun(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  pipelineId: string,
+  action: 'start' | 'stop',
+): Promise<ReturnType<typeof statusOf>> {
+  const row = await requirePipeline(db, projectId, pipelineId);
+  if (action === 'start') requireIdle(row, 'start');
+  else if (row.status !== 'RUNNING')
+    throw conflict(`The streaming pipeline is ${row.status}; only a RUNNING one can be stopped.`);
+  const pipeline = toPipeline(row);
+  await enqueueAgentWork(db, {
     accountId,
     agentId: row.agentId,
-    kind: RUN_STREAMING_PIPELINE,
-    payload: {
-      streamingPipelineId: id,
-      streamingSource: pipeline.streamingSource,
-      streamingTarget: pipeline.streamingTarget,
-      advancedProperties: pipeline.advancedProperties,
-    },
+    kind: action === 'start' ? START_WORK : STOP_WORK,
+    payload: { streamingPipelineId: pipelineId, projectId, name: pipeline.name, definition: JSON.parse(row.definition) },
   });
-  await move(db, id, 'start', { workId, statusMessage: null });
-  return requireStreamingPipeline(db, projectId, id);
+  await moveStatus(db, pipelineId, action === 'start' ? 'STARTING' : 'STOPPING', null);
+  return statusOf(await requirePipeline(db, projectId, pipelineId));
 }
 
-/** Asks the agent to stop the pipeline; one that no agent has taken yet is stopped at once. */
-export async function stopStreamingPipeline(db: Executor, projectId: string, id: string) {
-  const row = await requireRow(db, projectId, id);
-  if (!MOVES.stop.from.includes(row.status as Status))
-    throw conflict(`Streaming pipeline ${id} is ${row.status}: it is not running.`);
-  await move(db, id, 'stop');
-  if ((await cancelAgentWork(db, row.workId!)) === 'CANCELLED') await move(db, id, 'stopped before delivery', { workId: null });
-  return requireStreamingPipeline(db, projectId, id);
+function failureMessage(body: unknown): string {
+  const message = (body as { message?: unknown } | null)?.message;
+  return typeof message === 'string' ? message.slice(0, 4000) : 'the agent reported a failure without a reason';
 }
 
-// What the agent running a pipeline reports moves its status; reports about an earlier run are ignored.
-onAgentWorkReport(RUN_STREAMING_PIPELINE, async (trx, { work, report }) => {
-  const row = await trx
-    .selectFrom('streamingPipelines')
-    .select(['id', 'workId'])
-    .where('workId', '=', work.id)
-    .executeTakeFirst();
-  if (!row) return;
-  const message = typeof report.body.message === 'string' ? report.body.message.slice(0, 2000) : null;
-  if (report.type === 'progress' && report.body.status === 'RUNNING')
-    await move(trx, row.id, 'agent reports running', { statusMessage: message });
-  if (report.type === 'done') await move(trx, row.id, 'agent reports done', { workId: null, statusMessage: message });
-  if (report.type === 'failed') {
-    // A run stopped on request ends as a failure of its work (the agent was interrupted): that is a stop.
-    const stopped = await move(trx, row.id, 'agent reports stopped', { workId: null, statusMessage: null });
-    if (!stopped)
-      await move(trx, row.id, 'agent reports failure', {
-        workId: null,
-        statusMessage: message ?? 'the agent reported a failure',
-      });
-  }
-});
+/** The agent's final report on a start (RUNNING, or FAILED with its reason) or on a stop (STOPPED, or FAILED). */
+export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
+  return async (db, { work, report }) => {
+    if (report.type === 'progress') return;
+    const { streamingPipelineId } = work.payload as { streamingPipelineId: string };
+    const [status, message] =
+      report.type === 'done' ? [action === 'start' ? 'RUNNING' : 'STOPPED', null] : ['FAILED', failureMessage(report.body)];
+    await moveStatus(db, streamingPipelineId, status as StreamingPipelineStatus, message);
+  };
+}

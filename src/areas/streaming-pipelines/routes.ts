@@ -5,64 +5,70 @@ import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
 import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
+import { onAgentWorkReport } from '../agents/work.ts';
 import {
   StreamingPipeline,
-  StreamingPipelineListQuery,
   StreamingPipelineParams,
+  StreamingPipelineQuery,
   StreamingPipelineRequest,
-  StreamingPipelineStatus,
+  StreamingPipelineStatusAnswer,
 } from './schemas.ts';
 import {
-  createStreamingPipeline,
-  deleteStreamingPipeline,
-  listStreamingPipelines,
-  replaceStreamingPipeline,
-  requireStreamingPipeline,
-  startStreamingPipeline,
-  stopStreamingPipeline,
+  START_WORK,
+  STOP_WORK,
+  createPipeline,
+  deletePipeline,
+  listPipelines,
+  onRunReport,
+  readPipeline,
+  replacePipeline,
+  requestRun,
+  requirePipeline,
+  statusOf,
 } from './repository.ts';
 
-const tags = ['Streaming pipelines'];
+const tags = ['Streaming Pipelines'];
 
-/** Streaming pipeline definitions of a project (E19), and their runs on the agent that owns each. */
+/** E19 and the rest of a streaming pipeline's life: definitions per project, run by one of the account's agents. */
 export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const db = app.store.db;
+  onAgentWorkReport(START_WORK, onRunReport('start'));
+  onAgentWorkReport(STOP_WORK, onRunReport('stop'));
 
   app.get(
     '/projects/:projectId/streaming-pipelines',
     {
       schema: {
-        summary: 'List the streaming pipeline definitions of the project, by name (E19); the page may be empty',
+        summary: 'List the streaming pipeline definitions of the project (E19); the page may be empty',
         tags,
         params: ProjectParams,
-        querystring: StreamingPipelineListQuery,
+        querystring: StreamingPipelineQuery,
         response: { 200: Page(StreamingPipeline) },
       },
     },
-    async (request) =>
-      pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listStreamingPipelines),
+    async (request) => pageInProject(db, request.principal.accountId, request.params.projectId, request.query, listPipelines),
   );
 
   app.post(
     '/projects/:projectId/streaming-pipelines',
     {
       schema: {
-        summary: 'Create a streaming pipeline definition (stopped)',
-        description: 'Passwords and account keys are secret references; a credential-named property with a value is 400.',
+        summary: 'Create a streaming pipeline definition (STOPPED until started)',
         tags,
         params: ProjectParams,
         body: StreamingPipelineRequest,
-        response: { 201: StreamingPipeline, ...problems(409) },
+        response: { 201: StreamingPipeline, ...problems(409, 422) },
       },
     },
     async (request, reply) => {
       const { accountId } = request.principal;
       const { projectId } = request.params;
-      const created = await writeInProject(app.store.db, accountId, projectId, (trx) =>
-        createStreamingPipeline(trx, accountId, projectId, request.body),
+      const pipeline = await writeInProject(db, accountId, projectId, (trx) =>
+        createPipeline(trx, accountId, projectId, request.body),
       );
-      request.auditIds.streamingPipelineId = created.streamingPipelineId;
-      return sendCreated(request, reply, { segment: created.streamingPipelineId }, created);
+      request.auditIds.streamingPipelineId = pipeline.streamingPipelineId;
+      return sendCreated(request, reply, { segment: pipeline.streamingPipelineId }, pipeline);
     },
   );
 
@@ -70,7 +76,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
       schema: {
-        summary: 'Get a streaming pipeline definition and its status',
+        summary: 'Read a streaming pipeline definition',
         tags,
         params: StreamingPipelineParams,
         response: { 200: StreamingPipeline },
@@ -78,26 +84,8 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     },
     async (request) => {
       const { projectId, streamingPipelineId } = request.params;
-      await requireProject(app.store.db, request.principal.accountId, projectId);
-      return requireStreamingPipeline(app.store.db, projectId, streamingPipelineId);
-    },
-  );
-
-  app.get(
-    '/projects/:projectId/streaming-pipelines/:streamingPipelineId/status',
-    {
-      schema: {
-        summary: 'The status of a streaming pipeline',
-        tags,
-        params: StreamingPipelineParams,
-        response: { 200: StreamingPipelineStatus },
-      },
-    },
-    async (request) => {
-      const { projectId, streamingPipelineId } = request.params;
-      await requireProject(app.store.db, request.principal.accountId, projectId);
-      const { status, statusMessage } = await requireStreamingPipeline(app.store.db, projectId, streamingPipelineId);
-      return { streamingPipelineId, status, ...(statusMessage !== undefined && { statusMessage }) };
+      await requireProject(db, request.principal.accountId, projectId);
+      return readPipeline(db, projectId, streamingPipelineId);
     },
   );
 
@@ -105,18 +93,18 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
       schema: {
-        summary: 'Replace a streaming pipeline definition (only while it is stopped or failed)',
+        summary: 'Replace a streaming pipeline definition (while it is STOPPED or FAILED)',
         tags,
         params: StreamingPipelineParams,
         body: StreamingPipelineRequest,
-        response: { 200: StreamingPipeline, ...problems(409) },
+        response: { 200: StreamingPipeline, ...problems(409, 422) },
       },
     },
     async (request) => {
       const { accountId } = request.principal;
       const { projectId, streamingPipelineId } = request.params;
-      return writeInProject(app.store.db, accountId, projectId, (trx) =>
-        replaceStreamingPipeline(trx, accountId, projectId, streamingPipelineId, request.body),
+      return writeInProject(db, accountId, projectId, (trx) =>
+        replacePipeline(trx, accountId, projectId, streamingPipelineId, request.body),
       );
     },
   );
@@ -125,7 +113,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
       schema: {
-        summary: 'Delete a streaming pipeline definition (only while it is stopped or failed)',
+        summary: 'Delete a streaming pipeline definition (while it is STOPPED or FAILED)',
         tags,
         params: StreamingPipelineParams,
         response: { ...noContent('The definition is deleted.'), ...problems(409) },
@@ -133,37 +121,51 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     },
     async (request, reply) => {
       const { projectId, streamingPipelineId } = request.params;
-      await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
-        deleteStreamingPipeline(trx, projectId, streamingPipelineId),
+      await writeInProject(db, request.principal.accountId, projectId, (trx) =>
+        deletePipeline(trx, projectId, streamingPipelineId),
       );
       return reply.code(204).send(null);
     },
   );
 
-  for (const [action, run] of [
-    ['start', (trx, accountId, projectId, id) => startStreamingPipeline(trx, accountId, projectId, id)],
-    ['stop', (trx, _accountId, projectId, id) => stopStreamingPipeline(trx, projectId, id)],
-  ] as const satisfies readonly (readonly [string, (...args: any[]) => Promise<StreamingPipeline>])[]) {
+  app.get(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId/status',
+    {
+      schema: {
+        summary: 'The run status of a streaming pipeline, as its agent last reported it',
+        tags,
+        params: StreamingPipelineParams,
+        response: { 200: StreamingPipelineStatusAnswer },
+      },
+    },
+    async (request) => {
+      const { projectId, streamingPipelineId } = request.params;
+      await requireProject(db, request.principal.accountId, projectId);
+      return statusOf(await requirePipeline(db, projectId, streamingPipelineId));
+    },
+  );
+
+  for (const action of ['start', 'stop'] as const) {
     app.post(
       `/projects/:projectId/streaming-pipelines/:streamingPipelineId/${action}`,
       {
         schema: {
           summary:
             action === 'start'
-              ? 'Start a streaming pipeline: its agent is told to run it (STARTING, then RUNNING once the agent reports it)'
-              : 'Stop a streaming pipeline: its agent is told to stop it (STOPPING, then STOPPED)',
+              ? 'Start a streaming pipeline: its agent is told to (STARTING, then RUNNING or FAILED)'
+              : 'Stop a running streaming pipeline: its agent is told to (STOPPING, then STOPPED)',
           tags,
           params: StreamingPipelineParams,
-          response: { 202: StreamingPipeline, ...problems(409) },
+          response: { 202: StreamingPipelineStatusAnswer, ...problems(409) },
         },
       },
       async (request, reply) => {
         const { accountId } = request.principal;
         const { projectId, streamingPipelineId } = request.params;
-        const pipeline = await writeInProject(app.store.db, accountId, projectId, (trx) =>
-          run(trx, accountId, projectId, streamingPipelineId),
+        const status = await writeInProject(db, accountId, projectId, (trx) =>
+          requestRun(trx, accountId, projectId, streamingPipelineId, action),
         );
-        return reply.code(202).send(pipeline);
+        return reply.code(202).send(status);
       },
     );
   }

@@ -1,122 +1,130 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { SECRET_REFERENCE_TYPES } from '../secret-references/schemas.ts';
 
-export const STREAMING_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'STOPPING', 'FAILED'] as const;
+export const STREAMING_PIPELINE_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'STOPPING', 'FAILED'] as const;
+export type StreamingPipelineStatus = (typeof STREAMING_PIPELINE_STATUSES)[number];
+
+/** The fields a secret reference may have; anything else in its place (a value) is refused. */
+export const SECRET_REFERENCE_FIELDS = ['secretName', 'secretType', 'secretKey', 'secretLocation'];
 
 const Text = Type.String({ minLength: 1, maxLength: 255 });
-
-/** Where a password or key is kept in the customer's vault; a definition never holds the value itself. */
-const StreamingSecretReference = Type.Object(
-  {
-    secretName: Text,
-    secretType: Type.Enum(SECRET_REFERENCE_TYPES),
-    secretKey: Type.Optional(Text),
-    secretLocation: Type.Optional(
-      Type.String({ minLength: 1, maxLength: 255, description: 'the vault, e.g. MATILLION_CUSTOMER_VAULT' }),
-    ),
-  },
-  { additionalProperties: false },
-);
-
-const Properties = Type.Record(Type.String({ minLength: 1, maxLength: 255 }), Type.String({ maxLength: 4096 }), {
+const Properties = Type.Record(Type.String({ minLength: 1, maxLength: 255 }), Type.String({ maxLength: 4000 }), {
   maxProperties: 100,
 });
 
-const StreamingSource = Type.Object(
+const SecretReference = Type.Object(
   {
-    type: Type.String({ minLength: 1, maxLength: 64, examples: ['POSTGRES', 'MYSQL', 'SQLSERVER', 'ORACLE', 'DB2'] }),
-    connection: Type.Object(
-      {
-        host: Type.String({ minLength: 1, maxLength: 255 }),
-        port: Type.Integer({ minimum: 1, maximum: 65535 }),
-        username: Text,
-        password: StreamingSecretReference,
-        jdbcProperties: Type.Optional(Properties),
-      },
-      { additionalProperties: false },
-    ),
-    tables: Type.Array(Type.Object({ schema: Text, table: Text }, { additionalProperties: false }), {
-      minItems: 1,
-      maxItems: 10_000,
-    }),
+    secretName: Text,
+    secretType: Type.Optional(Text),
+    secretKey: Type.Optional(Text),
+    secretLocation: Type.Optional(Text),
   },
-  { additionalProperties: false },
+  { description: 'where the agent finds the secret in its vault; never the secret value itself' },
 );
 
-const StreamingTarget = Type.Object(
-  {
-    type: Type.String({ minLength: 1, maxLength: 64, examples: ['AZURE_BLOB', 'S3', 'GCS', 'SNOWFLAKE'] }),
-    accountName: Type.Optional(Text),
-    accountKey: Type.Optional(StreamingSecretReference),
-    container: Type.Optional(Text),
-    prefix: Type.Optional(Type.String({ maxLength: 1024 })),
-    decimalMapping: Type.Optional(Type.String({ minLength: 1, maxLength: 64 })),
+const StreamingSource = Type.Object({
+  type: Text,
+  connection: Type.Object({
+    host: Text,
+    port: Type.Integer({ minimum: 1, maximum: 65535 }),
+    username: Text,
+    password: SecretReference,
+    jdbcProperties: Type.Optional(Properties),
+  }),
+  tables: Type.Array(Type.Object({ schema: Text, table: Text }), { minItems: 1, maxItems: 1000 }),
+});
+
+const StreamingTarget = Type.Object({
+  type: Text,
+  accountName: Type.Optional(Text),
+  accountKey: Type.Optional(SecretReference),
+  container: Type.Optional(Text),
+  prefix: Type.Optional(Type.String({ maxLength: 1024 })),
+  decimalMapping: Type.Optional(Text),
+});
+
+const requestExample = {
+  name: 'orders-cdc',
+  agentId: '0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11',
+  advancedProperties: { 'snapshot.mode': 'initial' },
+  streamingSource: {
+    type: 'POSTGRES',
+    connection: {
+      host: 'db.internal',
+      port: 5432,
+      username: 'replicator',
+      password: {
+        secretName: 'orders-db',
+        secretKey: 'password',
+        secretType: 'PASSWORD',
+        secretLocation: 'MATILLION_CUSTOMER_VAULT',
+      },
+      jdbcProperties: { sslmode: 'require' },
+    },
+    tables: [{ schema: 'public', table: 'orders' }],
   },
-  { additionalProperties: false },
-);
+  streamingTarget: {
+    type: 'AZURE_BLOB',
+    accountName: 'lake',
+    accountKey: { secretName: 'lake-key', secretKey: 'key', secretLocation: 'MATILLION_CUSTOMER_VAULT' },
+    container: 'cdc',
+    prefix: 'orders/',
+    decimalMapping: 'STRING',
+  },
+};
 
 export const StreamingPipelineRequest = Type.Object(
   {
     name: Text,
-    agentId: Type.String({ format: 'uuid', description: 'the agent of the account that runs it' }),
+    agentId: Type.String({ format: 'uuid', description: "one of the account's agents; it runs the pipeline" }),
+    advancedProperties: Type.Optional(Properties),
     streamingSource: StreamingSource,
     streamingTarget: StreamingTarget,
-    advancedProperties: Type.Optional(Properties),
   },
   {
-    additionalProperties: false,
-    examples: [
-      {
-        name: 'orders-cdc',
-        agentId: '0b7d4c52-4f0e-4c8e-8a57-2f1f4bb0d3a9',
-        streamingSource: {
-          type: 'POSTGRES',
-          connection: {
-            host: 'db.internal',
-            port: 5432,
-            username: 'replicator',
-            password: { secretName: 'orders-db', secretType: 'PASSWORD', secretKey: 'password' },
-          },
-          tables: [{ schema: 'public', table: 'orders' }],
-        },
-        streamingTarget: {
-          type: 'AZURE_BLOB',
-          accountName: 'lake',
-          accountKey: { secretName: 'lake-key', secretType: 'PASSWORD' },
-          container: 'cdc',
-          prefix: 'orders/',
-        },
-      },
-    ],
+    description: 'Passwords and account keys are secret references; a plain value in their place is 400.',
+    examples: [requestExample],
   },
 );
 export type StreamingPipelineRequest = Static<typeof StreamingPipelineRequest>;
 
-export const StreamingPipeline = Type.Object({
-  streamingPipelineId: Type.String({ format: 'uuid' }),
-  projectId: Type.String({ format: 'uuid' }),
-  ...StreamingPipelineRequest.properties,
-  advancedProperties: Properties,
-  status: Type.Enum(STREAMING_STATUSES),
-  statusMessage: Type.Optional(Type.String()),
-});
-export type StreamingPipeline = Static<typeof StreamingPipeline>;
-
-export const StreamingPipelineStatus = Type.Object(
+export const StreamingPipeline = Type.Object(
   {
     streamingPipelineId: Type.String({ format: 'uuid' }),
-    status: Type.Enum(STREAMING_STATUSES),
-    statusMessage: Type.Optional(Type.String()),
+    projectId: Type.String({ format: 'uuid' }),
+    name: Type.String(),
+    agentId: Type.String({ format: 'uuid' }),
+    advancedProperties: Properties,
+    streamingSource: StreamingSource,
+    streamingTarget: StreamingTarget,
+    status: Type.Enum(STREAMING_PIPELINE_STATUSES),
   },
   {
     examples: [
       {
-        streamingPipelineId: '2f0c3c1e-5a53-4f7a-9f5b-8d7f3c2d1e0a',
-        status: 'RUNNING',
-        statusMessage: 'source db.internal:5432 reachable',
+        ...requestExample,
+        streamingPipelineId: '7d1c6b8e-2f4a-4c3e-9b5d-1a2b3c4d5e6f',
+        projectId: '5b1ae4bb-0e7f-4d4c-9a4e-0c9e2f5f2d11',
+        status: 'STOPPED',
       },
+    ],
+  },
+);
+export type StreamingPipeline = Static<typeof StreamingPipeline>;
+
+export const StreamingPipelineStatusAnswer = Type.Object(
+  {
+    streamingPipelineId: Type.String({ format: 'uuid' }),
+    status: Type.Enum(STREAMING_PIPELINE_STATUSES, {
+      description: 'STOPPED -> STARTING (start) -> RUNNING or FAILED (the agent reports); RUNNING -> STOPPING (stop) -> STOPPED',
+    }),
+    message: Type.Optional(Type.String({ description: 'why it failed, as the agent reported' })),
+    changedAt: Type.String({ format: 'date-time' }),
+  },
+  {
+    examples: [
+      { streamingPipelineId: '7d1c6b8e-2f4a-4c3e-9b5d-1a2b3c4d5e6f', status: 'RUNNING', changedAt: '2026-01-01T00:00:00.000Z' },
     ],
   },
 );
@@ -127,4 +135,9 @@ export const StreamingPipelineParams = Type.Object({
 });
 export type StreamingPipelineParams = Static<typeof StreamingPipelineParams>;
 
-export const StreamingPipelineListQuery = PageQuery;
+export const StreamingPipelineQuery = Type.Object({
+  ...PageQuery.properties,
+  agentId: Type.Optional(Type.String({ format: 'uuid', description: 'only the pipelines of this agent' })),
+  status: Type.Optional(Type.Enum(STREAMING_PIPELINE_STATUSES, { description: 'only pipelines in this status' })),
+});
+export type StreamingPipelineQuery = Static<typeof StreamingPipelineQuery>;

@@ -6,25 +6,23 @@ import { verifySecret, decoyHash } from './secrets.ts';
 import { KeyRing, TOKEN_ALGORITHM } from './keys.ts';
 import type { SecretBox } from '../secret-box.ts';
 
-/** An API client of an account: reaches the account's API (/dpc/v1) with its role. */
-export interface ClientPrincipal {
+export interface Principal {
   clientId: string;
   accountId: string;
   role: Role;
   /** Set for a directory-integration token, which reaches only operations marked directoryIntegration. */
   directoryToken?: true;
-  agentId?: undefined;
 }
 
-/** An agent signed in with its credentials: reaches only the agent protocol (/dpc/agent/v1). */
+/** The caller an agent token stands for: an agent of an account (its client id is checked by the agent routes). */
 export interface AgentPrincipal {
   clientId: string;
   accountId: string;
   agentId: string;
-  role?: undefined;
 }
 
-export type Principal = ClientPrincipal | AgentPrincipal;
+/** Claim that marks an agent's token: it reaches only the agent protocol (/dpc/agent/v1), never the account API. */
+const AGENT_TOKEN_USE = 'agent';
 
 export interface IssuedToken {
   access_token: string;
@@ -61,16 +59,31 @@ export class TokenService {
   }
 
   /**
-   * Client-credentials grant for an account's API client or an agent: undefined when the client is
-   * unknown or the secret is wrong. An agent's token carries its agent id instead of a role.
+   * Client-credentials grant, for an API client of an account or for an agent (whose credentials live on
+   * its own row): undefined when the client is unknown or the secret is wrong.
    */
   async issue(clientId: string, clientSecret: string): Promise<IssuedToken | undefined> {
-    const client = await this.credentialOf(clientId);
-    const valid = await verifySecret(clientSecret, client?.secretHash ?? (await decoyHash));
-    if (!client || !valid) return undefined;
+    const client = await this.db
+      .selectFrom('apiClients')
+      .select(['id', 'accountId', 'role', 'secretHash'])
+      .where('id', '=', clientId)
+      .where('revokedAt', 'is', null)
+      .executeTakeFirst();
+    const agent = client
+      ? undefined
+      : await this.db
+          .selectFrom('agents')
+          .select(['id', 'accountId', 'secretHash'])
+          .where('clientId', '=', clientId)
+          .executeTakeFirst();
+    const valid = await verifySecret(clientSecret, client?.secretHash ?? agent?.secretHash ?? (await decoyHash));
+    if (!valid || !(client || agent)) return undefined;
+    const claims = client
+      ? { account_id: client.accountId, role: client.role }
+      : { account_id: agent!.accountId, agent_id: agent!.id, token_use: AGENT_TOKEN_USE };
     const { kid, key } = await this.keys.signingKey();
     const ttl = this.settings.tokenTtlSeconds;
-    const accessToken = await new SignJWT(client.claims)
+    const accessToken = await new SignJWT(claims)
       .setProtectedHeader({ alg: TOKEN_ALGORITHM, kid, typ: 'JWT' })
       .setSubject(clientId)
       .setIssuer(this.settings.issuer)
@@ -83,24 +96,6 @@ export class TokenService {
     return { access_token: accessToken, token_type: 'Bearer', expires_in: ttl };
   }
 
-  /** The secret hash and token claims of a live API client or of an agent's current credentials. */
-  private async credentialOf(clientId: string): Promise<{ secretHash: string; claims: JWTPayload } | undefined> {
-    const client = await this.db
-      .selectFrom('apiClients')
-      .select(['accountId', 'role', 'secretHash'])
-      .where('id', '=', clientId)
-      .where('revokedAt', 'is', null)
-      .executeTakeFirst();
-    if (client) return { secretHash: client.secretHash, claims: { account_id: client.accountId, role: client.role } };
-    const agent = await this.db
-      .selectFrom('agents')
-      .select(['id', 'accountId', 'secretHash'])
-      .where('clientId', '=', clientId)
-      .executeTakeFirst();
-    if (!agent?.secretHash) return undefined;
-    return { secretHash: agent.secretHash, claims: { account_id: agent.accountId, agent_id: agent.id } };
-  }
-
   /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */
   async verify(token: string): Promise<Principal> {
     const cached = this.verified.get(token);
@@ -109,10 +104,41 @@ export class TokenService {
       if (cached.expiresAt > Date.now()) return cached.principal;
       this.verified.delete(token);
     }
-    let payload: JWTPayload;
+    const payload = await this.verifySignature(token);
+    if (payload.token_use === AGENT_TOKEN_USE) {
+      throw new InvalidToken('an agent token reaches only the agent operations under /dpc/agent/v1');
+    }
+    const { sub, account_id: accountId, role, exp } = payload as JWTPayload & { account_id?: unknown; role?: unknown };
+    if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
+      throw new InvalidToken('the token lacks the claims of this server');
+    }
+    if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
+    const principal: Principal = { clientId: sub, accountId, role };
+    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
+    this.verified.set(token, { principal, expiresAt: exp * 1000 });
+    return principal;
+  }
+
+  /** The agent an agent token stands for; throws InvalidToken for any other token (an account's included). */
+  async verifyAgent(token: string): Promise<AgentPrincipal> {
+    const payload = await this.verifySignature(token);
+    const { sub, account_id: accountId, agent_id: agentId } = payload;
+    if (
+      payload.token_use !== AGENT_TOKEN_USE ||
+      typeof sub !== 'string' ||
+      typeof accountId !== 'string' ||
+      typeof agentId !== 'string'
+    ) {
+      throw new InvalidToken('the agent operations take only an agent token (from the credentials of an agent)');
+    }
+    return { clientId: sub, accountId, agentId };
+  }
+
+  /** The claims of a token signed by a key of this server, for this audience, and alive. */
+  private async verifySignature(token: string): Promise<JWTPayload & Record<string, unknown>> {
     try {
       const { kid } = decodeProtectedHeader(token);
-      ({ payload } = await jwtVerify(
+      const { payload } = await jwtVerify(
         token,
         async () => {
           const key = kid ? await this.keys.verificationKey(kid) : undefined;
@@ -125,16 +151,11 @@ export class TokenService {
           audience: this.settings.audience,
           requiredClaims: ['exp', 'sub'],
         },
-      ));
+      );
+      return payload;
     } catch (error) {
       throw new InvalidToken(error instanceof Error ? error.message : 'invalid token');
     }
-    const principal = principalOf(payload);
-    if (this.revoked.has(principal.clientId)) throw new InvalidToken('the client was revoked');
-    const exp = payload.exp!;
-    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
-    this.verified.set(token, { principal, expiresAt: exp * 1000 });
-    return principal;
   }
 
   /** Reloads the revoked clients from the store. */
@@ -155,13 +176,4 @@ export class TokenService {
   stopRefreshing(): void {
     clearInterval(this.refresher);
   }
-}
-
-function principalOf(payload: JWTPayload): Principal {
-  const { sub, account_id: accountId, role, agent_id: agentId, exp } = payload as JWTPayload & Record<string, unknown>;
-  if (typeof sub === 'string' && typeof accountId === 'string' && exp) {
-    if (typeof agentId === 'string') return { clientId: sub, accountId, agentId };
-    if (typeof role === 'string' && isRole(role)) return { clientId: sub, accountId, role };
-  }
-  throw new InvalidToken('the token lacks the claims of this server');
 }

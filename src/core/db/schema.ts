@@ -16,6 +16,8 @@ import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables
 import type { ScimTables } from '../../areas/scim/tables.ts';
 import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
+import type { ExecutionTables } from '../../areas/executions/tables.ts';
+import type { ScheduleTables } from '../../areas/schedules/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -93,4 +95,6 @@ export interface Database
     OAuthConnectionTables,
     ScimTables,
     AgentTables,
-    StreamingPipelineTables {}
+    StreamingPipelineTables,
+    ExecutionTables,
+    ScheduleTables {}

@@ -8,7 +8,7 @@ import { connectors } from './0004_connectors.ts';
 import { agents } from './0006_agents.ts';
 import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
-import { streamingPipelineRuns } from './0014_streaming_pipeline_runs.ts';
+import { executions } from './0012_executions.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -19,7 +19,7 @@ const steps: Record<string, PortableMigration> = {
   '0006_agents': agents,
   '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
-  '0014_streaming_pipeline_runs': streamingPipelineRuns,
+  '0012_executions': executions,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {

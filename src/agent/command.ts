@@ -1,0 +1,51 @@
+import path from 'node:path';
+import { CliError, EXIT, required, type Command } from '../cli/command.ts';
+import { runAgent } from './run.ts';
+
+export const agentRunCommand: Command = {
+  name: 'agent run',
+  summary: 'Run the reference agent: heartbeats, takes work from the server, keeps secrets in its vault.',
+  details:
+    'Makes its RSA key pair and self-signed certificate on first start and keeps them in the state folder\n' +
+    '(mode 0700; files 0600), with the local vault file (vault.json, 0600). The secret may be given in\n' +
+    'DPC_AGENT_CLIENT_SECRET instead of on the command line. Stops cleanly on SIGTERM or SIGINT.\n' +
+    'Logs one JSON line per event on stdout; secret values are never logged.',
+  options: {
+    url: { type: 'string' },
+    'client-id': { type: 'string' },
+    'client-secret': { type: 'string' },
+    'state-dir': { type: 'string' },
+  },
+  optionHelp: {
+    url: 'the server, e.g. http://127.0.0.1:8080',
+    'client-id': 'the agent client id (POST /v1/agents/{agentId}/credentials)',
+    'client-secret': 'its secret (or DPC_AGENT_CLIENT_SECRET)',
+    'state-dir': 'where the key, certificate and vault are kept (default ./agent-state)',
+  },
+  async run({ values, out }) {
+    const url = required(values, 'url');
+    if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol))
+      throw new CliError(`--url must be an http(s) URL`, EXIT.usage);
+    const clientSecret = (values['client-secret'] as string | undefined) || process.env.DPC_AGENT_CLIENT_SECRET;
+    if (!clientSecret) throw new CliError('--client-secret (or DPC_AGENT_CLIENT_SECRET) is required', EXIT.usage);
+    const log = (level: string, msg: string, fields?: Record<string, unknown>) =>
+      out.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+    const agent = await runAgent({
+      url,
+      clientId: required(values, 'client-id'),
+      clientSecret,
+      stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
+      log,
+    }).catch((error: Error) => {
+      throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);
+    });
+    await new Promise<void>((resolve) => {
+      const stop = (signal: string) => {
+        log('info', 'stopping', { signal });
+        agent.stop().then(resolve, resolve);
+      };
+      process.once('SIGTERM', () => stop('SIGTERM'));
+      process.once('SIGINT', () => stop('SIGINT'));
+    });
+  },
+};

@@ -1,0 +1,86 @@
+/**
+ * The reference agent's handlers of executions: `execute-pipeline` runs one orchestration pipeline,
+ * `execute-tests` runs test pipelines one after another. Steps go to the server as progress reports
+ * (`{step}`); the outcome is the final report: done for a success, a WorkFailure with code
+ * `pipeline-failed` or `cancelled` otherwise (the server's executions area reads these codes).
+ */
+import type { WorkContext, WorkHandler } from './handlers.ts';
+import { WorkFailure } from './handlers.ts';
+import { parsePipeline, PipelineFileError, runPipeline, variablesOf, type VariableValue } from './pipeline-runner.ts';
+
+/** What the server puts in the work of both kinds. */
+export interface ExecutionPayload {
+  executionId: string;
+  /** The pipeline files the run needs, by path, as the artifact holds them. */
+  pipelines: Record<string, string>;
+  /** Resolved by the server: request > environment override > project default; grids are rows. */
+  variables: Record<string, VariableValue | VariableValue[][]>;
+  /** execute-pipeline: the file to run. */
+  pipelineName?: string;
+  /** execute-tests: the test pipeline files to run, in order. */
+  tests?: string[];
+}
+
+/** Runs `files` in order, numbering steps across them, and answers the overall outcome. */
+async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkContext) {
+  // Once cancelled, the server refuses further progress: the run is stopping anyway.
+  const report = (body: unknown) => ctx.report(body).catch((error) => (ctx.signal.aborted ? undefined : Promise.reject(error)));
+  // The supported components read scalar variables only.
+  const scalars = Object.fromEntries(
+    Object.entries(payload.variables).filter((entry): entry is [string, VariableValue] => !Array.isArray(entry[1])),
+  );
+  let index = 0;
+  const failures: string[] = [];
+  for (const file of files) {
+    const text = payload.pipelines[file];
+    let pipeline;
+    try {
+      if (text === undefined) throw new PipelineFileError(`The run has no file "${file}".`);
+      pipeline = parsePipeline(text);
+    } catch (error) {
+      const at = new Date().toISOString();
+      const message = (error as Error).message;
+      await report({
+        step: { index, name: file, status: 'FAILED', startedAt: at, finishedAt: at, message, childPipeline: file },
+      });
+      index += 1;
+      failures.push(`${file}: ${message}`);
+      continue;
+    }
+    const outcome = await runPipeline(pipeline, {
+      variables: variablesOf(pipeline, scalars),
+      signal: ctx.signal,
+      firstIndex: index,
+      ...(files.length > 1 && { childPipeline: file }),
+      onStep: (step) => report({ step }),
+      print: (line) => ctx.log(line, { executionId: payload.executionId }),
+    });
+    index += outcome.steps.length;
+    if (outcome.status === 'CANCELLED') throw new WorkFailure(outcome.message, 'cancelled');
+    if (outcome.status === 'FAILED') failures.push(files.length > 1 ? `${file}: ${outcome.message}` : outcome.message);
+  }
+  if (failures.length > 0) throw new WorkFailure(failures.join(' | '), 'pipeline-failed');
+  return { message: files.length > 1 ? `${files.length} test pipeline(s) passed.` : 'The pipeline succeeded.', steps: index };
+}
+
+/**
+ * A run is not started again: a second delivery means the agent stopped while holding it, and its steps
+ * may have had effects, so the run ends failed rather than running twice.
+ */
+function refuseRedelivery(delivery: number): void {
+  if (delivery > 1) {
+    throw new WorkFailure('The agent stopped during this run; it is not run a second time.', 'interrupted');
+  }
+}
+
+export const executePipeline: WorkHandler = async (work, ctx) => {
+  refuseRedelivery(work.delivery);
+  const payload = work.payload as ExecutionPayload;
+  return runFiles(payload, [payload.pipelineName ?? ''], ctx);
+};
+
+export const executeTests: WorkHandler = async (work, ctx) => {
+  refuseRedelivery(work.delivery);
+  const payload = work.payload as ExecutionPayload;
+  return runFiles(payload, payload.tests ?? [], ctx);
+};

@@ -1,0 +1,124 @@
+/**
+ * How a run moves once started: the agent's reports, a user's cancel, and the agent falling out of
+ * contact. Every move goes through moveExecution (the state table).
+ */
+import type { Executor } from '../../core/db/database.ts';
+import { now } from '../../core/db/database.ts';
+import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/work.ts';
+import { moveExecution, recordStep, type ExecutionRow } from './repository.ts';
+import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
+
+interface ReportBody {
+  step?: {
+    index: number;
+    name: string;
+    status: string;
+    startedAt: string;
+    finishedAt?: string;
+    message?: string;
+    childPipeline?: string;
+  };
+  message?: string;
+  code?: string;
+}
+
+/** The event a final report stands for: the failure codes are the reference agent's (execution-handlers.ts). */
+function eventOf(report: AgentReport): ExecutionEvent {
+  if (report.type === 'progress') return 'agent-progress';
+  if (report.type === 'done') return 'agent-done';
+  const code = (report.body as ReportBody | null)?.code;
+  return code === 'cancelled' ? 'agent-cancelled' : code === 'forbidden' ? 'agent-forbidden' : 'agent-failed';
+}
+
+function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
+  const step = value as ReportBody['step'];
+  return (
+    typeof step === 'object' &&
+    step !== null &&
+    Number.isInteger(step.index) &&
+    step.index >= 0 &&
+    typeof step.name === 'string' &&
+    typeof step.status === 'string' &&
+    typeof step.startedAt === 'string'
+  );
+}
+
+/**
+ * Applies an agent's report to its run, in the transaction that records the report. A report on a run
+ * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
+ */
+export async function applyAgentReport(trx: Executor, { work, report }: { work: AgentWork; report: AgentReport }): Promise<void> {
+  const run = await trx.selectFrom('executions').select(['id', 'status']).where('agentWorkId', '=', work.id).executeTakeFirst();
+  if (!run || isFinal(run.status as ExecutionStatus)) return;
+  const body = (report.body ?? {}) as ReportBody;
+  if (report.type === 'progress' && isStep(body.step)) await recordStep(trx, run.id, body.step);
+  const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : undefined;
+  await moveExecution(trx, run.id, eventOf(report), { lastReportAt: now(), ...(message !== undefined && { message }) });
+}
+
+/**
+ * A user's cancel. With `force` the run is CANCELLED at once. Otherwise it is CANCELLING until the agent
+ * stops it, except that work the agent has not picked up yet is simply withdrawn (CANCELLED at once).
+ * A finished run is a 409 (the state table refuses the move).
+ */
+export async function cancelExecution(trx: Executor, run: ExecutionRow, force: boolean): Promise<ExecutionRow> {
+  const withdrawn =
+    run.agentWorkId !== null && !isFinal(run.status as ExecutionStatus) ? await cancelAgentWork(trx, run.agentWorkId) : undefined;
+  const event: ExecutionEvent = force || withdrawn === 'cancelled' ? 'force-cancel' : 'cancel';
+  return moveExecution(
+    trx,
+    run.id,
+    event,
+    force ? { message: 'Cancelled by a user (forced).' } : { message: 'Cancel requested by a user.' },
+  );
+}
+
+/**
+ * Runs whose agent has been out of contact past `windowMs` become UNKNOWN (a later report resolves
+ * them); runs whose work the agents area closed as cancelled (the agent vanished while a cancel was
+ * pending) become CANCELLED. Contact is the agent's last poll or heartbeat, or the run's last report.
+ */
+export async function sweepExecutions(db: Executor, windowMs: number): Promise<number> {
+  const cutoff = new Date(Date.now() - windowMs).toISOString();
+  const lost = await db
+    .selectFrom('executions')
+    .leftJoin('agents', 'agents.id', 'executions.agentId')
+    .select('executions.id')
+    .where('executions.status', 'in', ['RUNNING', 'CANCELLING'])
+    .where('executions.startedAt', '<', cutoff)
+    .where((eb) => eb.or([eb('executions.lastReportAt', 'is', null), eb('executions.lastReportAt', '<', cutoff)]))
+    .where((eb) => eb.or([eb('agents.lastContactAt', 'is', null), eb('agents.lastContactAt', '<', cutoff)]))
+    .limit(500)
+    .execute();
+  const closed = await db
+    .selectFrom('executions')
+    .innerJoin('agentWork', 'agentWork.id', 'executions.agentWorkId')
+    .select('executions.id')
+    .where('executions.status', 'in', ['CANCELLING', 'UNKNOWN'])
+    .where('agentWork.state', '=', 'cancelled')
+    .limit(500)
+    .execute();
+  const moves: [string, ExecutionEvent, string][] = [
+    ...lost.map((row): [string, ExecutionEvent, string] => [
+      row.id,
+      'lost-contact',
+      'The agent has been out of contact; the outcome is not known yet.',
+    ]),
+    ...closed.map((row): [string, ExecutionEvent, string] => [
+      row.id,
+      'agent-cancelled',
+      'Cancelled; the agent stopped holding the run.',
+    ]),
+  ];
+  let moved = 0;
+  for (const [id, event, message] of moves) {
+    try {
+      await moveExecution(db, id, event, { message });
+      moved += 1;
+    } catch (error) {
+      // Moved meanwhile by a report (the state table refuses this move now): the report wins.
+      if (!(error instanceof IllegalTransition)) throw error;
+    }
+  }
+  return moved;
+}

@@ -1,0 +1,304 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { sendCreated } from '../../core/created.ts';
+import { Page, pageOf, PageQuery } from '../../core/paging.ts';
+import { problems } from '../../core/openapi.ts';
+import { ProjectParams } from '../projects/schemas.ts';
+import { requireProject, writeInProject } from '../projects/repository.ts';
+import { onAgentWorkReport } from '../agents/work.ts';
+import {
+  CancelPipelineExecutionResponse,
+  CancelRequest,
+  CancelTestExecutionResponse,
+  ExecutionList,
+  ExecutionStatusResponse,
+  ExecutionStep,
+  ListExecutionsQuery,
+  PipelineExecutionDetails,
+  PipelineExecutionParams,
+  StartPipelineExecutionRequest,
+  StartPipelineExecutionResponse,
+  StartTestExecutionRequest,
+  StartTestExecutionResponse,
+  TestExecutionDetails,
+  TestExecutionParams,
+} from './schemas.ts';
+import {
+  AGENT_WORK_KINDS,
+  createExecution,
+  listExecutions,
+  listSteps,
+  preparePipelineRun,
+  prepareTestRun,
+  requireExecution,
+  type ExecutionKind,
+  type ExecutionRow,
+} from './repository.ts';
+import { applyAgentReport, cancelExecution } from './lifecycle.ts';
+import type { ExecutionStatus } from './states.ts';
+import { ExecutionTicker } from './ticker.ts';
+
+const tags = ['Pipeline Executions'];
+const testTags = ['Test Executions'];
+
+function detailsOf(row: ExecutionRow) {
+  return {
+    projectId: row.projectId,
+    environmentName: row.environmentName,
+    versionName: row.versionName,
+    agentId: row.agentId,
+    status: row.status as ExecutionStatus,
+    message: row.message,
+    trigger: row.trigger as 'MANUAL' | 'SCHEDULE',
+    scheduleId: row.scheduleId,
+    startedAt: row.startedAt,
+    finishedAt: row.finishedAt,
+  };
+}
+
+export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  for (const kind of Object.values(AGENT_WORK_KINDS)) onAgentWorkReport(kind, applyAgentReport);
+  if (app.config.runJobs) {
+    const ticker = new ExecutionTicker(app.store.db, {
+      intervalMs: app.config.schedulerIntervalMs,
+      lostAfterMs: app.config.executionLostAfterMs,
+      catchUpMs: app.config.scheduleCatchUpMs,
+      log: app.log,
+    });
+    app.addHook('onReady', async () => ticker.start());
+    app.addHook('onClose', async () => ticker.stop());
+  }
+
+  /** The run `id` of the caller's project, for reads. */
+  const readRun = async (accountId: string, projectId: string, id: string, kind: ExecutionKind) => {
+    await requireProject(app.store.db, accountId, projectId);
+    return requireExecution(app.store.db, accountId, projectId, id, kind);
+  };
+
+  app.post(
+    '/projects/:projectId/pipeline-executions',
+    {
+      schema: {
+        summary: 'Start a pipeline execution, run by an agent',
+        description:
+          "The pipeline is read from the environment's artifact (versionName, else the latest enabled version) and handed to the named agent or the environment's default agent. Variables resolve request > environment override > project default.",
+        tags,
+        params: ProjectParams,
+        body: StartPipelineExecutionRequest,
+        response: { 201: StartPipelineExecutionResponse, ...problems(409, 410, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { accountId } = request.principal;
+      const { projectId } = request.params;
+      await requireProject(app.store.db, accountId, projectId);
+      const run = await preparePipelineRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'MANUAL' });
+      const pipelineExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
+        createExecution(trx, 'PIPELINE', run, { pipelineName: run.pipelineName, executionTag: request.body.executionTag }),
+      );
+      request.auditIds.pipelineExecutionId = pipelineExecutionId;
+      return sendCreated(request, reply, { segment: pipelineExecutionId }, { pipelineExecutionId });
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/pipeline-executions/:pipelineExecutionId/status',
+    {
+      schema: {
+        summary: 'The status of a pipeline execution (E23)',
+        tags,
+        params: PipelineExecutionParams,
+        response: { 200: ExecutionStatusResponse },
+      },
+    },
+    async (request) => {
+      const { projectId, pipelineExecutionId } = request.params;
+      const run = await readRun(request.principal.accountId, projectId, pipelineExecutionId, 'PIPELINE');
+      return { status: run.status as ExecutionStatus };
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/pipeline-executions/:pipelineExecutionId',
+    {
+      schema: {
+        summary: 'A pipeline execution: pipeline, environment, agent, trigger, times and message',
+        tags,
+        params: PipelineExecutionParams,
+        response: { 200: PipelineExecutionDetails },
+      },
+    },
+    async (request) => {
+      const { projectId, pipelineExecutionId } = request.params;
+      const run = await readRun(request.principal.accountId, projectId, pipelineExecutionId, 'PIPELINE');
+      return {
+        pipelineExecutionId: run.id,
+        pipelineName: run.pipelineName ?? '',
+        pipelineType: 'ORCHESTRATION' as const,
+        executionTag: run.executionTag,
+        ...detailsOf(run),
+      };
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/pipeline-executions/:pipelineExecutionId/steps',
+    {
+      schema: {
+        summary: 'The steps of a pipeline execution, in the order they ran',
+        tags,
+        params: PipelineExecutionParams,
+        querystring: PageQuery,
+        response: { 200: Page(ExecutionStep) },
+      },
+    },
+    async (request) => {
+      const { projectId, pipelineExecutionId } = request.params;
+      const run = await readRun(request.principal.accountId, projectId, pipelineExecutionId, 'PIPELINE');
+      const { results, total } = await listSteps(app.store.db, run.id, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.patch(
+    '/projects/:projectId/pipeline-executions/:pipelineExecutionId',
+    {
+      schema: {
+        summary: 'Cancel a pipeline execution',
+        description:
+          'CANCELLING until the agent stops the run, then CANCELLED; with forceUpdate CANCELLED at once (a later report of the agent cannot revive it). A finished run is 409.',
+        tags,
+        params: PipelineExecutionParams,
+        body: CancelRequest,
+        response: { 200: CancelPipelineExecutionResponse, ...problems(409) },
+      },
+    },
+    async (request) => {
+      const { accountId } = request.principal;
+      const { projectId, pipelineExecutionId } = request.params;
+      const moved = await writeInProject(app.store.db, accountId, projectId, async (trx) =>
+        cancelExecution(
+          trx,
+          await requireExecution(trx, accountId, projectId, pipelineExecutionId, 'PIPELINE'),
+          request.body.forceUpdate ?? false,
+        ),
+      );
+      return { pipelineExecutionId, status: moved.status as ExecutionStatus };
+    },
+  );
+
+  app.get(
+    '/pipeline-executions',
+    {
+      schema: {
+        summary: "The account's pipeline executions, newest first, token paged",
+        description: 'Loop while `more` is not null, sending it back as `paginationToken`.',
+        tags,
+        querystring: ListExecutionsQuery,
+        response: { 200: ExecutionList },
+      },
+    },
+    async (request) => listExecutions(app.store.db, request.principal.accountId, request.query),
+  );
+
+  app.post(
+    '/projects/:projectId/test-executions',
+    {
+      schema: {
+        summary: 'Start a test execution, run by an agent',
+        description:
+          'Test pipelines are orchestration pipelines whose file ends in `.test.orch.yaml`. TEST runs testName; PIPELINE the tests beside pipelineName whose file name starts with its name; PROJECT every test of the version.',
+        tags: testTags,
+        params: ProjectParams,
+        body: StartTestExecutionRequest,
+        response: { 201: StartTestExecutionResponse, ...problems(410, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { accountId } = request.principal;
+      const { projectId } = request.params;
+      await requireProject(app.store.db, accountId, projectId);
+      const run = await prepareTestRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'MANUAL' });
+      const testExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
+        createExecution(trx, 'TEST', run, {
+          pipelineName: run.pipelineName,
+          testScope: request.body.scope,
+          testName: run.testName,
+          tests: run.tests,
+        }),
+      );
+      request.auditIds.testExecutionId = testExecutionId;
+      return sendCreated(request, reply, { segment: testExecutionId }, { testExecutionId });
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/test-executions/:testExecutionId',
+    {
+      schema: {
+        summary: 'A test execution and its status',
+        tags: testTags,
+        params: TestExecutionParams,
+        response: { 200: TestExecutionDetails },
+      },
+    },
+    async (request) => {
+      const { projectId, testExecutionId } = request.params;
+      const run = await readRun(request.principal.accountId, projectId, testExecutionId, 'TEST');
+      return {
+        testExecutionId: run.id,
+        scope: run.testScope as 'TEST' | 'PIPELINE' | 'PROJECT',
+        pipelineName: run.pipelineName,
+        testName: run.testName,
+        ...detailsOf(run),
+      };
+    },
+  );
+
+  app.get(
+    '/projects/:projectId/test-executions/:testExecutionId/steps',
+    {
+      schema: {
+        summary: 'The results of a test execution: every step of every test pipeline (childPipeline names it)',
+        tags: testTags,
+        params: TestExecutionParams,
+        querystring: PageQuery,
+        response: { 200: Page(ExecutionStep) },
+      },
+    },
+    async (request) => {
+      const { projectId, testExecutionId } = request.params;
+      const run = await readRun(request.principal.accountId, projectId, testExecutionId, 'TEST');
+      const { results, total } = await listSteps(app.store.db, run.id, request.query);
+      return pageOf(request.query, results, total);
+    },
+  );
+
+  app.patch(
+    '/projects/:projectId/test-executions/:testExecutionId',
+    {
+      schema: {
+        summary: 'Cancel a test execution, optionally forcing termination (E22)',
+        description:
+          'status must be CANCELLED (any other is 400). Same rules as a pipeline execution cancel; a finished run is 409.',
+        tags: testTags,
+        params: TestExecutionParams,
+        body: CancelRequest,
+        response: { 200: CancelTestExecutionResponse, ...problems(409) },
+      },
+    },
+    async (request) => {
+      const { accountId } = request.principal;
+      const { projectId, testExecutionId } = request.params;
+      await writeInProject(app.store.db, accountId, projectId, async (trx) =>
+        cancelExecution(
+          trx,
+          await requireExecution(trx, accountId, projectId, testExecutionId, 'TEST'),
+          request.body.forceUpdate ?? false,
+        ),
+      );
+      return { testExecutionId };
+    },
+  );
+}

@@ -1,0 +1,17 @@
+export interface ScheduleTable {
+  id: string;
+  projectId: string;
+  environmentId: string;
+  name: string;
+  pipelineName: string;
+  cronExpression: string;
+  timezone: string;
+  enabled: number;
+  /** The next due time; the instance that moves it on (compare and set) starts that run. */
+  nextRunAt: string | null;
+  createdAt: string;
+}
+
+export interface ScheduleTables {
+  schedules: ScheduleTable;
+}
