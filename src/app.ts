@@ -164,7 +164,6 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       },
       { prefix: '/dpc/v1' },
     );
-    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
   });
   return app;
 }
