@@ -52,7 +52,8 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
   if (report.type === 'progress' && isStep(body.step)) await recordStep(trx, run.id, body.step);
-  const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : undefined;
+  // A report that resolves UNKNOWN also clears its "out of contact" message.
+  const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : run.status === 'UNKNOWN' ? null : undefined;
   await moveExecution(trx, run.id, eventOf(report), { lastReportAt: now(), ...(message !== undefined && { message }) });
 }
 
