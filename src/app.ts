@@ -146,12 +146,12 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   await app.register(healthRoutes);
   await app.register(async (scope) => {
     if (config.rateLimitMax > 0) {
-      // Counted per API client where there is one (after authentication), else per address.
+      // Counted per API client or agent where there is one (after authentication), else per address.
       await scope.register(rateLimit, {
         max: config.rateLimitMax,
         timeWindow: config.rateLimitWindowMs,
         hook: 'preHandler',
-        keyGenerator: (request) => request.principal?.clientId ?? request.ip,
+        keyGenerator: (request) => request.principal?.clientId ?? request.agent?.clientId ?? request.ip,
       });
     }
     await scope.register(identityRoutes);

@@ -1,6 +1,5 @@
 import path from 'node:path';
 import { CliError, EXIT, required, type Command } from '../cli/command.ts';
-import { runAgent } from './run.ts';
 
 export const agentRunCommand: Command = {
   name: 'agent run',
@@ -30,6 +29,8 @@ export const agentRunCommand: Command = {
     if (!clientSecret) throw new CliError('--client-secret (or DPC_AGENT_CLIENT_SECRET) is required', EXIT.usage);
     const log = (level: string, msg: string, fields?: Record<string, unknown>) =>
       out.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+    // Loaded here, not with the command table: the agent's X.509 library stays out of every other dpc command's start.
+    const { runAgent } = await import('./run.ts');
     const agent = await runAgent({
       url,
       clientId: required(values, 'client-id'),

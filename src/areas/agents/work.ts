@@ -8,8 +8,10 @@
  * (routes.ts) use the rest.
  */
 import { randomUUID } from 'node:crypto';
+import type { ExpressionBuilder } from 'kysely';
 import type { Db, Dialect, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
+import type { Database } from '../../core/db/schema.ts';
 import { ProblemError, notFound } from '../../core/problems.ts';
 import type { AgentWorkTable } from './tables.ts';
 
@@ -140,7 +142,7 @@ export async function claimAgentWork(db: Db, dialect: Dialect, agentId: string, 
     .where('cancelRequested', '=', 1)
     .where('leasedUntil', '<', at)
     .execute();
-  const due = (eb: any) =>
+  const due = (eb: ExpressionBuilder<Database, 'agentWork'>) =>
     eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'delivered'), eb('leasedUntil', '<', at)])]);
   const candidate = db
     .selectFrom('agentWork')
