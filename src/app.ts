@@ -107,7 +107,11 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('metrics', metrics);
   app.decorate(
     'jobs',
-    new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
+    new JobQueue(store, {
+      log: app.log,
+      leaseMs: config.jobLeaseMs,
+      onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }),
+    }),
   );
   app.decorate('shuttingDown', false);
 

@@ -16,6 +16,7 @@ import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables
 import type { ScimTables } from '../../areas/scim/tables.ts';
 import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
+import type { RepositoryTables } from '../../areas/repositories/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -93,4 +94,5 @@ export interface Database
     OAuthConnectionTables,
     ScimTables,
     AgentTables,
-    StreamingPipelineTables {}
+    StreamingPipelineTables,
+    RepositoryTables {}
