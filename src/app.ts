@@ -31,6 +31,8 @@ import { agentRoutes } from './areas/agents/routes.ts';
 import { agentProtocolRoutes } from './areas/agents/protocol.ts';
 import { secretValueRoutes } from './areas/secret-values/routes.ts';
 import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
+import { repositoryRoutes } from './areas/repositories/routes.ts';
+import { gitHostingRoutes } from './areas/repositories/git-routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -47,6 +49,7 @@ const v1Areas = [
   agentRoutes,
   secretValueRoutes,
   streamingPipelineRoutes,
+  repositoryRoutes,
   eventRoutes,
 ];
 
@@ -164,6 +167,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       { prefix: '/dpc/v1' },
     );
     await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
+    await scope.register(gitHostingRoutes, { prefix: '/dpc/git' });
   });
   return app;
 }
