@@ -1,4 +1,5 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
@@ -7,12 +8,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { serveGitHttpBackend } from '../../src/areas/repositories/http-backend.ts';
 
-export function git(args: string[], cwd?: string): string {
-  return execFileSync('git', args, {
+const run = promisify(execFile);
+
+function gitOptions(cwd: string | undefined, env: Record<string, string>) {
+  return {
     cwd,
-    encoding: 'utf8',
+    encoding: 'utf8' as const,
     env: {
       ...process.env,
+      ...env,
       GIT_TERMINAL_PROMPT: '0',
       GIT_AUTHOR_NAME: 't',
       GIT_AUTHOR_EMAIL: 't@t',
@@ -20,12 +24,27 @@ export function git(args: string[], cwd?: string): string {
       GIT_COMMITTER_EMAIL: 't@t',
     },
     maxBuffer: 64 * 1024 * 1024,
-  });
+  };
+}
+
+/** Runs git without blocking the event loop (the servers it talks to run in this process); its output. */
+export async function git(args: string[], cwd?: string, env: Record<string, string> = {}): Promise<string> {
+  try {
+    return (await run('git', args, gitOptions(cwd, env))).stdout;
+  } catch (error) {
+    const { stderr } = error as { stderr?: string };
+    throw new Error(`git ${args.join(' ')} failed: ${stderr ?? String(error)}`);
+  }
+}
+
+/** git on local repositories only, where blocking does no harm. */
+function gitSync(args: string[], cwd?: string): string {
+  return execFileSync('git', args, gitOptions(cwd, {}));
 }
 
 /** Every branch and tag of a repository (path or URL), as `ref oid` lines sorted. */
-export function refsOf(repository: string): string[] {
-  return git(['ls-remote', '--heads', '--tags', repository])
+export async function refsOf(repository: string, env: Record<string, string> = {}): Promise<string[]> {
+  return (await git(['ls-remote', '--heads', '--tags', repository], undefined, env))
     .split('\n')
     .filter((line) => line && !line.endsWith('^{}'))
     .map((line) => line.split('\t').reverse().join(' '))
@@ -35,14 +54,14 @@ export function refsOf(repository: string): string[] {
 /** A working repository with `branches` (main first) and tags, each branch with a commit of its own. */
 export function workingRepository(branches: string[], tags: string[]): string {
   const dir = mkdtempSync(path.join(tmpdir(), 'dpc-work-'));
-  git(['init', '--quiet', '--initial-branch=main', dir]);
-  git(['commit', '--quiet', '--allow-empty', '-m', 'root'], dir);
+  gitSync(['init', '--quiet', '--initial-branch=main', dir]);
+  gitSync(['commit', '--quiet', '--allow-empty', '-m', 'root'], dir);
   for (const branch of branches.filter((b) => b !== 'main')) {
-    git(['checkout', '--quiet', '-b', branch, 'main'], dir);
-    git(['commit', '--quiet', '--allow-empty', '-m', branch], dir);
+    gitSync(['checkout', '--quiet', '-b', branch, 'main'], dir);
+    gitSync(['commit', '--quiet', '--allow-empty', '-m', branch], dir);
   }
-  git(['checkout', '--quiet', 'main'], dir);
-  tags.forEach((tag, i) => git(i % 2 ? ['tag', tag] : ['tag', '-a', '-m', tag, tag], dir));
+  gitSync(['checkout', '--quiet', 'main'], dir);
+  tags.forEach((tag, i) => gitSync(i % 2 ? ['tag', tag] : ['tag', '-a', '-m', tag, tag], dir));
   return dir;
 }
 
@@ -57,6 +76,9 @@ export class GitTarget {
   /** While set, git requests wait here (a slow target), to hold a migration IN_PROGRESS. */
   private held: Promise<void> | undefined;
   private release: (() => void) | undefined;
+  private arrived: (() => void) | undefined;
+  /** Resolves when a git request reaches the target while it is held. */
+  reached: Promise<void> = Promise.resolve();
 
   private constructor(
     private readonly server: http.Server,
@@ -82,8 +104,8 @@ export class GitTarget {
   /** A new bare repository; its clone URL. */
   createRepository(name: string): string {
     const dir = path.join(this.root, `${name}.git`);
-    git(['init', '--quiet', '--bare', dir]);
-    git(['config', 'http.receivepack', 'true'], dir);
+    gitSync(['init', '--quiet', '--bare', dir]);
+    gitSync(['config', 'http.receivepack', 'true'], dir);
     return `${this.url}/${name}.git`;
   }
 
@@ -93,6 +115,7 @@ export class GitTarget {
 
   hold(): void {
     this.held = new Promise((resolve) => (this.release = resolve));
+    this.reached = new Promise((resolve) => (this.arrived = resolve));
   }
 
   unhold(): void {
@@ -114,7 +137,10 @@ export class GitTarget {
     if (!this.tokens.has(password)) {
       return void response.writeHead(401, { 'www-authenticate': 'Basic realm="target"' }).end('no');
     }
-    await this.held;
+    if (this.held) {
+      this.arrived?.();
+      await this.held;
+    }
     await serveGitHttpBackend(request, response, { projectRoot: this.root, pathInfo: url.pathname, remoteUser: 'target' });
   }
 
