@@ -495,6 +495,11 @@ describeOnPostgres('repository migration started on two server instances at once
 
   test('exactly one of two simultaneous starts wins; the other is 409', async () => {
     const caller = await first.newAccount();
+    const connection = await first.api('POST', '/enterprise-oauth-connections', {
+      token: caller.token,
+      body: { name: 'race target', provider: 'github', type: 'TOKEN', token: target.newToken() },
+    });
+    assert.equal(connection.status, 201, connection.text);
     for (let round = 0; round < 5; round += 1) {
       const projectId = await first.newProject(caller);
       const body = {
@@ -502,6 +507,7 @@ describeOnPostgres('repository migration started on two server instances at once
         targetCloneUrl: target.createRepository(`race-${projectId}`),
         targetProvider: 'github',
         targetName: 'race',
+        targetEnterpriseOauthId: connection.body.id,
       };
       target.hold();
       const answers = await Promise.all(
@@ -573,7 +579,7 @@ describeEachStore('repository migration interrupted by a server kill', (kind) =>
       };
       const project = await call(doomed.url, 'POST', '/projects', { name: 'killed' });
       const projectId = project.body.projectId as string;
-      git(
+      await git(
         ['push', '--quiet', `${doomed.url}/dpc/git/${projectId}.git`, 'refs/heads/*:refs/heads/*', 'refs/tags/*:refs/tags/*'],
         work,
         auth(token),
