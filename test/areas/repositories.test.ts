@@ -96,7 +96,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
 
   test('a hosted repository is served over smart HTTP: developers push, viewers fetch, other accounts and bad tokens are refused', async () => {
     const projectId = await server.newProject(caller);
-    const repository = await server.api('GET', `/projects/${projectId}/repository`, { token: viewer });
+    const repository = await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer });
     assert.equal(repository.status, 200, repository.text);
     assert.deepEqual(repository.body, { hosted: true, cloneUrl: hostedUrl(projectId) });
 
@@ -199,12 +199,13 @@ describeEachStore('project Git repositories and their migration', (kind) => {
   test('a project can be associated with an external repository; the server then no longer serves it', async () => {
     const projectId = await server.newProject(caller);
     const credential = await connection('tok', 'gitlab');
-    const put = (body: unknown, token = caller.token) => server.api('PUT', `/projects/${projectId}/repository`, { token, body });
+    const put = (body: unknown, token = caller.token) =>
+      server.api('PUT', `/projects/${projectId}/git-repository`, { token, body });
     const external = { cloneUrl: 'https://gitlab.example.com/data/pipelines.git', provider: 'gitlab', name: 'pipelines' };
     const answer = await put({ ...external, enterpriseOauthId: credential });
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(answer.body, { hosted: false, ...external, enterpriseOauthId: credential });
-    assert.deepEqual((await server.api('GET', `/projects/${projectId}/repository`, { token: viewer })).body, answer.body);
+    assert.deepEqual((await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer })).body, answer.body);
 
     expectProblem(await put({ ...external, cloneUrl: 'ftp://example.com/x.git' }), 400);
     expectProblem(await put({ ...external, cloneUrl: 'https://user:pw@example.com/x.git' }), 400);
@@ -257,7 +258,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
 
     // An external project: its own URL, however written, is not a target.
     const external = await server.newProject(caller);
-    await server.api('PUT', `/projects/${external}/repository`, {
+    await server.api('PUT', `/projects/${external}/git-repository`, {
       token: caller.token,
       body: { cloneUrl: 'https://GitHub.com/acme/data.git', provider: 'github' },
     });
@@ -282,7 +283,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
       assert.match(second.detail, /already in progress/);
       await assert.rejects(git(['push', hostedUrl(projectId), 'main:refs/heads/late'], work, auth(developer)), /409/);
       expectProblem(
-        await server.api('PUT', `/projects/${projectId}/repository`, {
+        await server.api('PUT', `/projects/${projectId}/git-repository`, {
           token: caller.token,
           body: { cloneUrl: 'https://github.com/acme/x.git', provider: 'github' },
         }),
@@ -318,7 +319,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     assert.equal(result.detail, undefined);
     assert.deepEqual(await refsOf(target.pathOf(`mirror-${projectId}`)), await refsOf(work));
     assert.equal((await refsOf(work)).length, BRANCHES.length + TAGS.length);
-    const repository = await server.api('GET', `/projects/${projectId}/repository`, { token: viewer });
+    const repository = await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer });
     assert.deepEqual(repository.body, {
       hosted: false,
       cloneUrl,
@@ -366,7 +367,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     });
     assert.equal(refused.status, 'FAILED');
     assert.match(refused.detail ?? '', /git ls-remote failed: .*(Authentication failed|401|could not read)/);
-    const repository = await server.api('GET', `/projects/${projectId}/repository`, { token: viewer });
+    const repository = await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer });
     assert.equal(repository.body.hosted, true);
     // The project's repository is writable again once the migration ended.
     await git(['push', '--quiet', hostedUrl(projectId), 'main:refs/heads/after-failure'], work, auth(developer));
@@ -386,7 +387,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     });
     assert.equal(incomplete.status, 'FAILED');
     assert.match(incomplete.detail ?? '', /RECONFIGURE needs every branch.*missing: feature\/login, release-1\.0$/);
-    assert.equal((await server.api('GET', `/projects/${projectId}/repository`, { token: viewer })).body.hosted, true);
+    assert.equal((await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer })).body.hosted, true);
 
     const complete = target.createRepository(`complete-${projectId}`);
     await git(['push', '--quiet', target.pathOf(`complete-${projectId}`), 'refs/heads/*:refs/heads/*'], work);
@@ -400,7 +401,7 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     assert.equal(done.status, 'COMPLETED', done.detail);
     // Nothing copied: the tags stay where they were.
     assert.deepEqual(await refsOf(target.pathOf(`complete-${projectId}`)), before);
-    assert.equal((await server.api('GET', `/projects/${projectId}/repository`, { token: viewer })).body.cloneUrl, complete);
+    assert.equal((await server.api('GET', `/projects/${projectId}/git-repository`, { token: viewer })).body.cloneUrl, complete);
   });
 
   test('a gitlab target: the supplied token is rotated at once and revoked; the same token fails a second time', async () => {

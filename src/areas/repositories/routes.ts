@@ -89,7 +89,7 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
   );
 
   app.get(
-    '/projects/:projectId/repository',
+    '/projects/:projectId/git-repository',
     {
       schema: {
         summary: "The project's Git repository: hosted by the server, or external",
@@ -106,7 +106,7 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
   );
 
   app.put(
-    '/projects/:projectId/repository',
+    '/projects/:projectId/git-repository',
     {
       config: { role: 'admin' },
       schema: {
