@@ -8,6 +8,8 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev
 
 FROM node:20-bookworm-slim
+# git serves hosted project repositories (git http-backend) and runs repository migrations.
+RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates && rm -rf /var/lib/apt/lists/*
 ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080 DPC_DATA_DIR=/data
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules

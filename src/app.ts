@@ -33,6 +33,8 @@ import { agentRoutes } from './areas/agents/routes.ts';
 import { agentProtocolRoutes } from './areas/agents/protocol.ts';
 import { secretValueRoutes } from './areas/secret-values/routes.ts';
 import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
+import { repositoryRoutes } from './areas/repositories/routes.ts';
+import { gitHostingRoutes } from './areas/repositories/git-routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -49,6 +51,7 @@ const v1Areas = [
   agentRoutes,
   secretValueRoutes,
   streamingPipelineRoutes,
+  repositoryRoutes,
   eventRoutes,
   executionRoutes,
   scheduleRoutes,
@@ -111,7 +114,11 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('metrics', metrics);
   app.decorate(
     'jobs',
-    new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
+    new JobQueue(store, {
+      log: app.log,
+      leaseMs: config.jobLeaseMs,
+      onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }),
+    }),
   );
   app.decorate('shuttingDown', false);
 
@@ -164,6 +171,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       },
       { prefix: '/dpc/v1' },
     );
+    await scope.register(gitHostingRoutes, { prefix: '/dpc/git' });
   });
   return app;
 }

@@ -18,6 +18,7 @@ import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
 import type { ExecutionTables } from '../../areas/executions/tables.ts';
 import type { ScheduleTables } from '../../areas/schedules/tables.ts';
+import type { RepositoryTables } from '../../areas/repositories/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -97,4 +98,5 @@ export interface Database
     AgentTables,
     StreamingPipelineTables,
     ExecutionTables,
-    ScheduleTables {}
+    ScheduleTables,
+    RepositoryTables {}

@@ -6,6 +6,7 @@ import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
 import { agents } from './0006_agents.ts';
+import { repositories } from './0007_repositories.ts';
 import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 import { executions } from './0012_executions.ts';
@@ -17,6 +18,7 @@ const steps: Record<string, PortableMigration> = {
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
   '0006_agents': agents,
+  '0007_repositories': repositories,
   '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
   '0012_executions': executions,
