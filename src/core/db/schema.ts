@@ -13,6 +13,9 @@ import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
 import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
 import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
+import type { ScimTables } from '../../areas/scim/tables.ts';
+import type { AgentTables } from '../../areas/agents/tables.ts';
+import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -87,4 +90,7 @@ export interface Database
     ArtifactTables,
     SharedPipelineTables,
     ConnectorTables,
-    OAuthConnectionTables {}
+    OAuthConnectionTables,
+    ScimTables,
+    AgentTables,
+    StreamingPipelineTables {}
