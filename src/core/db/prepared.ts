@@ -40,7 +40,8 @@ export function preparedQuery<P extends Record<string, unknown>, R>(
 ): (db: Executor, params: P) => Promise<R[]> {
   const compiledPerStore = new WeakMap<object, Compiled<R>>();
   return async (db, params) => {
-    // Kysely shares one adapter between a database and its transactions: the key of "this store".
+    // Kysely shares one adapter between a database and its transactions: the key of "this store"
+    // (getExecutor is marked internal in Kysely, which is pinned to 0.28).
     const store = db.getExecutor().adapter;
     let compiled = compiledPerStore.get(store);
     if (!compiled) {
