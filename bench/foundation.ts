@@ -1,19 +1,82 @@
-import { againstBaseline, startBenchServer } from './lib.ts';
+import { availableParallelism } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { againstBaseline, load, record, startBenchServer, TASKSET, type BenchServer } from './lib.ts';
 
-/** An authenticated paged list (25 environments of a project) against a bare server answering the same bytes. */
-export async function bench(): Promise<void> {
-  const server = await startBenchServer();
+/** A project with 30 environments; answers the path of its environments list (a page of 25). */
+async function projectWithEnvironments(server: BenchServer): Promise<string> {
+  const { projectId } = await server.api('POST', '/projects', { name: 'bench' });
+  for (let i = 0; i < 30; i += 1)
+    await server.api('POST', `/projects/${projectId}/environments`, { name: `env-${String(i).padStart(2, '0')}` });
+  return `/projects/${projectId}/environments`;
+}
+
+/** The authenticated 25-item lists (environments, projects) on SQLite and PostgreSQL against a bare server answering the same bytes. */
+async function lists(): Promise<void> {
+  const sqlite = await startBenchServer();
   try {
-    const { projectId } = await server.api('POST', '/projects', { name: 'bench' });
-    for (let i = 0; i < 30; i += 1)
-      await server.api('POST', `/projects/${projectId}/environments`, { name: `env-${String(i).padStart(2, '0')}` });
-    await againstBaseline(
-      server,
-      'GET /v1/projects/{projectId}/environments (25 items, SQLite)',
-      `/projects/${projectId}/environments`,
-      { targets: { ratio: 0.35, p99Ms: 5 } },
-    );
+    const environments = await projectWithEnvironments(sqlite);
+    await againstBaseline(sqlite, 'GET /v1/projects/{projectId}/environments (25 items, SQLite)', environments, {
+      targets: { ratio: 0.35, p99Ms: 5 },
+    });
+    for (let i = 0; i < 29; i += 1) await sqlite.api('POST', '/projects', { name: `project-${String(i).padStart(2, '0')}` });
+    await againstBaseline(sqlite, 'GET /v1/projects (25 items, SQLite)', '/projects', { targets: { ratio: 0.35, p99Ms: 5 } });
   } finally {
-    await server.stop();
+    await sqlite.stop();
   }
+  const postgres = await startBenchServer({ postgres: true });
+  try {
+    const environments = await projectWithEnvironments(postgres);
+    await againstBaseline(postgres, 'GET /v1/projects/{projectId}/environments (25 items, PostgreSQL)', environments, {
+      targets: { ratio: 0.2 },
+    });
+  } finally {
+    await postgres.stop();
+  }
+}
+
+/**
+ * Two server processes on one PostgreSQL database against one, on the environments list: the load
+ * of one process (50 connections) against the sum of two loads run at once (25 connections each).
+ * Where there are at least 3 CPUs, each server is pinned to a CPU of its own and this process (the
+ * load generator) to the others; on fewer, nothing can be kept apart and the ratio says so.
+ */
+async function severalProcesses(): Promise<void> {
+  const pinned = TASKSET && availableParallelism() >= 3;
+  if (pinned) spawnSync('taskset', ['-pc', `2-${availableParallelism() - 1}`, String(process.pid)]);
+  const first = await startBenchServer({ postgres: true, cpu: pinned ? 0 : undefined });
+  try {
+    const path = await projectWithEnvironments(first);
+    const headers = { authorization: `Bearer ${first.token}` };
+    await load(`${first.url}/dpc/v1${path}`, { headers, seconds: 2 }); // warm-up
+    const one = await load(`${first.url}/dpc/v1${path}`, { headers });
+    const second = await first.another({ cpu: pinned ? 1 : undefined });
+    try {
+      await load(`${second.url}/dpc/v1${path}`, { headers, seconds: 2 }); // warm-up
+      const both = await Promise.all(
+        [first, second].map((server) => load(`${server.url}/dpc/v1${path}`, { headers, connections: 25 })),
+      );
+      const sum = both[0].requestsPerSecond + both[1].requestsPerSecond;
+      const errors = one.errors + both[0].errors + both[1].errors;
+      console.log(
+        `two processes on one PostgreSQL: ${sum.toFixed(0)} req/s (${both.map((r) => r.requestsPerSecond.toFixed(0)).join(' + ')})` +
+          ` | one process ${one.requestsPerSecond.toFixed(0)} req/s | ${(sum / one.requestsPerSecond).toFixed(2)}x` +
+          ` | ${availableParallelism()} CPUs, ${pinned ? 'servers pinned apart from the load generator' : 'not pinned (fewer than 3 CPUs or no taskset)'}` +
+          (errors ? ` | ${errors} errors` : ''),
+      );
+      record({
+        name: '2 server processes against 1 on PostgreSQL (environments list)',
+        measured: sum / one.requestsPerSecond,
+        atLeast: 1.7,
+      });
+    } finally {
+      await second.stop();
+    }
+  } finally {
+    await first.stop();
+  }
+}
+
+export async function bench(): Promise<void> {
+  await lists();
+  await severalProcesses();
 }

@@ -3,13 +3,15 @@
  * another, and an autocannon load run against either. Each benchmark compares against the baseline in
  * the same run and prints the ratio, since absolute numbers mean little on a noisy machine.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import pg from 'pg';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dpc = path.join(root, 'bin', 'dpc.js');
@@ -55,15 +57,15 @@ function procMemory(pid: number) {
   return { rssMb: kb('VmRSS') / 1024, peakRssMb: kb('VmHWM') / 1024 };
 }
 
-function wrap(child: ChildProcess, url: string, cleanup = () => {}): BenchProcess {
+function wrap(child: ChildProcess, url: string, cleanup: () => unknown = () => {}): BenchProcess {
   return {
     url,
     pid: child.pid!,
     memory: () => procMemory(child.pid!),
     stop: () =>
       new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve(cleanup());
-        child.once('exit', () => resolve(cleanup()));
+        if (child.exitCode !== null) return resolve(cleanup() as void);
+        child.once('exit', () => resolve(cleanup() as void));
         child.kill('SIGTERM');
       }),
   };
@@ -86,25 +88,71 @@ export function dpcJson(args: string[], env: NodeJS.ProcessEnv): Promise<any> {
 
 export interface BenchServer extends BenchProcess {
   dataDir: string;
+  /** The PostgreSQL database of this server, or undefined on SQLite. */
+  databaseUrl?: string;
   /** A bearer token of a new account's admin client. */
   token: string;
   api(method: string, urlPath: string, body?: unknown): Promise<any>;
+  /** Another server process on the same store (same data folder or database), e.g. pinned to a CPU. */
+  another(options?: { cpu?: number }): Promise<BenchProcess>;
 }
 
-/** The real server on SQLite in a fresh data folder, with an account and a token, logging only warnings. */
-export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promise<BenchServer> {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-'));
-  const env = { DPC_DATA_DIR: dataDir, DATABASE_URL: '', LOG_LEVEL: 'warn', DPC_RATE_LIMIT_MAX: '0', ...extraEnv };
-  const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
+/** The PostgreSQL server the benchmarks on PostgreSQL use; each creates a database of its own there. */
+export const BENCH_POSTGRES_URL = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+async function createDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `dpc_bench_${randomUUID().replaceAll('-', '')}`;
+  const admin = new pg.Client({ connectionString: BENCH_POSTGRES_URL });
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = new URL(BENCH_POSTGRES_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const client = new pg.Client({ connectionString: BENCH_POSTGRES_URL });
+      await client.connect();
+      await client.query(`drop database if exists ${name} with (force)`);
+      await client.end();
+    },
+  };
+}
+
+/** `dpc serve` in a child process with `env`, pinned to `cpu` (through taskset) when given and available. */
+async function serve(env: NodeJS.ProcessEnv, cpu?: number): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
   // BENCH_NODE_FLAGS passes flags to the server's node (e.g. --cpu-prof) to see where its time goes.
   const nodeFlags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeFlags, dpc, 'serve'], {
+  const command = [process.execPath, ...nodeFlags, dpc, 'serve'];
+  const pinned = cpu !== undefined && TASKSET ? ['taskset', '-c', String(cpu), ...command] : command;
+  const child = spawn(pinned[0], pinned.slice(1), {
     env: { ...process.env, ...env, PORT: String(port) },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const url = `http://127.0.0.1:${port}`;
   await waitFor(`${url}/healthz`, child);
+  return { child, url };
+}
+
+/** Whether processes can be pinned to CPUs here (taskset of util-linux). */
+export const TASKSET = spawnSync('taskset', ['-V']).status === 0;
+
+/**
+ * The real server in a fresh store, with an account and a token, logging only warnings: SQLite in a
+ * fresh data folder, or with `postgres` a fresh database on BENCH_POSTGRES_URL (dropped when it stops).
+ */
+export async function startBenchServer(options: { postgres?: boolean; cpu?: number } = {}): Promise<BenchServer> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-'));
+  const database = options.postgres ? await createDatabase() : undefined;
+  const env = {
+    DPC_DATA_DIR: dataDir,
+    DATABASE_URL: database?.url ?? '',
+    LOG_LEVEL: 'warn',
+    DPC_RATE_LIMIT_MAX: '0',
+  };
+  const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
+  const { child, url } = await serve(env, options.cpu);
   const tokenAnswer = await fetch(`${url}/oauth/dpc/token`, {
     method: 'POST',
     body: new URLSearchParams({
@@ -114,10 +162,14 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
     }),
   });
   const { access_token: token } = (await tokenAnswer.json()) as { access_token: string };
-  const base = wrap(child, url, () => rmSync(dataDir, { recursive: true, force: true }));
+  const base = wrap(child, url, async () => {
+    rmSync(dataDir, { recursive: true, force: true });
+    await database?.drop();
+  });
   return {
     ...base,
     dataDir,
+    databaseUrl: database?.url,
     token,
     async api(method, urlPath, body) {
       const response = await fetch(`${url}/dpc/v1${urlPath}`, {
@@ -128,6 +180,10 @@ export async function startBenchServer(extraEnv: NodeJS.ProcessEnv = {}): Promis
       const text = await response.text();
       if (!response.ok) throw new Error(`${method} ${urlPath}: ${response.status} ${text}`);
       return text ? JSON.parse(text) : undefined;
+    },
+    async another({ cpu } = {}) {
+      const second = await serve(env, cpu);
+      return wrap(second.child, second.url);
     },
   };
 }
@@ -154,7 +210,15 @@ export interface LoadResult {
 /** Drives `url` with CONNECTIONS connections for DURATION_SECONDS. */
 export async function load(
   url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: string; seconds?: number; connections?: number } = {},
+  options: {
+    method?: string;
+    headers?: Record<string, string>;
+    body?: string;
+    seconds?: number;
+    connections?: number;
+    /** autocannon's requests, e.g. with a setupRequest that makes each body unique */
+    requests?: autocannon.Request[];
+  } = {},
 ): Promise<LoadResult> {
   const result = await autocannon({
     url,
@@ -163,6 +227,7 @@ export async function load(
     body: options.body,
     connections: options.connections ?? CONNECTIONS,
     duration: options.seconds ?? DURATION_SECONDS,
+    requests: options.requests,
   });
   return {
     requestsPerSecond: result.requests.average,

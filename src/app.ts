@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
+import pino from 'pino';
 import './core/context.ts';
 import type { Config } from './core/config.ts';
 import type { Store } from './core/db/database.ts';
@@ -69,7 +70,9 @@ export interface AppOptions {
 /** Builds the whole server: shared plumbing first, then the identity endpoints, then every /dpc/v1 area. */
 export async function buildApp({ config, store, logger }: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: logger ?? { level: config.logLevel },
+    // Log lines are written in the background: a synchronous write to stdout per line would hold up
+    // the request that logs it (pino flushes what is buffered when the process exits).
+    logger: logger ?? { level: config.logLevel, stream: pino.destination({ sync: false }) },
     logController: new LogController({ disableRequestLogging: true }),
     // An incoming X-Request-Id is kept when it is a sane token, so a request can be followed across
     // services; anything else (too long, odd characters, log injection) is replaced.
@@ -123,7 +126,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('shuttingDown', false);
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
   app.addHook('onResponse', async (request, reply) => {

@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { now } from './db/database.ts';
 
 const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
@@ -11,11 +11,11 @@ const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
  */
 export const auditPlugin = fp(async (app: FastifyInstance) => {
   app.decorateRequest('auditIds', null as unknown as Record<string, string>);
-  app.addHook('onRequest', async (request) => {
+  const startAuditIds = async (request: FastifyRequest) => {
     request.auditIds = {};
-  });
+  };
   // Before the answer leaves, so that a client that saw its write succeed finds it in the trail.
-  app.addHook('onSend', async (request, reply) => {
+  const recordWrite = async (request: FastifyRequest, reply: FastifyReply) => {
     if (!WRITES.has(request.method) || reply.statusCode >= 400 || !request.principal) return;
     const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
     try {
@@ -36,5 +36,12 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
     } catch (error) {
       request.log.error({ err: error }, 'audit event not recorded');
     }
+  };
+  // Hooked onto write routes only: a read pays nothing for the trail.
+  app.addHook('onRoute', (route) => {
+    const methods = [route.method].flat();
+    if (!methods.some((method) => WRITES.has(method))) return;
+    route.onRequest = [startAuditIds, ...[route.onRequest ?? []].flat()];
+    route.onSend = [recordWrite, ...[route.onSend ?? []].flat()];
   });
 });

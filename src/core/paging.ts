@@ -29,6 +29,27 @@ export function pageOf<T>(query: PageQuery, results: T[], total: number) {
   return { page: query.page, results, size: query.size, total };
 }
 
+/** Which rows of a list of `total` items make the page, read from whichever end of the list is nearer. */
+export interface PageWindow {
+  limit: number;
+  offset: number;
+  /** read in reverse order (then reversed back): the page lies in the second half of the list */
+  descending: boolean;
+}
+
+/**
+ * The page as an OFFSET from the nearer end: an OFFSET walks the index entry by entry, so reading the
+ * last page of a million rows forwards would walk the million; backwards it walks one page. Pages in
+ * the middle still cost their distance from the nearer end. Undefined when the page lies past the end.
+ */
+export function pageWindow(query: PageQuery, total: number): PageWindow | undefined {
+  const offset = offsetOf(query);
+  if (offset >= total) return undefined;
+  const limit = Math.min(query.size, total - offset);
+  const fromEnd = total - offset - limit;
+  return fromEnd < offset ? { limit, offset: fromEnd, descending: true } : { limit, offset, descending: false };
+}
+
 /** How many rows a filtered query matches. */
 export async function countOf(query: SelectQueryBuilder<any, any, any>): Promise<number> {
   const row = await query.select((eb) => eb.fn.countAll<number>().as('total')).executeTakeFirstOrThrow();

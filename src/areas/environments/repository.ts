@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { projectList } from '../projects/repository.ts';
 import type { EnvironmentTable } from './tables.ts';
 import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
 
@@ -37,19 +37,20 @@ export async function createEnvironment(
   return toEnvironment(row);
 }
 
-export async function listEnvironments(db: Executor, projectId: string, query: PageQuery) {
-  const inProject = db.selectFrom('environments').where('projectId', '=', projectId);
-  const [rows, total] = await Promise.all([
-    inProject
+/** A page of the project's environments in name order, if the project is the caller's. */
+export const listEnvironments = projectList({
+  total: (eb, projectId) =>
+    eb.selectFrom('environments').select(eb.fn.countAll().as('count')).where('projectId', '=', projectId).$asScalar(),
+  page: (db, { projectId, limit, offset }, descending) =>
+    db
+      .selectFrom('environments')
       .select(['name', 'description', 'defaultAgentId', 'createdAt'])
-      .orderBy('name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    countOf(inProject),
-  ]);
-  return { results: rows.map(toEnvironment), total };
-}
+      .where('projectId', '=', projectId)
+      .orderBy('name', descending ? 'desc' : 'asc')
+      .limit(limit)
+      .offset(offset),
+  toItem: toEnvironment,
+});
 
 /** The id of environment `name` of the project, or a 404. */
 export async function requireEnvironmentId(db: Executor, projectId: string, name: string): Promise<string> {

@@ -4,7 +4,7 @@ import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, writeInProject } from '../projects/repository.ts';
+import { writeInProject } from '../projects/repository.ts';
 import { Type } from 'typebox';
 import { CreateEnvironmentRequest, Environment, EnvironmentName } from './schemas.ts';
 import { createEnvironment, deleteEnvironment, listEnvironments } from './repository.ts';
@@ -49,7 +49,7 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
       },
     },
     async (request) => {
-      return pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listEnvironments);
+      return listEnvironments(app.store.db, request.principal.accountId, request.params.projectId, request.query);
     },
   );
 

@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import type { Compilable, ExpressionBuilder, ExpressionWrapper } from 'kysely';
 import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
+import type { Database } from '../../core/db/schema.ts';
+import { preparedQuery } from '../../core/db/prepared.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { countOf, offsetOf, pageOf, type PageQuery } from '../../core/paging.ts';
+import { pageOf, pageWindow, type PageQuery, type PageWindow } from '../../core/paging.ts';
 import type { ProjectTable } from './tables.ts';
 import type { CreateProjectRequest, Project } from './schemas.ts';
 
@@ -15,17 +18,20 @@ function toProject(row: Pick<ProjectTable, 'id' | 'name' | 'description' | 'crea
   };
 }
 
+const projectOfAccount = preparedQuery((db, params: { projectId: string; accountId: string }) =>
+  db
+    .selectFrom('projects')
+    .select(['id', 'name', 'description', 'createdAt'])
+    .where('id', '=', params.projectId)
+    .where('accountId', '=', params.accountId),
+);
+
 /**
  * The project `projectId` of the caller's account, or a 404: a project of another account is
  * answered exactly as one that does not exist. Every area checks its project through this.
  */
 export async function requireProject(db: Executor, accountId: string, projectId: string): Promise<Project> {
-  const row = await db
-    .selectFrom('projects')
-    .select(['id', 'name', 'description', 'createdAt'])
-    .where('id', '=', projectId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const [row] = await projectOfAccount(db, { projectId, accountId });
   if (!row) throw notFound(`Project ${projectId} does not exist.`);
   return toProject(row);
 }
@@ -51,6 +57,41 @@ export async function pageInProject<Q extends PageQuery, T>(
   return pageOf(query, results, total);
 }
 
+export interface ProjectListOptions<Row, Item> {
+  /** How many items the project has: a scalar subquery on its id (a count, or a counter kept on write). */
+  total(eb: ExpressionBuilder<Database, 'projects'>, projectId: string): ExpressionWrapper<Database, 'projects', unknown>;
+  /** The rows of a window of the project's items, in the list's order (reversed when `descending`). */
+  page(db: Executor, params: { projectId: string } & Omit<PageWindow, 'descending'>, descending: boolean): Compilable<Row>;
+  toItem(row: Row): Item;
+}
+
+/**
+ * A paged list of a project's items in two compiled-once statements: the first finds the project in
+ * the caller's account and counts its items, the second reads the page from the nearer end of the list.
+ */
+export function projectList<Row, Item>(options: ProjectListOptions<Row, Item>) {
+  const projectTotal = preparedQuery((db, params: { projectId: string; accountId: string }) =>
+    db
+      .selectFrom('projects')
+      .select((eb) => options.total(eb, params.projectId).as('total'))
+      .where('id', '=', params.projectId)
+      .where('accountId', '=', params.accountId),
+  );
+  const pages = [false, true].map((descending) =>
+    preparedQuery((db, params: { projectId: string; limit: number; offset: number }) => options.page(db, params, descending)),
+  );
+  return async (db: Executor, accountId: string, projectId: string, query: PageQuery) => {
+    const [project] = await projectTotal(db, { projectId, accountId });
+    if (!project) throw notFound(`Project ${projectId} does not exist.`);
+    const total = Number(project.total ?? 0);
+    const window = pageWindow(query, total);
+    if (!window) return pageOf(query, [], total);
+    const rows = await pages[Number(window.descending)](db, { projectId, limit: window.limit, offset: window.offset });
+    if (window.descending) rows.reverse();
+    return pageOf(query, rows.map(options.toItem), total);
+  };
+}
+
 export async function createProject(
   db: Executor,
   accountId: string,
@@ -70,18 +111,32 @@ export async function createProject(
   return id;
 }
 
-export async function listProjects(db: Executor, accountId: string, query: PageQuery) {
-  const inAccount = db.selectFrom('projects').where('accountId', '=', accountId);
-  const [rows, total] = await Promise.all([
-    inAccount
+const accountTotal = preparedQuery((db, params: { accountId: string }) =>
+  db
+    .selectFrom('projects')
+    .select((eb) => eb.fn.countAll().as('total'))
+    .where('accountId', '=', params.accountId),
+);
+const accountPages = [false, true].map((descending) =>
+  preparedQuery((db, params: { accountId: string; limit: number; offset: number }) =>
+    db
+      .selectFrom('projects')
       .select(['id', 'name', 'description', 'createdAt'])
-      .orderBy('name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    countOf(inAccount),
-  ]);
-  return { results: rows.map(toProject), total };
+      .where('accountId', '=', params.accountId)
+      .orderBy('name', descending ? 'desc' : 'asc')
+      .limit(params.limit)
+      .offset(params.offset),
+  ),
+);
+
+/** A page of the account's projects in name order, read from the nearer end of the list. */
+export async function listProjects(db: Executor, accountId: string, query: PageQuery) {
+  const [{ total }] = await accountTotal(db, { accountId });
+  const window = pageWindow(query, Number(total));
+  if (!window) return { results: [], total: Number(total) };
+  const rows = await accountPages[Number(window.descending)](db, { accountId, limit: window.limit, offset: window.offset });
+  if (window.descending) rows.reverse();
+  return { results: rows.map(toProject), total: Number(total) };
 }
 
 /** Removes the project; everything attached to it goes with it (foreign keys cascade). */

@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
-import { offsetOf, type PageQuery } from '../../core/paging.ts';
+import { projectList } from '../projects/repository.ts';
 import { requireEnvironmentId } from '../environments/repository.ts';
 import type { ProjectVariableTable } from './tables.ts';
 import type {
@@ -54,20 +54,19 @@ async function countVariables(db: Executor, projectId: string, delta: 1 | -1): P
     .execute();
 }
 
-export async function listVariables(db: Executor, projectId: string, query: PageQuery) {
-  const [rows, count] = await Promise.all([
+/** A page of the project's variables in name order, if the project is the caller's; the total is the counter. */
+export const listVariables = projectList({
+  total: (eb, projectId) => eb.selectFrom('projectVariableCounts').select('total').where('projectId', '=', projectId).$asScalar(),
+  page: (db, { projectId, limit, offset }, descending) =>
     db
       .selectFrom('projectVariables')
       .selectAll()
       .where('projectId', '=', projectId)
-      .orderBy('name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    db.selectFrom('projectVariableCounts').select('total').where('projectId', '=', projectId).executeTakeFirst(),
-  ]);
-  return { results: rows.map(toVariable), total: Number(count?.total ?? 0) };
-}
+      .orderBy('name', descending ? 'desc' : 'asc')
+      .limit(limit)
+      .offset(offset),
+  toItem: toVariable,
+});
 
 export async function requireVariable(db: Executor, projectId: string, name: string): Promise<VariableRow> {
   const row = await db

@@ -6,7 +6,7 @@ import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { notFound } from '../../core/problems.ts';
 import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
+import { requireProject, writeInProject } from '../projects/repository.ts';
 import {
   CreateVariableRequest,
   OverrideParams,
@@ -48,7 +48,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request) => {
-      return pageInProject(app.store.db, request.principal.accountId, request.params.projectId, request.query, listVariables);
+      return listVariables(app.store.db, request.principal.accountId, request.params.projectId, request.query);
     },
   );
 
