@@ -142,7 +142,9 @@ export const TASKSET = spawnSync('taskset', ['-V']).status === 0;
  * The real server in a fresh store, with an account and a token, logging only warnings: SQLite in a
  * fresh data folder, or with `postgres` a fresh database on BENCH_POSTGRES_URL (dropped when it stops).
  */
-export async function startBenchServer(options: { postgres?: boolean; cpu?: number } = {}): Promise<BenchServer> {
+export async function startBenchServer(
+  options: { postgres?: boolean; cpu?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<BenchServer> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-'));
   const database = options.postgres ? await createDatabase() : undefined;
   const env = {
@@ -150,6 +152,7 @@ export async function startBenchServer(options: { postgres?: boolean; cpu?: numb
     DATABASE_URL: database?.url ?? '',
     LOG_LEVEL: 'warn',
     DPC_RATE_LIMIT_MAX: '0',
+    ...options.env,
   };
   const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
   const { child, url } = await serve(env, options.cpu);

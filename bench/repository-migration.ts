@@ -29,7 +29,7 @@ function largeRepository(): string {
 /** `npm run bench repository-migration`: an E28 MIRROR_PUSH against a bare `git push --mirror` of the same repository. */
 export async function bench(): Promise<void> {
   const target = await GitTarget.start();
-  const server = await startBenchServer({ DPC_OUTBOUND_ALLOW: '127.0.0.0/8' });
+  const server = await startBenchServer({ env: { DPC_OUTBOUND_ALLOW: '127.0.0.0/8' } });
   const source = largeRepository();
   try {
     const { projectId } = await server.api('POST', '/projects', { name: 'bench repository' });
