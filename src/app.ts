@@ -26,6 +26,7 @@ import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
+import { aiTaskRoutes } from './areas/ai-tasks/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -38,6 +39,7 @@ const v1Areas = [
   sharedPipelineRoutes,
   connectorRoutes,
   oauthConnectionRoutes,
+  aiTaskRoutes,
   eventRoutes,
 ];
 

@@ -13,6 +13,7 @@ import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
 import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
 import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
+import type { AiTaskTables } from '../../areas/ai-tasks/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -87,4 +88,5 @@ export interface Database
     ArtifactTables,
     SharedPipelineTables,
     ConnectorTables,
-    OAuthConnectionTables {}
+    OAuthConnectionTables,
+    AiTaskTables {}

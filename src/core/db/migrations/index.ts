@@ -6,6 +6,7 @@ import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
+import { aiTasks } from './0013_ai_tasks.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -14,6 +15,7 @@ const steps: Record<string, PortableMigration> = {
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
   '0009_client_revocation': clientRevocation,
+  '0013_ai_tasks': aiTasks,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
