@@ -507,7 +507,7 @@ describeEachStore('AI agent task runtime: no model, limits, restarts', (kind) =>
         (t) => t.status === status,
         `task ${status}`,
       );
-    return { server, start, task, settled };
+    return { server, caller, start, task, settled };
   }
 
   test('with no model configured a task ends ERRORED saying so', async () => {
@@ -571,5 +571,32 @@ describeEachStore('AI agent task runtime: no model, limits, restarts', (kind) =>
     assert.equal((await settled(resumed, 'STOPPED', next)).turns, 1);
     const errored = await settled(crashed, 'ERRORED', next);
     assert.match(errored.statusDetail, /server stopped 3 times in the middle of a step/);
+  });
+
+  test('a graceful shutdown abandons the model call in progress; the step runs again on the next server', async () => {
+    const aiModel = { name: 'scripted', baseUrl: model.baseUrl };
+    const { server, caller, start, settled } = await setUp(aiModel);
+    let calls = 0;
+    let asked!: () => void;
+    const firstCall = new Promise<void>((resolve) => (asked = resolve));
+    model.on('Survive a restart.', async () => {
+      calls += 1;
+      if (calls === 1) {
+        asked();
+        await new Promise((resolve) => setTimeout(resolve, 5000));
+      }
+      return { text: `Answered on call ${calls}.` };
+    });
+    const taskId = await start('Survive a restart.');
+    await firstCall;
+    const closing = Date.now();
+    await server.server.close(); // the process stops; its store stays
+    assert.ok(Date.now() - closing < 4000, 'the shutdown does not wait for the model');
+
+    const next = await TestServer.startBeside(server);
+    servers.push(next);
+    assert.equal((await settled(taskId, 'STOPPED', next)).turns, 1);
+    const messages = await next.api('GET', `/ai/agents/tasks/${taskId}/messages`, { token: caller.token });
+    assert.equal(messages.body.results.at(-2).data.text, 'Answered on call 2.');
   });
 });
