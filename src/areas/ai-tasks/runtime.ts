@@ -89,7 +89,8 @@ export class AiTaskRuntime {
       } catch (error) {
         if (isTransientStoreFailure(error) || error instanceof ShuttingDown) throw error; // the queue runs the step again
         this.log.error({ err: error, taskId }, 'AI agent task step failed');
-        outcome = { kind: 'failed', detail: `The step failed unexpectedly: ${(error as Error).message}` };
+        // The cause stays in the log: it may hold internals the task's readers should not see.
+        outcome = { kind: 'failed', detail: 'A step of the task failed unexpectedly; the server log has the cause (by taskId).' };
       }
     }
     await this.endStep(task.id, job.id, outcome, Date.now() - started);
