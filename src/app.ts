@@ -26,6 +26,11 @@ import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
+import { directoryIntegrationRoutes } from './areas/scim/routes.ts';
+import { agentRoutes } from './areas/agents/routes.ts';
+import { agentProtocolRoutes } from './areas/agents/protocol.ts';
+import { secretValueRoutes } from './areas/secret-values/routes.ts';
+import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
 import { aiTaskRoutes } from './areas/ai-tasks/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
@@ -39,6 +44,10 @@ const v1Areas = [
   sharedPipelineRoutes,
   connectorRoutes,
   oauthConnectionRoutes,
+  directoryIntegrationRoutes,
+  agentRoutes,
+  secretValueRoutes,
+  streamingPipelineRoutes,
   aiTaskRoutes,
   eventRoutes,
 ];
@@ -152,6 +161,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       },
       { prefix: '/dpc/v1' },
     );
+    await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
   });
   return app;
 }

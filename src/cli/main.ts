@@ -5,9 +5,10 @@ import { CliError, EXIT, UsageError, type Command, type Options } from './comman
 import { serveCommand } from './serve.ts';
 import { storeCommands } from './store-commands.ts';
 import { clientCommands } from './api-client.ts';
+import { agentRunCommand } from './agent-command.ts';
 
 /** Every subcommand; add yours here. */
-const commands: Command[] = [serveCommand, ...storeCommands, ...clientCommands];
+const commands: Command[] = [serveCommand, ...storeCommands, ...clientCommands, agentRunCommand];
 
 const GLOBAL_OPTIONS: Options = { help: { type: 'boolean', short: 'h' } };
 const LIST_OPTIONS: Options = { format: { type: 'string' } };

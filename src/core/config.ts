@@ -56,6 +56,14 @@ export interface Config {
   /** Longest wait for requests in flight on a graceful shutdown; then their connections are closed. */
   shutdownTimeoutMs: number;
   metricsToken?: string;
+  /** An agent is `connected` while its last heartbeat is at most this old. */
+  agentConnectedSeconds: number;
+  /** How long a poll for agent work waits for work at most. */
+  agentPollWaitSeconds: number;
+  /** How long delivered work stays with the poll that took it without a heartbeat naming it; then it is delivered again. */
+  agentWorkLeaseSeconds: number;
+  /** How long a secret write (E15) waits for the agent to confirm it. */
+  agentSecretTimeoutMs: number;
   /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
   aiModel: AiModelConfig;
 }
@@ -171,6 +179,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     metricsToken: env.DPC_METRICS_TOKEN || undefined,
     shutdownDrainMs: integer(env, 'DPC_SHUTDOWN_DRAIN_MS', 0),
     shutdownTimeoutMs: integer(env, 'DPC_SHUTDOWN_TIMEOUT_MS', 10_000),
+    agentConnectedSeconds: integer(env, 'DPC_AGENT_CONNECTED_SECONDS', 30, 1),
+    agentPollWaitSeconds: integer(env, 'DPC_AGENT_POLL_WAIT_SECONDS', 20, 0, 60),
+    agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1),
+    agentSecretTimeoutMs: integer(env, 'DPC_AGENT_SECRET_TIMEOUT_MS', 15_000, 100),
     aiModel: {
       name: env.DPC_AI_MODEL || undefined,
       baseUrl: url(env, 'DPC_AI_MODEL_BASE_URL', ['http:', 'https:']),

@@ -5,7 +5,7 @@
 import type { Config } from './config.ts';
 import type { Store } from './db/database.ts';
 import type { Role } from './auth/accounts.ts';
-import type { Principal, TokenService } from './auth/tokens.ts';
+import type { AgentPrincipal, ClientPrincipal, TokenService } from './auth/tokens.ts';
 import type { JobQueue } from './jobs.ts';
 import type { SecretBox } from './secret-box.ts';
 import type { Metrics } from './metrics.ts';
@@ -24,13 +24,17 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     /** Set by the auth hook on every /dpc/v1 operation. */
-    principal: Principal;
+    principal: ClientPrincipal;
+    /** Set by the agent auth hook on every /dpc/agent/v1 operation. */
+    agent: AgentPrincipal;
     /** Ids of what a write touched beyond its path parameters, for the audit trail. */
     auditIds: Record<string, string>;
   }
   interface FastifyContextConfig {
     /** Least role an operation needs; reads default to viewer and writes to developer. */
     role?: Role;
+    /** A SCIM operation: directory-integration tokens reach these and nothing else. */
+    directoryIntegration?: boolean;
   }
 }
 

@@ -118,35 +118,46 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     return sendProblem(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
   });
 
-  app.setErrorHandler(async (error: FastifyError | ProblemError, request, reply) => {
-    if ((error instanceof ProblemError ? error.status : error.statusCode) === 413) {
-      await drainRefusedBody(request.raw, DRAIN_MAX_BYTES, DRAIN_MAX_MS);
-    }
-    if (error instanceof ProblemError) {
-      return sendProblem(request, reply, error.status, error.message, error.options);
-    }
-    if (error.validation) {
-      return sendProblem(request, reply, 400, 'The request is not valid.', {
-        violations: violationsOf(
-          error.validationContext,
-          error.validation as ValidationIssue[],
-          error.validationContext === 'headers' ? declaredHeaderNames(request) : undefined,
-        ),
-      });
-    }
-    if (isForeignKeyViolation(error)) {
-      // Checked at the start of the request, then deleted by a concurrent one before this write landed.
-      return sendProblem(request, reply, 404, 'A resource this request refers to no longer exists.');
-    }
-    if (isTransientStoreFailure(error)) {
-      request.log.warn({ err: error }, 'store busy');
-      return sendProblem(request, reply, 503, 'The store is busy; nothing was written. Try again.', {
-        headers: { 'retry-after': '1' },
-      });
-    }
-    const status = error.statusCode ?? 500;
-    if (status >= 400 && status < 500) return sendProblem(request, reply, status, error.message);
-    request.log.error({ err: error }, 'unexpected failure');
-    return sendProblem(request, reply, 500, `An unexpected error occurred. Quote request id ${request.id} when reporting it.`);
-  });
+  app.setErrorHandler((error: FastifyError | ProblemError, request, reply) => answerError(error, request, reply));
 });
+
+/** Renders an error (status, detail and options); SCIM operations render some in their own format. */
+export type ErrorSender = typeof sendProblem;
+
+/** Turns any failure, ours or the framework's, into a status and detail, and answers it with `send`. */
+export async function answerError(
+  error: FastifyError | ProblemError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  send: ErrorSender = sendProblem,
+): Promise<FastifyReply> {
+  if ((error instanceof ProblemError ? error.status : error.statusCode) === 413) {
+    await drainRefusedBody(request.raw, DRAIN_MAX_BYTES, DRAIN_MAX_MS);
+  }
+  if (error instanceof ProblemError) {
+    return send(request, reply, error.status, error.message, error.options);
+  }
+  if (error.validation) {
+    return send(request, reply, 400, 'The request is not valid.', {
+      violations: violationsOf(
+        error.validationContext,
+        error.validation as ValidationIssue[],
+        error.validationContext === 'headers' ? declaredHeaderNames(request) : undefined,
+      ),
+    });
+  }
+  if (isForeignKeyViolation(error)) {
+    // Checked at the start of the request, then deleted by a concurrent one before this write landed.
+    return send(request, reply, 404, 'A resource this request refers to no longer exists.');
+  }
+  if (isTransientStoreFailure(error)) {
+    request.log.warn({ err: error }, 'store busy');
+    return send(request, reply, 503, 'The store is busy; nothing was written. Try again.', {
+      headers: { 'retry-after': '1' },
+    });
+  }
+  const status = error.statusCode ?? 500;
+  if (status >= 400 && status < 500) return send(request, reply, status, error.message);
+  request.log.error({ err: error }, 'unexpected failure');
+  return send(request, reply, 500, `An unexpected error occurred. Quote request id ${request.id} when reporting it.`);
+}

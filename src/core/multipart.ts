@@ -9,6 +9,9 @@ import {
 } from '@remix-run/multipart-parser/node';
 import { badRequest, ProblemError } from './problems.ts';
 
+/** The largest header block a part may have. */
+const MAX_HEADER_BYTES = 16 * 1024;
+
 /** One part of a multipart body, whole. */
 export interface MultipartPart {
   /** The name in the part's content-disposition. */
@@ -43,14 +46,18 @@ export async function* multipartParts(raw: IncomingMessage, limits: MultipartLim
     maxParts: limits.maxParts,
     maxFileSize: limits.maxPartBytes,
     maxTotalSize: limits.maxBytes,
-    maxHeaderSize: 16 * 1024,
+    maxHeaderSize: MAX_HEADER_BYTES,
   });
+  const partNames = new PartNames(boundary);
+  let taken = 0;
   let closed = false;
   try {
     for await (const chunk of bodyChunks(raw)) {
       if (closed) continue; // an epilogue after the closing boundary is ignored (RFC 2046)
+      partNames.see(chunk);
       try {
         for (const part of parser.write(chunk)) {
+          taken += 1;
           yield {
             name: formDataName(part.headers['content-disposition']),
             contentType: part.mediaType ?? 'text/plain',
@@ -65,7 +72,49 @@ export async function* multipartParts(raw: IncomingMessage, limits: MultipartLim
     }
     parser.finish();
   } catch (error) {
-    throw problemOf(error, limits);
+    // The part a limit stopped at is the one after those taken.
+    throw problemOf(error, limits, partNames.names[taken]);
+  }
+}
+
+/**
+ * The names of the parts, in order, read off the body's bytes as they pass to the parser (which keeps
+ * the part it is filling to itself), so that a part too large for the limit can be named in the answer.
+ * Holds at most one part's headers between chunks.
+ */
+class PartNames {
+  readonly names: string[] = [];
+  private readonly delimiter: Buffer;
+  /** The bytes after the last whole part header: the start of a delimiter or header cut by a chunk's end. */
+  private carry: Buffer = Buffer.from('\r\n'); // the first delimiter has no line break before it
+
+  constructor(boundary: string) {
+    this.delimiter = Buffer.from(`\r\n--${boundary}`);
+  }
+
+  see(chunk: Buffer): void {
+    const bytes = Buffer.concat([this.carry, chunk]);
+    let from = 0;
+    for (;;) {
+      const at = bytes.indexOf(this.delimiter, from);
+      if (at === -1) {
+        this.carry = bytes.subarray(Math.max(from, bytes.length - this.delimiter.length + 1));
+        return;
+      }
+      const headersStart = at + this.delimiter.length;
+      const headersEnd = bytes.indexOf('\r\n\r\n', headersStart);
+      if (bytes.subarray(headersStart, headersStart + 2).toString() === '--') {
+        from = headersStart; // the closing delimiter
+      } else if (headersEnd === -1) {
+        // The headers go on in the next chunk; a header block past the parser's limit fails there anyway.
+        this.carry = Buffer.from(bytes.subarray(at, at + MAX_HEADER_BYTES));
+        return;
+      } else {
+        const disposition = /^content-disposition:(.*)$/im.exec(bytes.toString('utf8', headersStart, headersEnd));
+        this.names.push(formDataName(disposition?.[1]));
+        from = headersEnd + 4;
+      }
+    }
   }
 }
 
@@ -82,10 +131,13 @@ function formDataName(disposition = ''): string {
   return '';
 }
 
-function problemOf(error: unknown, limits: MultipartLimits): unknown {
+function problemOf(error: unknown, limits: MultipartLimits, partName: string | undefined): unknown {
   const tooLarge = (detail: string) => new ProblemError(413, detail, { headers: { connection: 'close' } });
   if (error instanceof MaxPartsExceededError) return tooLarge(`An upload has at most ${limits.maxParts} parts.`);
-  if (error instanceof MaxFileSizeExceededError) return tooLarge(`A part is larger than ${limits.maxPartBytes} bytes.`);
+  if (error instanceof MaxFileSizeExceededError) {
+    const part = partName === undefined ? 'A part' : `The part ${JSON.stringify(partName)}`;
+    return tooLarge(`${part} is larger than ${limits.maxPartBytes} bytes.`);
+  }
   if (error instanceof MaxTotalSizeExceededError) return tooLarge(`The upload is larger than ${limits.maxBytes} bytes.`);
   if (error instanceof MultipartParseError && /not finished/.test(error.message))
     return badRequest('The multipart body ended before its closing boundary. Nothing was stored.');

@@ -37,6 +37,7 @@ export const ProblemDetail = Type.Object(
     detail: Type.String(),
     instance: Type.String({ description: 'the request path that failed' }),
     violations: Type.Optional(Type.Array(Type.String())),
+    scimType: Type.Optional(Type.String({ description: 'SCIM operations only: the RFC 7644 scimType of the error' })),
   },
   {
     $id: 'ProblemDetail',
@@ -59,6 +60,8 @@ export interface ProblemOptions {
   /** kebab-case name for a problem more specific than its status, e.g. "migration-in-progress". */
   name?: string;
   headers?: Record<string, string>;
+  /** SCIM operations (RFC 7644 3.12): the error's scimType, answered in either error format. */
+  scimType?: string;
 }
 
 export class ProblemError extends Error {
@@ -89,7 +92,7 @@ export function problemBody(
   status: number,
   detail: string,
   instance: string,
-  options: Pick<ProblemOptions, 'violations' | 'name'> = {},
+  options: Pick<ProblemOptions, 'violations' | 'name' | 'scimType'> = {},
 ): ProblemDetail {
   const title = STATUS_TITLES[status] ?? (status >= 500 ? 'Internal Server Error' : 'Bad Request');
   const body: ProblemDetail = {
@@ -100,6 +103,7 @@ export function problemBody(
     instance,
   };
   if (options.violations?.length) body.violations = options.violations;
+  if (options.scimType) body.scimType = options.scimType;
   return body;
 }
 

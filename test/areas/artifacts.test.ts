@@ -631,7 +631,15 @@ describeEachStore('artifact upload limits', (kind) => {
       413,
       'payload-too-large',
     );
-    expectProblem(await upload([['a', 'x'.repeat(1001)]], 'part'), 413, 'payload-too-large');
+    const tooLargePart = await upload(
+      [
+        ['small.txt', 'x'],
+        ['pipelines/large.orch.yaml', 'x'.repeat(1001)],
+      ],
+      'part',
+    );
+    expectProblem(tooLargePart, 413, 'payload-too-large');
+    assert.match(tooLargePart.body.detail, /"pipelines\/large\.orch\.yaml"/);
     expectProblem(
       await upload(
         [

@@ -193,4 +193,19 @@ describe('multipart reading', () => {
     assert.equal((await readOnServer(multipartBody(parts), { maxBytes: 19 })).problem?.status, 413);
     assert.equal((await readOnServer(multipartBody(parts), { maxPartBytes: 10, maxBytes: 20 })).parts.length, 2);
   });
+
+  test('the 413 for a part over the limit names that part, however the body is cut into chunks', async () => {
+    const body = multipartBody([
+      ['small.txt', 'x'.repeat(5)],
+      ['pipelines/big one.orch.yaml', 'y'.repeat(50)],
+      ['after.txt', 'z'],
+    ]);
+    for (const cut of [5, 13, 29, body.length]) {
+      const pieces: Buffer[] = [];
+      for (let at = 0; at < body.length; at += cut) pieces.push(body.subarray(at, at + cut));
+      const { problem } = await readOnServer(pieces, { maxPartBytes: 20 });
+      assert.equal(problem?.status, 413);
+      assert.equal(problem?.message, 'The part "pipelines/big one.orch.yaml" is larger than 20 bytes.', `cut ${cut}`);
+    }
+  });
 });

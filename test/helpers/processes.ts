@@ -48,3 +48,31 @@ export async function spawnServe(
   child.kill();
   throw new Error(`dpc serve did not answer: ${output}`);
 }
+
+/** The reference agent (`dpc agent run`) in a child process, collecting what it logs. */
+export function spawnAgent(
+  url: string,
+  credentials: { clientId: string; clientSecret: string },
+  stateDir: string,
+): { child: ChildProcess; logs: () => string; stop: () => Promise<number | null> } {
+  const child = spawn(
+    process.execPath,
+    [dpc, 'agent', 'run', '--url', url, '--client-id', credentials.clientId, '--state-dir', stateDir],
+    {
+      env: { ...process.env, DPC_AGENT_CLIENT_SECRET: credentials.clientSecret },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return {
+    child,
+    logs: () => output,
+    stop: async () => {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}

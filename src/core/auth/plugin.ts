@@ -2,7 +2,8 @@ import fp from 'fastify-plugin';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ProblemError } from '../problems.ts';
 import { roleAllows, type Role } from './accounts.ts';
-import { InvalidToken, type Principal } from './tokens.ts';
+import { isDirectoryToken, verifyDirectoryToken } from './directory-tokens.ts';
+import { InvalidToken, type ClientPrincipal, type Principal } from './tokens.ts';
 
 function requiredRole(request: FastifyRequest): Role {
   const configured = request.routeOptions.config.role;
@@ -10,7 +11,7 @@ function requiredRole(request: FastifyRequest): Role {
   return request.method === 'GET' || request.method === 'HEAD' ? 'viewer' : 'developer';
 }
 
-async function authenticate(request: FastifyRequest): Promise<Principal> {
+export async function authenticate(request: FastifyRequest): Promise<Principal> {
   const header = request.headers.authorization;
   const match = header ? /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i.exec(header) : null;
   if (!match) {
@@ -19,7 +20,9 @@ async function authenticate(request: FastifyRequest): Promise<Principal> {
     });
   }
   try {
-    return await request.server.tokens.verify(match[1]);
+    const token = match[1];
+    if (isDirectoryToken(token)) return await verifyDirectoryToken(request.server.store.db, token);
+    return await request.server.tokens.verify(token);
   } catch (error) {
     if (!(error instanceof InvalidToken)) throw error;
     throw new ProblemError(401, `The bearer token is not valid: ${error.message}.`, {
@@ -30,7 +33,7 @@ async function authenticate(request: FastifyRequest): Promise<Principal> {
 
 /** Guards every operation of the scope it is registered in: a valid token, the right account, a high enough role. */
 export const authPlugin = fp(async (app: FastifyInstance) => {
-  app.decorateRequest('principal', null as unknown as Principal);
+  app.decorateRequest('principal', null as unknown as ClientPrincipal);
   // A failed authentication counts against its address's rate limit (the limiter itself runs only after
   // authentication, per client), so that guessing tokens is limited too.
   const countFailure = app.hasDecorator('rateLimit') ? app.rateLimit({ keyGenerator: (request) => request.ip }) : undefined;
@@ -39,9 +42,15 @@ export const authPlugin = fp(async (app: FastifyInstance) => {
       await countFailure?.call(app, request, reply);
       throw error;
     });
+    if (principal.agentId !== undefined) {
+      throw new ProblemError(403, "An agent's token reaches only the agent protocol (/dpc/agent/v1), not the account's API.");
+    }
     const accountHeader = request.headers['account-id'];
     if (accountHeader !== undefined && accountHeader !== principal.accountId) {
       throw new ProblemError(403, 'The account-id header does not match the account of the bearer token.');
+    }
+    if (principal.directoryToken && !request.routeOptions.config.directoryIntegration) {
+      throw new ProblemError(403, 'A directory-integration token reaches only the SCIM operations of its account.');
     }
     const needed = requiredRole(request);
     if (!roleAllows(principal.role, needed)) {

@@ -6,11 +6,25 @@ import { verifySecret, decoyHash } from './secrets.ts';
 import { KeyRing, TOKEN_ALGORITHM } from './keys.ts';
 import type { SecretBox } from '../secret-box.ts';
 
-export interface Principal {
+/** An API client of an account: reaches the account's API (/dpc/v1) with its role. */
+export interface ClientPrincipal {
   clientId: string;
   accountId: string;
   role: Role;
+  /** Set for a directory-integration token, which reaches only operations marked directoryIntegration. */
+  directoryToken?: true;
+  agentId?: undefined;
 }
+
+/** An agent signed in with its credentials: reaches only the agent protocol (/dpc/agent/v1). */
+export interface AgentPrincipal {
+  clientId: string;
+  accountId: string;
+  agentId: string;
+  role?: undefined;
+}
+
+export type Principal = ClientPrincipal | AgentPrincipal;
 
 export interface IssuedToken {
   access_token: string;
@@ -46,21 +60,19 @@ export class TokenService {
     this.keys = new KeyRing(db, settings.tokenTtlSeconds, box);
   }
 
-  /** Client-credentials grant: undefined when the client is unknown or the secret is wrong. */
+  /**
+   * Client-credentials grant for an account's API client or an agent: undefined when the client is
+   * unknown or the secret is wrong. An agent's token carries its agent id instead of a role.
+   */
   async issue(clientId: string, clientSecret: string): Promise<IssuedToken | undefined> {
-    const client = await this.db
-      .selectFrom('apiClients')
-      .select(['id', 'accountId', 'role', 'secretHash'])
-      .where('id', '=', clientId)
-      .where('revokedAt', 'is', null)
-      .executeTakeFirst();
+    const client = await this.credentialOf(clientId);
     const valid = await verifySecret(clientSecret, client?.secretHash ?? (await decoyHash));
     if (!client || !valid) return undefined;
     const { kid, key } = await this.keys.signingKey();
     const ttl = this.settings.tokenTtlSeconds;
-    const accessToken = await new SignJWT({ account_id: client.accountId, role: client.role })
+    const accessToken = await new SignJWT(client.claims)
       .setProtectedHeader({ alg: TOKEN_ALGORITHM, kid, typ: 'JWT' })
-      .setSubject(client.id)
+      .setSubject(clientId)
       .setIssuer(this.settings.issuer)
       .setAudience(this.settings.audience)
       .setIssuedAt()
@@ -69,6 +81,24 @@ export class TokenService {
       .setJti(randomUUID())
       .sign(key);
     return { access_token: accessToken, token_type: 'Bearer', expires_in: ttl };
+  }
+
+  /** The secret hash and token claims of a live API client or of an agent's current credentials. */
+  private async credentialOf(clientId: string): Promise<{ secretHash: string; claims: JWTPayload } | undefined> {
+    const client = await this.db
+      .selectFrom('apiClients')
+      .select(['accountId', 'role', 'secretHash'])
+      .where('id', '=', clientId)
+      .where('revokedAt', 'is', null)
+      .executeTakeFirst();
+    if (client) return { secretHash: client.secretHash, claims: { account_id: client.accountId, role: client.role } };
+    const agent = await this.db
+      .selectFrom('agents')
+      .select(['id', 'accountId', 'secretHash'])
+      .where('clientId', '=', clientId)
+      .executeTakeFirst();
+    if (!agent?.secretHash) return undefined;
+    return { secretHash: agent.secretHash, claims: { account_id: agent.accountId, agent_id: agent.id } };
   }
 
   /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */
@@ -99,12 +129,9 @@ export class TokenService {
     } catch (error) {
       throw new InvalidToken(error instanceof Error ? error.message : 'invalid token');
     }
-    const { sub, account_id: accountId, role, exp } = payload as JWTPayload & { account_id?: unknown; role?: unknown };
-    if (typeof sub !== 'string' || typeof accountId !== 'string' || typeof role !== 'string' || !isRole(role) || !exp) {
-      throw new InvalidToken('the token lacks the claims of this server');
-    }
-    if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
-    const principal: Principal = { clientId: sub, accountId, role };
+    const principal = principalOf(payload);
+    if (this.revoked.has(principal.clientId)) throw new InvalidToken('the client was revoked');
+    const exp = payload.exp!;
     if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
     this.verified.set(token, { principal, expiresAt: exp * 1000 });
     return principal;
@@ -128,4 +155,13 @@ export class TokenService {
   stopRefreshing(): void {
     clearInterval(this.refresher);
   }
+}
+
+function principalOf(payload: JWTPayload): Principal {
+  const { sub, account_id: accountId, role, agent_id: agentId, exp } = payload as JWTPayload & Record<string, unknown>;
+  if (typeof sub === 'string' && typeof accountId === 'string' && exp) {
+    if (typeof agentId === 'string') return { clientId: sub, accountId, agentId };
+    if (typeof role === 'string' && isRole(role)) return { clientId: sub, accountId, role };
+  }
+  throw new InvalidToken('the token lacks the claims of this server');
 }

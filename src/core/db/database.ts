@@ -106,7 +106,15 @@ async function migratorOf({ db, dialect }: Pick<Store, 'db' | 'dialect'>): Promi
     dialect === 'postgres'
       ? (await sql<{ schema: string }>`select current_schema() as schema`.execute(db)).rows[0].schema
       : undefined;
-  return new Migrator({ db, migrationTableSchema, provider: { getMigrations: async () => migrationsFor(dialect) } });
+  // Migration numbers are handed out ahead (0006 to 0013), and a later number may land first: a store that has
+  // run 0009 must still take 0008 when it arrives. Each step touches only its own tables, so order between
+  // them does not matter.
+  return new Migrator({
+    db,
+    migrationTableSchema,
+    allowUnorderedMigrations: true,
+    provider: { getMigrations: async () => migrationsFor(dialect) },
+  });
 }
 
 /** Names of the migrations this code has that the store has not applied (a newer release is rolling out). */

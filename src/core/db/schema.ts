@@ -14,6 +14,9 @@ import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.t
 import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
 import type { AiTaskTables } from '../../areas/ai-tasks/tables.ts';
+import type { ScimTables } from '../../areas/scim/tables.ts';
+import type { AgentTables } from '../../areas/agents/tables.ts';
+import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -89,4 +92,7 @@ export interface Database
     SharedPipelineTables,
     ConnectorTables,
     OAuthConnectionTables,
+    ScimTables,
+    AgentTables,
+    StreamingPipelineTables,
     AiTaskTables {}

@@ -5,8 +5,11 @@ import { foundation } from './0001_foundation.ts';
 import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
+import { agents } from './0006_agents.ts';
+import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 import { aiTasks } from './0013_ai_tasks.ts';
+import { streamingPipelineRuns } from './0014_streaming_pipeline_runs.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -14,8 +17,11 @@ const steps: Record<string, PortableMigration> = {
   '0002_project_configuration': projectConfiguration,
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
+  '0006_agents': agents,
+  '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
   '0013_ai_tasks': aiTasks,
+  '0014_streaming_pipeline_runs': streamingPipelineRuns,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {

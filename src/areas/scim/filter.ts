@@ -1,0 +1,316 @@
+/**
+ * SCIM filters (RFC 7644 3.4.2.2) compiled to SQL. scim2-parse-filter parses the text; each comparison
+ * becomes the set of ids of the account's resources that meet it, looked up in scim_values (one row per
+ * leaf value, compared in lower case unless the attribute is case-exact), in the membership table (members,
+ * groups) or in the resource table (meta times); and, or and not become intersect, union and except. The
+ * list reads the resources of the resulting set by primary key: it never walks the account's resources.
+ */
+import { sql, type RawBuilder, type SqlBool } from 'kysely';
+import { parse, type Filter } from 'scim2-parse-filter';
+import type { Dialect } from '../../core/db/database.ts';
+import { definitionAt, pathSegments, type AttributeDefinition, type ResourceKind } from './definitions.ts';
+import { comparable, scimError } from './resources.ts';
+
+const invalidFilter = (detail: string) => scimError(400, 'invalidFilter', detail);
+
+type Sql = RawBuilder<unknown>;
+type Compare = Extract<Filter, { compValue: unknown }>;
+type Comparison = Compare | Extract<Filter, { op: 'pr' }>;
+
+/** The end of the string literal that starts at `start` (the index after its closing quote). */
+function endOfString(text: string, start: number): number {
+  let i = start + 1;
+  while (i < text.length && text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+  return i + 1;
+}
+
+const TRAILING_COMPARISON =
+  /^\.([A-Za-z][\w$-]*)\s+(?:(pr)\b|(eq|ne|co|sw|ew|gt|ge|lt|le)\s+("(?:[^"\\]|\\.)*"|true|false|null|-?[\d.]+(?:[eE][-+]?\d+)?))/i;
+
+/**
+ * `emails[type eq "work"].value co "x"` is read as `emails[(type eq "work") and value co "x"]`: one email
+ * must meet both (the parser alone would let two different emails meet one each).
+ */
+function correlated(text: string): string {
+  let out = '';
+  let i = 0;
+  while (i < text.length) {
+    if (text[i] === '"') {
+      const end = endOfString(text, i);
+      out += text.slice(i, end);
+      i = end;
+    } else if (text[i] === '[') {
+      let close = i + 1;
+      while (close < text.length && text[close] !== ']') close = text[close] === '"' ? endOfString(text, close) : close + 1;
+      if (close >= text.length) throw invalidFilter('The filter has a "[" without its "]".');
+      const inner = correlated(text.slice(i + 1, close));
+      const trailing = TRAILING_COMPARISON.exec(text.slice(close + 1));
+      if (trailing) {
+        const [, sub, pr, op, value] = trailing;
+        out += `[(${inner}) and ${sub} ${pr ?? `${op} ${value}`}]`;
+        i = close + 1 + trailing[0].length;
+      } else {
+        out += `[${inner}]`;
+        i = close + 1;
+      }
+    } else {
+      out += text[i];
+      i += 1;
+    }
+  }
+  return out;
+}
+
+export function parseFilter(text: string): Filter {
+  if (text.length > 4096) throw invalidFilter('The filter is longer than 4096 characters.');
+  try {
+    return parse(correlated(text));
+  } catch (error) {
+    throw invalidFilter(`The filter is not valid: ${error instanceof Error ? error.message : 'unparsable'}.`);
+  }
+}
+
+export interface FilterScope {
+  kind: ResourceKind;
+  accountId: string;
+  dialect: Dialect;
+  /** The resource table (scim_users, scim_groups). */
+  table: string;
+}
+
+/** Characters as SQL counts them (code points), for substr. */
+const lengthOf = (text: string) => [...text].length;
+
+/** `column <op> value` for a text column. */
+function compared(scope: FilterScope, column: Sql, op: Compare['op'], value: string): Sql {
+  const n = lengthOf(value);
+  switch (op) {
+    case 'eq':
+    case 'ne':
+      return sql`${column} = ${value}`;
+    case 'co':
+      return scope.dialect === 'postgres' ? sql`strpos(${column}, ${value}) > 0` : sql`instr(${column}, ${value}) > 0`;
+    case 'sw':
+      return sql`substr(${column}, 1, ${n}) = ${value}`;
+    case 'ew':
+      return scope.dialect === 'postgres' ? sql`right(${column}, ${n}) = ${value}` : sql`substr(${column}, ${-n}) = ${value}`;
+    case 'gt':
+      return sql`${column} > ${value}`;
+    case 'ge':
+      return sql`${column} >= ${value}`;
+    case 'lt':
+      return sql`${column} < ${value}`;
+    case 'le':
+      return sql`${column} <= ${value}`;
+  }
+}
+
+/** The comparison value in stored form, refusing what cannot be compared with the attribute. */
+function operand(definition: AttributeDefinition, node: Compare): string {
+  const { op, compValue, attrPath } = node;
+  if (definition.type === 'boolean') {
+    if (typeof compValue !== 'boolean' || (op !== 'eq' && op !== 'ne')) {
+      throw invalidFilter(`${attrPath} is a boolean: compare it with eq or ne and true or false.`);
+    }
+    return String(compValue);
+  }
+  if (typeof compValue !== 'string') throw invalidFilter(`${attrPath} must be compared with a string.`);
+  if (definition.type === 'dateTime') {
+    const time = new Date(compValue);
+    if (Number.isNaN(time.getTime())) throw invalidFilter(`${compValue} is not a date-time.`);
+    if (['co', 'sw', 'ew'].includes(op)) throw invalidFilter(`${attrPath} is a date-time: use eq, ne, gt, ge, lt or le.`);
+    return time.toISOString();
+  }
+  return comparable(definition, compValue);
+}
+
+/** Columns of the resource table that stand for meta's times. */
+const META_COLUMNS: Record<string, string> = { 'meta.created': 'created_at', 'meta.lastmodified': 'last_modified' };
+
+/** What a filter's attribute path refers to. */
+interface Target {
+  root: AttributeDefinition;
+  /** The leaf compared: the root itself, a sub-attribute, or a multi-valued complex attribute's `value`. */
+  leaf: AttributeDefinition;
+  /** Lower-case path as in scim_values. */
+  attribute: string;
+}
+
+function target(scope: FilterScope, path: string, within?: AttributeDefinition): Target {
+  const segments = within ? [within.name, path] : pathSegments(scope.kind, path);
+  const root = definitionAt(scope.kind, segments.slice(0, 1));
+  let leaf = definitionAt(scope.kind, segments);
+  if (!root || !leaf || segments.length > 2) throw invalidFilter(`${path} is not an attribute of a ${scope.kind.type}.`);
+  let names = segments.map((s) => s.toLowerCase());
+  if (leaf.type === 'complex' && segments.length === 1) {
+    const value = leaf.subAttributes?.find((s) => s.name === 'value');
+    if (value) {
+      leaf = value;
+      names = [...names, 'value'];
+    }
+  }
+  const storedApart = root.name === 'meta' && !(names.join('.') in META_COLUMNS);
+  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart) throw invalidFilter(`${path} cannot be filtered on.`);
+  return { root, leaf, attribute: names.join('.') };
+}
+
+/** Membership-backed attributes: a group's members and a user's groups, looked up in scim_group_members. */
+function membership(scope: FilterScope, root: AttributeDefinition): { own: string; other: string } | undefined {
+  if (scope.kind.type === 'Group' && root.name === 'members') return { own: 'group_id', other: 'user_id' };
+  if (scope.kind.type === 'User' && root.name === 'groups') return { own: 'user_id', other: 'group_id' };
+  return undefined;
+}
+
+/**
+ * Every set below holds ids of the account's resources only (each leaf is scoped to the account, and
+ * intersect, union and except keep that), so the list needs no other condition to stay in the account.
+ */
+const everyone = (scope: FilterScope): Sql => sql`select id from ${sql.raw(scope.table)} where account_id = ${scope.accountId}`;
+
+/** The resources of the account except those of `set`. */
+const allBut = (scope: FilterScope, set: Sql): Sql => sql`${everyone(scope)} except select id from (${set}) as excluded`;
+
+/** The resources with a membership row meeting `condition` (on columns of m, the membership row). */
+function withMembership(scope: FilterScope, member: { own: string; other: string }, condition: Sql): Sql {
+  return sql`select m.${sql.raw(member.own)} as id from scim_group_members m join ${sql.raw(scope.table)} r on r.id = m.${sql.raw(member.own)} where r.account_id = ${scope.accountId} and ${condition}`;
+}
+
+function valueRows(scope: FilterScope, condition: Sql): Sql {
+  return sql`select resource_id, element from scim_values where account_id = ${scope.accountId} and resource_type = ${scope.kind.type} and ${condition}`;
+}
+
+/** The condition a comparison puts on scim_values rows. */
+function valueCondition(scope: FilterScope, node: Comparison, found: Target): Sql {
+  if (node.op === 'pr') {
+    if (found.leaf.type !== 'complex') return sql`attribute = ${found.attribute}`;
+    const prefix = `${found.attribute}.`;
+    return sql`substr(attribute, 1, ${lengthOf(prefix)}) = ${prefix}`;
+  }
+  if (found.leaf.type === 'complex') throw invalidFilter(`${node.attrPath} is complex: compare one of its sub-attributes.`);
+  const value = operand(found.leaf, node);
+  return sql`attribute = ${found.attribute} and ${compared(scope, sql.ref('value'), node.op, value)}`;
+}
+
+/** Whether the value is null, which SCIM reads as "not present". */
+const isNull = (node: Comparison): boolean => node.op !== 'pr' && node.compValue === null;
+
+function comparison(scope: FilterScope, node: Comparison): Sql {
+  const found = target(scope, node.attrPath);
+  if (isNull(node)) {
+    if (node.op !== 'eq' && node.op !== 'ne') throw invalidFilter(`${node.attrPath}: null compares with eq or ne only.`);
+    const present = comparison(scope, { op: 'pr', attrPath: node.attrPath });
+    return node.op === 'eq' ? allBut(scope, present) : present;
+  }
+  // ne is "not eq": a resource without the attribute meets it too.
+  if (node.op === 'ne') return allBut(scope, comparison(scope, { ...node, op: 'eq' }));
+  const member = membership(scope, found.root);
+  if (member) {
+    if (found.leaf.name !== 'value') throw invalidFilter(`Only ${found.root.name}.value can be filtered on.`);
+    const column = sql.raw(`m.${member.other}`);
+    return withMembership(
+      scope,
+      member,
+      node.op === 'pr' ? sql`1 = 1` : compared(scope, column, node.op, operand(found.leaf, node)),
+    );
+  }
+  const column = META_COLUMNS[found.attribute];
+  if (column) {
+    if (node.op === 'pr') return everyone(scope);
+    return sql`${everyone(scope)} and ${compared(scope, sql.raw(column), node.op, operand(found.leaf, node))}`;
+  }
+  return sql`select resource_id as id from scim_values where account_id = ${scope.accountId} and resource_type = ${scope.kind.type} and ${valueCondition(scope, node, found)}`;
+}
+
+/** The (resource, element) pairs of a multi-valued attribute whose elements meet `node`. */
+function elements(scope: FilterScope, root: AttributeDefinition, node: Filter): Sql {
+  switch (node.op) {
+    case 'and':
+    case 'or': {
+      const parts = node.filters.map(
+        (f, i) => sql`select resource_id, element from (${elements(scope, root, f)}) as ${sql.raw(`e${i}`)}`,
+      );
+      return sql.join(parts, sql.raw(node.op === 'and' ? ' intersect ' : ' union '));
+    }
+    case 'not': {
+      const prefix = `${root.name.toLowerCase()}.`;
+      const all = valueRows(scope, sql`substr(attribute, 1, ${lengthOf(prefix)}) = ${prefix}`);
+      return sql`${all} except select resource_id, element from (${elements(scope, root, node.filter)}) as n`;
+    }
+    case '[]':
+      throw invalidFilter('A value filter cannot hold another value filter.');
+    default: {
+      if (isNull(node) || node.op === 'ne') {
+        const inverse = node.op === 'ne' ? { ...node, op: 'eq' as const } : { op: 'pr' as const, attrPath: node.attrPath };
+        return elements(scope, root, { op: 'not', filter: inverse });
+      }
+      return valueRows(scope, valueCondition(scope, node, target(scope, node.attrPath, root)));
+    }
+  }
+}
+
+/** A value filter on a membership-backed attribute (`members[value eq "..."]`): a condition on one membership row. */
+export function membershipCondition(scope: FilterScope, root: AttributeDefinition, column: string, node: Filter): Sql {
+  switch (node.op) {
+    case 'and':
+    case 'or':
+      return sql`(${sql.join(
+        node.filters.map((f) => membershipCondition(scope, root, column, f)),
+        sql.raw(` ${node.op} `),
+      )})`;
+    case 'not':
+      return sql`not (${membershipCondition(scope, root, column, node.filter)})`;
+    case '[]':
+      throw invalidFilter('A value filter cannot hold another value filter.');
+    default: {
+      const found = target(scope, node.attrPath, root);
+      if (found.leaf.name !== 'value') throw invalidFilter(`Only ${root.name}.value can be filtered on.`);
+      if (node.op === 'pr') return sql`1 = 1`;
+      if (node.compValue === null) return sql`1 = ${node.op === 'eq' ? 0 : 1}`;
+      const matched = compared(scope, sql.raw(column), node.op, operand(found.leaf, node));
+      return node.op === 'ne' ? sql`not (${matched})` : matched;
+    }
+  }
+}
+
+/** The ids of the account's resources that meet the filter. */
+function compiled(scope: FilterScope, node: Filter): Sql {
+  switch (node.op) {
+    case 'and':
+    case 'or':
+      return sql.join(
+        node.filters.map((f) => sql`select id from (${compiled(scope, f)}) as operand`),
+        sql.raw(node.op === 'and' ? ' intersect ' : ' union '),
+      );
+    case 'not':
+      return allBut(scope, compiled(scope, node.filter));
+    case '[]': {
+      const root = definitionAt(scope.kind, pathSegments(scope.kind, node.attrPath));
+      if (!root?.multiValued || root.type !== 'complex') {
+        throw invalidFilter(`${node.attrPath} is not a multi-valued complex attribute.`);
+      }
+      const member = membership(scope, root);
+      if (member) return withMembership(scope, member, membershipCondition(scope, root, `m.${member.other}`, node.valFilter));
+      return sql`select resource_id as id from (${elements(scope, root, node.valFilter)}) as matched`;
+    }
+    default:
+      return comparison(scope, node);
+  }
+}
+
+/**
+ * The filter as a condition on the resource table: its id in the set of those that meet it (a set of the
+ * account's resources only).
+ */
+export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<SqlBool> {
+  return sql<SqlBool>`${sql.raw(`${scope.table}.id`)} in (${compiled(scope, filter)})`;
+}
+
+/** What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource, the least of a multi-valued one. */
+export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown> {
+  const found = target(scope, sortBy);
+  if (found.leaf.type === 'complex' || membership(scope, found.root))
+    throw scimError(400, 'invalidPath', `${sortBy} cannot be sorted by.`);
+  const column = META_COLUMNS[found.attribute];
+  if (column) return sql.raw(`${scope.table}.${column}`);
+  return sql`(select min(value) from scim_values where resource_id = ${sql.raw(`${scope.table}.id`)} and attribute = ${found.attribute})`;
+}

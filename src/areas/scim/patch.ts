@@ -1,0 +1,236 @@
+/**
+ * PATCH (RFC 7644 3.5.2) of a resource's document: operations add, remove and replace, with or without a
+ * path, paths with value filters (`emails[type eq "work"].value`). Operations are applied in order to a
+ * copy; the caller checks the result as a whole and writes it, or nothing when any operation fails.
+ */
+import type { Filter } from 'scim2-parse-filter';
+import { PATCH_OP_SCHEMA, definitionAt, type AttributeDefinition, type ResourceKind } from './definitions.ts';
+import { parseFilter } from './filter.ts';
+import { comparable, scimError, type Document } from './resources.ts';
+
+export type PatchOpName = 'add' | 'remove' | 'replace';
+
+export interface PatchPath {
+  text: string;
+  root: AttributeDefinition;
+  filter?: Filter;
+  sub?: AttributeDefinition;
+}
+
+export interface PatchOperation {
+  op: PatchOpName;
+  /** Undefined without a path; null for a path of a schema this server does not implement (ignored). */
+  path?: PatchPath | null;
+  value?: unknown;
+}
+
+const invalidPath = (detail: string) => scimError(400, 'invalidPath', detail);
+const noTarget = (detail: string) => scimError(400, 'noTarget', detail);
+const invalidSyntax = (detail: string) => scimError(400, 'invalidSyntax', detail);
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+const PATH_SHAPE = /^([A-Za-z$][\w$-]*)(?:\[(.*)\])?(?:\.([A-Za-z$][\w$-]*))?$/s;
+
+/** A PATCH path: attribute, optional value filter, optional sub-attribute; null for another schema's attribute. */
+export function parsePath(kind: ResourceKind, text: string): PatchPath | null {
+  let rest = text.trim();
+  const urn = [kind.schema, ...kind.extensions].find((u) => rest.toLowerCase().startsWith(`${u.toLowerCase()}:`));
+  if (urn) rest = rest.slice(urn.length + 1);
+  // An attribute of an extension this server does not implement (say the enterprise User) is ignored, as on POST.
+  else if (/^urn:/i.test(rest)) return null;
+  const match = PATH_SHAPE.exec(rest);
+  if (!match) throw invalidPath(`"${text}" is not a valid attribute path.`);
+  const [, rootName, filterText, subName] = match;
+  const root = definitionAt(kind, [rootName]);
+  if (!root) throw invalidPath(`"${rootName}" is not an attribute of a ${kind.type}.`);
+  if (root.mutability === 'readOnly') throw scimError(400, 'mutability', `${root.name} is read-only.`);
+  if (filterText !== undefined && !(root.multiValued && root.type === 'complex')) {
+    throw invalidPath(`${root.name} is not multi-valued: it takes no value filter.`);
+  }
+  const sub = subName === undefined ? undefined : definitionAt(kind, [rootName, subName]);
+  if (subName !== undefined && !sub) throw invalidPath(`"${subName}" is not a sub-attribute of ${root.name}.`);
+  return { text, root, sub, filter: filterText === undefined ? undefined : parseFilter(filterText) };
+}
+
+/** The body of a PATCH request, checked: the PatchOp schema and well-formed operations. */
+export function patchOperations(kind: ResourceKind, body: unknown): PatchOperation[] {
+  if (!isObject(body)) throw invalidSyntax('The body must be a PatchOp message.');
+  const schemas = body.schemas;
+  if (!Array.isArray(schemas) || !schemas.includes(PATCH_OP_SCHEMA)) {
+    throw invalidSyntax(`schemas must contain ${PATCH_OP_SCHEMA}.`);
+  }
+  const operations = body.Operations ?? body.operations;
+  if (!Array.isArray(operations) || operations.length === 0) throw invalidSyntax('Operations must be a non-empty array.');
+  if (operations.length > 1000) throw invalidSyntax('At most 1000 operations are taken in one request.');
+  return operations.map((operation, i) => {
+    if (!isObject(operation)) throw invalidSyntax(`Operations[${i}] must be an object.`);
+    const op = typeof operation.op === 'string' ? operation.op.toLowerCase() : '';
+    if (op !== 'add' && op !== 'remove' && op !== 'replace') {
+      throw invalidSyntax(`Operations[${i}].op must be add, remove or replace.`);
+    }
+    if (operation.path !== undefined && typeof operation.path !== 'string') {
+      throw invalidPath(`Operations[${i}].path must be a string.`);
+    }
+    if (operation.path === undefined && op === 'remove') throw noTarget(`Operations[${i}]: remove needs a path.`);
+    if (op !== 'remove' && operation.value === undefined) throw scimError(400, 'invalidValue', `Operations[${i}] needs a value.`);
+    return {
+      op,
+      path: operation.path === undefined ? undefined : parsePath(kind, operation.path),
+      value: operation.value,
+    };
+  });
+}
+
+function field(object: Record<string, unknown>, definition: AttributeDefinition): unknown {
+  const key = Object.keys(object).find((k) => k.toLowerCase() === definition.name.toLowerCase());
+  return key === undefined ? undefined : object[key];
+}
+
+/** Whether one element of a multi-valued attribute meets a value filter. */
+export function elementMatches(root: AttributeDefinition, element: unknown, filter: Filter): boolean {
+  if (!isObject(element)) return false;
+  switch (filter.op) {
+    case 'and':
+      return filter.filters.every((f) => elementMatches(root, element, f));
+    case 'or':
+      return filter.filters.some((f) => elementMatches(root, element, f));
+    case 'not':
+      return !elementMatches(root, element, filter.filter);
+    case '[]':
+      throw scimError(400, 'invalidFilter', 'A value filter cannot hold another value filter.');
+    default: {
+      const sub = root.subAttributes?.find((s) => s.name.toLowerCase() === filter.attrPath.toLowerCase());
+      if (!sub) throw scimError(400, 'invalidFilter', `"${filter.attrPath}" is not a sub-attribute of ${root.name}.`);
+      const actual = field(element, sub);
+      if (filter.op === 'pr') return actual !== undefined && actual !== null;
+      const expected = filter.compValue;
+      if (expected === null) return filter.op === 'eq' ? actual == null : actual != null;
+      if (typeof actual !== typeof expected || (typeof actual !== 'string' && typeof actual !== 'boolean')) {
+        return filter.op === 'ne';
+      }
+      const a = comparable(sub, actual as string | boolean);
+      const b = comparable(sub, expected as string | boolean);
+      switch (filter.op) {
+        case 'eq':
+          return a === b;
+        case 'ne':
+          return a !== b;
+        case 'co':
+          return a.includes(b);
+        case 'sw':
+          return a.startsWith(b);
+        case 'ew':
+          return a.endsWith(b);
+        case 'gt':
+          return a > b;
+        case 'ge':
+          return a >= b;
+        case 'lt':
+          return a < b;
+        case 'le':
+          return a <= b;
+      }
+    }
+  }
+}
+
+/** The sub-attribute values a filter of equalities pins (`type eq "work"`), to create the element it names; undefined otherwise. */
+function pinned(filter: Filter): Record<string, unknown> | undefined {
+  if (filter.op === 'eq') return { [filter.attrPath]: filter.compValue };
+  if (filter.op !== 'and') return undefined;
+  const parts = filter.filters.map(pinned);
+  return parts.every(Boolean) ? Object.assign({}, ...parts) : undefined;
+}
+
+const asList = (value: unknown): unknown[] => (Array.isArray(value) ? value : [value]);
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+function applyToList(operation: PatchOperation, path: PatchPath, current: unknown[]): unknown[] | undefined {
+  const { op, value } = operation;
+  const { root, filter, sub } = path;
+  if (!filter && !sub) {
+    if (op === 'replace') return asList(value);
+    if (op === 'add') return [...current, ...asList(value).filter((item) => !current.some((c) => same(c, item)))];
+    if (value === undefined) return undefined;
+    return current.filter((item) => !asList(value).some((v) => same(v, item)));
+  }
+  const matches = filter ? current.map((item) => elementMatches(root, item, filter)) : current.map(() => true);
+  if (op === 'remove') {
+    if (!sub) return current.filter((_, i) => !matches[i]);
+    return current.map((item, i) => (matches[i] && isObject(item) ? withoutKey(item, sub.name) : item));
+  }
+  const write = (item: unknown) =>
+    sub
+      ? { ...(isObject(item) ? item : {}), [sub.name]: value }
+      : { ...(isObject(item) ? item : {}), ...(isObject(value) ? value : {}) };
+  if (!matches.some(Boolean)) {
+    const seed = filter ? pinned(filter) : {};
+    if (!seed) throw noTarget(`No value of ${root.name} matches "${path.text}".`);
+    if (!sub && !isObject(value)) throw scimError(400, 'invalidValue', `The value for "${path.text}" must be an object.`);
+    return [...current, write(seed)];
+  }
+  return current.map((item, i) => (matches[i] ? write(item) : item));
+}
+
+function withoutKey(object: Record<string, unknown>, key: string): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(object).filter(([k]) => k.toLowerCase() !== key.toLowerCase()));
+}
+
+/** Applies one operation with a path to the document (in place). */
+export function applyAtPath(document: Document, operation: PatchOperation, path: PatchPath): void {
+  const { root, sub } = path;
+  const { op, value } = operation;
+  if (root.multiValued) {
+    const current = Array.isArray(document[root.name]) ? (document[root.name] as unknown[]) : [];
+    const next = applyToList(operation, path, current);
+    if (next === undefined || next.length === 0) delete document[root.name];
+    else document[root.name] = next;
+    return;
+  }
+  const existing = document[root.name];
+  if (root.type === 'complex') {
+    const base = isObject(existing) ? existing : {};
+    if (op === 'remove') {
+      if (sub) document[root.name] = withoutKey(base, sub.name);
+      else delete document[root.name];
+    } else if (sub) {
+      document[root.name] = { ...base, [sub.name]: value };
+    } else {
+      if (!isObject(value)) throw scimError(400, 'invalidValue', `The value for ${root.name} must be an object.`);
+      document[root.name] = op === 'add' ? { ...base, ...value } : { ...value };
+    }
+    return;
+  }
+  if (sub) throw invalidPath(`${root.name} has no sub-attributes.`);
+  if (op === 'remove') delete document[root.name];
+  else document[root.name] = value;
+}
+
+/**
+ * The operations of a path-less add or replace: one per attribute of the value object (its keys may be
+ * attribute paths, and an extension's attributes may sit in their extension object).
+ */
+export function expandedWithoutPath(kind: ResourceKind, operation: PatchOperation): PatchOperation[] {
+  if (!isObject(operation.value)) throw scimError(400, 'invalidValue', `A ${operation.op} without a path needs an object value.`);
+  const result: PatchOperation[] = [];
+  for (const [key, value] of Object.entries(operation.value)) {
+    if (key === 'schemas') continue;
+    const extension = kind.extensions.find((urn) => urn.toLowerCase() === key.toLowerCase());
+    if (extension && isObject(value)) {
+      result.push(...expandedWithoutPath(kind, { op: operation.op, value }));
+      continue;
+    }
+    let path: PatchPath | null;
+    try {
+      path = parsePath(kind, key);
+    } catch {
+      // Keys that are no attribute of ours are ignored, as unknown attributes are on POST and PUT.
+      continue;
+    }
+    if (path) result.push({ op: operation.op, path, value });
+  }
+  return result;
+}

@@ -1,0 +1,628 @@
+import { randomUUID } from 'node:crypto';
+import type { RawBuilder, SelectQueryBuilder } from 'kysely';
+import type { Db, Dialect, Executor, Trx } from '../../core/db/database.ts';
+import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
+import { hashSecret } from '../../core/auth/secrets.ts';
+import { ROLES, isRole } from '../../core/auth/accounts.ts';
+import { GROUP, MAX_RESULTS, USER, type ResourceKind } from './definitions.ts';
+import { filterCondition, membershipCondition, parseFilter, sortKey, type FilterScope } from './filter.ts';
+import { applyAtPath, expandedWithoutPath, patchOperations, type PatchOperation } from './patch.ts';
+import {
+  etagListNames,
+  etagOf,
+  incoming,
+  invalidValue,
+  projected,
+  rendered,
+  scimError,
+  searchValues,
+  type Document,
+  type Incoming,
+} from './resources.ts';
+import type { ListQuery } from './schemas.ts';
+
+/** Who asks and how answers address resources: the account, the store's dialect, the service's base URL. */
+export interface Scope {
+  db: Db;
+  dialect: Dialect;
+  accountId: string;
+  /** Absolute URL of /scim/v2, for meta.location and $ref. */
+  base: string;
+}
+
+/** What the client asked to see (RFC 7644 3.9). */
+export interface Projection {
+  attributes?: string;
+  excludedAttributes?: string;
+}
+
+export interface Answer {
+  resource: Document;
+  version: number;
+}
+
+const notFound = (kind: ResourceKind, id: string) => scimError(404, undefined, `${kind.type} ${id} does not exist.`);
+
+function checkPrecondition(ifMatch: string | undefined, version: number): void {
+  if (ifMatch !== undefined && !etagListNames(ifMatch, version)) {
+    throw scimError(412, undefined, `The resource is at version ${etagOf(version)}, not ${ifMatch}.`);
+  }
+}
+
+/** Whether the client will see an attribute, so work for it (members, groups) is done only when it is. */
+function wants(kind: ResourceKind, projection: Projection, name: string): boolean {
+  return name in projected(kind, { [name]: true }, projection.attributes, projection.excludedAttributes);
+}
+
+async function writeValues(trx: Trx, scope: Scope, kind: ResourceKind, id: string, document: Document): Promise<void> {
+  await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
+  const rows = searchValues(kind, document, id).map((row) => ({
+    ...row,
+    resourceId: id,
+    accountId: scope.accountId,
+    resourceType: kind.type,
+  }));
+  for (let i = 0; i < rows.length; i += 200)
+    await trx
+      .insertInto('scimValues')
+      .values(rows.slice(i, i + 200))
+      .execute();
+}
+
+// ---- Users
+
+interface UserRow {
+  id: string;
+  document: string;
+  version: number;
+  createdAt: string;
+  lastModified: string;
+}
+
+async function groupsOf(db: Executor, scope: Scope, userIds: string[]): Promise<Map<string, Document[]>> {
+  const result = new Map<string, Document[]>();
+  if (userIds.length === 0) return result;
+  const rows = await db
+    .selectFrom('scimGroupMembers')
+    .innerJoin('scimGroups', 'scimGroups.id', 'scimGroupMembers.groupId')
+    .select(['scimGroupMembers.userId', 'scimGroups.id', 'scimGroups.displayName'])
+    .where('scimGroupMembers.userId', 'in', userIds)
+    .orderBy('scimGroups.displayName')
+    .execute();
+  for (const row of rows) {
+    const list = result.get(row.userId) ?? [];
+    list.push({ value: row.id, $ref: `${scope.base}/Groups/${row.id}`, display: row.displayName, type: 'DIRECT' });
+    result.set(row.userId, list);
+  }
+  return result;
+}
+
+async function renderUsers(db: Executor, scope: Scope, rows: UserRow[], projection: Projection): Promise<Answer[]> {
+  const groups = wants(USER, projection, 'groups')
+    ? await groupsOf(
+        db,
+        scope,
+        rows.map((r) => r.id),
+      )
+    : new Map();
+  return rows.map((row) => {
+    const memberships = groups.get(row.id);
+    const resource = rendered(
+      USER,
+      row,
+      JSON.parse(row.document) as Document,
+      memberships ? { groups: memberships } : {},
+      `${scope.base}/Users/${row.id}`,
+    );
+    return {
+      resource: projected(USER, resource, projection.attributes, projection.excludedAttributes),
+      version: row.version,
+    };
+  });
+}
+
+/**
+ * A write reads its resource locked: PostgreSQL holds the row until the transaction ends, and SQLite's
+ * transactions here take the one write lock at BEGIN. So writes to one resource happen one after another
+ * and none is lost, whether or not the client sent If-Match.
+ */
+function locked<Q extends SelectQueryBuilder<any, any, any>>(scope: Scope, query: Q, lock: boolean): Q {
+  return lock && scope.dialect === 'postgres' ? (query.forUpdate() as Q) : query;
+}
+
+async function requireUserRow(db: Executor, scope: Scope, id: string, lock = false): Promise<UserRow> {
+  const query = db
+    .selectFrom('scimUsers')
+    .select(['id', 'document', 'version', 'createdAt', 'lastModified'])
+    .where('accountId', '=', scope.accountId)
+    .where('id', '=', id);
+  const row = await locked(scope, query, lock).executeTakeFirst();
+  if (!row) throw notFound(USER, id);
+  return row;
+}
+
+export async function getUser(scope: Scope, id: string, projection: Projection): Promise<Answer> {
+  const [answer] = await renderUsers(scope.db, scope, [await requireUserRow(scope.db, scope, id)], projection);
+  return answer;
+}
+
+function userColumns(document: Document) {
+  const userName = document.userName as string;
+  return {
+    userName,
+    userNameKey: userName.toLowerCase(),
+    displayName: typeof document.displayName === 'string' ? document.displayName : null,
+    document: JSON.stringify(document),
+  };
+}
+
+const duplicateUserName = (userName: string) =>
+  scimError(409, 'uniqueness', `A user with userName "${userName}" already exists in this account.`);
+
+/** A write that a unique userName refuses answers 409 uniqueness. */
+async function uniquely<T>(userName: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write();
+  } catch (error) {
+    if (isUniqueViolation(error)) throw duplicateUserName(userName);
+    throw error;
+  }
+}
+
+export async function createUser(scope: Scope, body: unknown, projection: Projection): Promise<Answer> {
+  const { document, password } = incoming(USER, body);
+  const passwordHash = password === undefined ? null : await hashSecret(password);
+  const id = randomUUID();
+  const time = now();
+  const row = { id, version: 1, createdAt: time, lastModified: time, ...userColumns(document) };
+  await uniquely(row.userName, () =>
+    scope.db.transaction().execute(async (trx) => {
+      await trx
+        .insertInto('scimUsers')
+        .values({ ...row, accountId: scope.accountId, passwordHash })
+        .execute();
+      await writeValues(trx, scope, USER, id, document);
+    }),
+  );
+  const [answer] = await renderUsers(scope.db, scope, [row], projection);
+  return answer;
+}
+
+/** Writes a user's new document (PUT, PATCH), read locked, as its next version. */
+async function rewriteUser(
+  trx: Trx,
+  scope: Scope,
+  current: UserRow,
+  next: Incoming,
+  passwordHash: string | null | undefined,
+): Promise<UserRow> {
+  const columns = userColumns(next.document);
+  const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
+  await uniquely(columns.userName, () =>
+    trx
+      .updateTable('scimUsers')
+      .set({
+        ...columns,
+        version: updated.version,
+        lastModified: updated.lastModified,
+        ...(passwordHash !== undefined && { passwordHash }),
+      })
+      .where('id', '=', current.id)
+      .execute(),
+  );
+  await writeValues(trx, scope, USER, current.id, next.document);
+  return updated;
+}
+
+/** PUT: the user becomes what was sent; a password left out is kept (RFC 7644 3.5.1 leaves write-only attributes alone). */
+export async function replaceUser(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
+  const next = incoming(USER, body);
+  const passwordHash = next.password === undefined ? undefined : await hashSecret(next.password);
+  const row = await scope.db.transaction().execute(async (trx) => {
+    const current = await requireUserRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    return rewriteUser(trx, scope, current, next, passwordHash);
+  });
+  const [answer] = await renderUsers(scope.db, scope, [row], projection);
+  return answer;
+}
+
+/** The password a PATCH sets (replace/add) or removes (null), or undefined when it does not touch it. */
+function patchedPassword(operations: PatchOperation[]): string | null | undefined {
+  let password: string | null | undefined;
+  for (const operation of operations) {
+    if (operation.path?.root.name !== 'password') continue;
+    if (operation.op === 'remove') password = null;
+    else if (typeof operation.value === 'string' && operation.value.length > 0 && operation.value.length <= 256) {
+      password = operation.value;
+    } else throw invalidValue('password must be a string of 1 to 256 characters.');
+  }
+  return password;
+}
+
+/** Path-less operations spread into one per attribute; those of other schemas' attributes dropped. */
+function withPaths(kind: ResourceKind, operations: PatchOperation[]): PatchOperation[] {
+  return operations.flatMap((operation) =>
+    operation.path === undefined ? expandedWithoutPath(kind, operation) : operation.path === null ? [] : [operation],
+  );
+}
+
+export async function patchUser(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
+  const operations = withPaths(USER, patchOperations(USER, body));
+  const password = patchedPassword(operations);
+  const passwordHash = typeof password === 'string' ? await hashSecret(password) : password;
+  const row = await scope.db.transaction().execute(async (trx) => {
+    const current = await requireUserRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    const document = JSON.parse(current.document) as Document;
+    for (const operation of operations) {
+      if (operation.path && operation.path.root.name !== 'password') applyAtPath(document, operation, operation.path);
+    }
+    return rewriteUser(trx, scope, current, incoming(USER, document), passwordHash);
+  });
+  const [answer] = await renderUsers(scope.db, scope, [row], projection);
+  return answer;
+}
+
+export async function deleteUser(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
+  await scope.db.transaction().execute(async (trx) => {
+    const current = await requireUserRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
+    // Memberships go with the user (foreign keys cascade).
+    await trx.deleteFrom('scimUsers').where('id', '=', id).execute();
+  });
+}
+
+// ---- Lists
+
+function filterScope(scope: Scope, kind: ResourceKind): FilterScope {
+  return {
+    kind,
+    accountId: scope.accountId,
+    dialect: scope.dialect,
+    table: kind === USER ? 'scim_users' : 'scim_groups',
+  };
+}
+
+/** Sorted by `order` when there is one, resources without a value last either way (both stores alike). */
+function sorted<Q extends SelectQueryBuilder<any, any, any>>(
+  q: Q,
+  order: RawBuilder<unknown> | undefined,
+  sortOrder?: string,
+): Q {
+  if (!order) return q;
+  return q.orderBy(sql`(${order}) is null`).orderBy(order, sortOrder === 'descending' ? 'desc' : 'asc') as Q;
+}
+
+export interface ListAnswer {
+  totalResults: number;
+  startIndex: number;
+  itemsPerPage: number;
+  Resources: Document[];
+}
+
+/** The resource tables, which share the columns a page needs (id, accountId, createdAt). */
+const TABLES = { User: 'scimUsers', Group: 'scimGroups' } as const;
+
+/** A page of users or groups: the filter and sort compiled to SQL, the page cut by the store. */
+async function page<Row>(
+  scope: Scope,
+  kind: ResourceKind,
+  query: ListQuery,
+  render: (rows: Row[]) => Promise<Answer[]>,
+): Promise<ListAnswer> {
+  const filters = filterScope(scope, kind);
+  const condition = query.filter === undefined ? undefined : filterCondition(filters, parseFilter(query.filter));
+  const order = query.sortBy === undefined ? undefined : sortKey(filters, query.sortBy);
+  const startIndex = Math.max(1, query.startIndex ?? 1);
+  const count = Math.min(MAX_RESULTS, Math.max(0, query.count ?? 100));
+  const matching = () => {
+    // Typed as one of the two tables: the columns used here are the same in both.
+    const q = scope.db.selectFrom(TABLES[kind.type] as 'scimGroups');
+    // A filter's set holds only the account's resources; the store then reads them by primary key
+    // instead of walking every resource of the account to test each against the set.
+    return condition ? q.where(condition) : q.where('accountId', '=', scope.accountId);
+  };
+  const [rows, total] = await Promise.all([
+    count === 0
+      ? []
+      : sorted(matching().selectAll(), order, query.sortOrder)
+          .orderBy('createdAt')
+          .orderBy('id')
+          .limit(count)
+          .offset(startIndex - 1)
+          .execute(),
+    matching()
+      .select((eb) => eb.fn.countAll<number>().as('total'))
+      .executeTakeFirstOrThrow(),
+  ]);
+  const answers = await render(rows as unknown as Row[]);
+  return {
+    totalResults: Number(total.total),
+    startIndex,
+    itemsPerPage: answers.length,
+    Resources: answers.map((a) => a.resource),
+  };
+}
+
+export function listUsers(scope: Scope, query: ListQuery): Promise<ListAnswer> {
+  return page<UserRow>(scope, USER, query, (rows) => renderUsers(scope.db, scope, rows, query));
+}
+
+// ---- Groups
+
+interface GroupRow {
+  id: string;
+  document: string;
+  projectId: string | null;
+  version: number;
+  createdAt: string;
+  lastModified: string;
+}
+
+async function membersOf(db: Executor, scope: Scope, groupIds: string[]): Promise<Map<string, Document[]>> {
+  const result = new Map<string, Document[]>();
+  if (groupIds.length === 0) return result;
+  // In the membership key's order (group, user id): read straight off the index, no sort of a large group.
+  const rows = await db
+    .selectFrom('scimGroupMembers')
+    .innerJoin('scimUsers', 'scimUsers.id', 'scimGroupMembers.userId')
+    .select((eb) => [
+      'scimGroupMembers.groupId',
+      'scimGroupMembers.userId',
+      eb.fn.coalesce('scimUsers.displayName', 'scimUsers.userName').as('display'),
+    ])
+    .where('scimGroupMembers.groupId', 'in', groupIds)
+    .orderBy('scimGroupMembers.groupId')
+    .orderBy('scimGroupMembers.userId')
+    .execute();
+  const users = `${scope.base}/Users/`;
+  for (const { groupId, userId, display } of rows) {
+    let list = result.get(groupId);
+    if (!list) result.set(groupId, (list = []));
+    list.push({ value: userId, $ref: users + userId, display, type: 'USER' });
+  }
+  return result;
+}
+
+/** The fields a group derives from the account and its project: accountId, accountName, projectName. */
+async function derivedFields(db: Executor, scope: Scope, rows: GroupRow[]): Promise<Map<string | null, Document>> {
+  const account = await db.selectFrom('accounts').select('name').where('id', '=', scope.accountId).executeTakeFirst();
+  const projectIds = [...new Set(rows.map((r) => r.projectId).filter((p): p is string => p !== null))];
+  const projects =
+    projectIds.length === 0
+      ? []
+      : await db
+          .selectFrom('projects')
+          .select(['id', 'name'])
+          .where('accountId', '=', scope.accountId)
+          .where('id', 'in', projectIds)
+          .execute();
+  const common = { accountId: scope.accountId, accountName: account?.name };
+  const result = new Map<string | null, Document>([[null, common]]);
+  for (const projectId of projectIds) {
+    result.set(projectId, { ...common, projectName: projects.find((p) => p.id === projectId)?.name });
+  }
+  return result;
+}
+
+async function renderGroups(db: Executor, scope: Scope, rows: GroupRow[], projection: Projection): Promise<Answer[]> {
+  const showMembers = wants(GROUP, projection, 'members');
+  const members = showMembers
+    ? await membersOf(
+        db,
+        scope,
+        rows.map((r) => r.id),
+      )
+    : new Map<string, Document[]>();
+  const derived = await derivedFields(db, scope, rows);
+  return rows.map((row) => {
+    const added: Document = { ...derived.get(row.projectId) };
+    if (showMembers) added.members = members.get(row.id) ?? [];
+    const resource = rendered(GROUP, row, JSON.parse(row.document) as Document, added, `${scope.base}/Groups/${row.id}`);
+    return {
+      resource: projected(GROUP, resource, projection.attributes, projection.excludedAttributes),
+      version: row.version,
+    };
+  });
+}
+
+async function requireGroupRow(db: Executor, scope: Scope, id: string, lock = false): Promise<GroupRow> {
+  const query = db
+    .selectFrom('scimGroups')
+    .select(['id', 'document', 'projectId', 'version', 'createdAt', 'lastModified'])
+    .where('accountId', '=', scope.accountId)
+    .where('id', '=', id);
+  const row = await locked(scope, query, lock).executeTakeFirst();
+  if (!row) throw notFound(GROUP, id);
+  return row;
+}
+
+export async function getGroup(scope: Scope, id: string, projection: Projection): Promise<Answer> {
+  const [answer] = await renderGroups(scope.db, scope, [await requireGroupRow(scope.db, scope, id)], projection);
+  return answer;
+}
+
+/** The group's columns from its document; a projectId must name a project of the account, a role be a role. */
+async function groupColumns(db: Executor, scope: Scope, document: Document) {
+  const projectId = typeof document.projectId === 'string' ? document.projectId : null;
+  if (projectId !== null) {
+    const project = await db
+      .selectFrom('projects')
+      .select('id')
+      .where('accountId', '=', scope.accountId)
+      .where('id', '=', projectId)
+      .executeTakeFirst();
+    if (!project) throw invalidValue(`projectId ${projectId} is not a project of this account.`);
+  }
+  const role = typeof document.role === 'string' ? document.role : null;
+  if (role !== null && !isRole(role)) throw invalidValue(`role must be one of ${ROLES.join(', ')}.`);
+  return { displayName: document.displayName as string, document: JSON.stringify(document), projectId, role };
+}
+
+/** The user ids of members as sent ([{value}]); each must be a user of the account (400 otherwise). */
+async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<string[]> {
+  const list = Array.isArray(members) ? members : [members];
+  const ids = list.map((member, i) => {
+    const value = typeof member === 'object' && member !== null ? (member as Record<string, unknown>).value : undefined;
+    if (typeof value !== 'string' || value.length === 0 || value.length > 64) {
+      throw invalidValue(`members[${i}].value must be the id of a user.`);
+    }
+    const type = (member as Record<string, unknown>).type;
+    if (type !== undefined && (typeof type !== 'string' || type.toUpperCase() !== 'USER')) {
+      throw invalidValue(`members[${i}].type must be USER: groups do not nest here.`);
+    }
+    return value;
+  });
+  const unique = [...new Set(ids)];
+  const known = new Set<string>();
+  for (let i = 0; i < unique.length; i += 500) {
+    const rows = await db
+      .selectFrom('scimUsers')
+      .select('id')
+      .where('accountId', '=', scope.accountId)
+      .where('id', 'in', unique.slice(i, i + 500))
+      .execute();
+    for (const row of rows) known.add(row.id);
+  }
+  const stranger = unique.find((id) => !known.has(id));
+  if (stranger !== undefined) throw invalidValue(`${stranger} is not a user of this account.`);
+  return unique;
+}
+
+async function addMembers(trx: Trx, groupId: string, userIds: string[]): Promise<void> {
+  for (let i = 0; i < userIds.length; i += 500) {
+    await trx
+      .insertInto('scimGroupMembers')
+      .values(userIds.slice(i, i + 500).map((userId) => ({ groupId, userId })))
+      .onConflict((oc) => oc.columns(['groupId', 'userId']).doNothing())
+      .execute();
+  }
+}
+
+export async function createGroup(scope: Scope, body: unknown, projection: Projection): Promise<Answer> {
+  const { document, members } = incoming(GROUP, body);
+  const id = randomUUID();
+  const time = now();
+  const row = await scope.db.transaction().execute(async (trx) => {
+    const columns = await groupColumns(trx, scope, document);
+    const created = { id, ...columns, version: 1, createdAt: time, lastModified: time };
+    await trx
+      .insertInto('scimGroups')
+      .values({ ...created, accountId: scope.accountId })
+      .execute();
+    await writeValues(trx, scope, GROUP, id, document);
+    if (members) await addMembers(trx, id, await memberIds(trx, scope, members));
+    return created;
+  });
+  const [answer] = await renderGroups(scope.db, scope, [row], projection);
+  return answer;
+}
+
+/** Writes the group's next version (read locked); its document and searchable values only when they changed. */
+async function rewriteGroup(trx: Trx, scope: Scope, current: GroupRow, document: Document): Promise<GroupRow> {
+  const columns = await groupColumns(trx, scope, document);
+  const changed = columns.document !== current.document;
+  const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
+  await trx
+    .updateTable('scimGroups')
+    .set({ ...(changed && columns), version: updated.version, lastModified: updated.lastModified })
+    .where('id', '=', current.id)
+    .execute();
+  if (changed) await writeValues(trx, scope, GROUP, current.id, document);
+  return updated;
+}
+
+export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
+  const next = incoming(GROUP, body);
+  const row = await scope.db.transaction().execute(async (trx) => {
+    const current = await requireGroupRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    const members = await memberIds(trx, scope, next.members ?? []);
+    await trx.deleteFrom('scimGroupMembers').where('groupId', '=', id).execute();
+    await addMembers(trx, id, members);
+    return rewriteGroup(trx, scope, current, next.document);
+  });
+  const [answer] = await renderGroups(scope.db, scope, [row], projection);
+  return answer;
+}
+
+/**
+ * An operation on members, run as SQL on the membership table so that its cost does not grow with the
+ * group: add (duplicates ignored), replace, remove all, remove those listed, or remove by value filter.
+ */
+async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: PatchOperation): Promise<void> {
+  const path = operation.path!;
+  if (path.sub || (path.filter && operation.op !== 'remove')) {
+    throw scimError(400, 'invalidPath', `members are added and replaced whole; "${path.text}" names part of one.`);
+  }
+  const members = trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId);
+  if (path.filter) {
+    await members.where(membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter) as never).execute();
+  } else if (operation.op === 'remove') {
+    if (operation.value === undefined) await members.execute();
+    else {
+      const ids = await memberIds(trx, scope, operation.value);
+      if (ids.length > 0) await members.where('userId', 'in', ids).execute();
+    }
+  } else {
+    const ids = await memberIds(trx, scope, operation.value);
+    if (operation.op === 'replace') await members.execute();
+    await addMembers(trx, groupId, ids);
+  }
+}
+
+/** E25: the operations in order, in one transaction; any failure leaves the group as it was. */
+export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
+  const operations = withPaths(GROUP, patchOperations(GROUP, body));
+  const row = await scope.db.transaction().execute(async (trx) => {
+    const current = await requireGroupRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    const document = JSON.parse(current.document) as Document;
+    for (const operation of operations) {
+      if (operation.path!.root.name === 'members') await patchMembers(trx, scope, id, operation);
+      else applyAtPath(document, operation, operation.path!);
+    }
+    return rewriteGroup(trx, scope, current, incoming(GROUP, document).document);
+  });
+  const [answer] = await renderGroups(scope.db, scope, [row], projection);
+  return answer;
+}
+
+export async function deleteGroup(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
+  await scope.db.transaction().execute(async (trx) => {
+    const current = await requireGroupRow(trx, scope, id, true);
+    checkPrecondition(ifMatch, current.version);
+    await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
+    await trx.deleteFrom('scimGroups').where('id', '=', id).execute();
+  });
+}
+
+export function listGroups(scope: Scope, query: ListQuery): Promise<ListAnswer> {
+  return page<GroupRow>(scope, GROUP, query, (rows) => renderGroups(scope.db, scope, rows, query));
+}
+
+/**
+ * The project roles a user holds through groups with a projectId and a role: exposed, not enforced, as
+ * this server authorizes API clients, not directory users (see the README).
+ */
+export async function projectGrantsOf(scope: Scope, userId: string) {
+  await requireUserRow(scope.db, scope, userId);
+  const rows = await scope.db
+    .selectFrom('scimGroupMembers')
+    .innerJoin('scimGroups', 'scimGroups.id', 'scimGroupMembers.groupId')
+    .innerJoin('projects', 'projects.id', 'scimGroups.projectId')
+    .select([
+      'scimGroups.projectId as projectId',
+      'projects.name as projectName',
+      'scimGroups.role as role',
+      'scimGroups.id as groupId',
+    ])
+    .where('scimGroupMembers.userId', '=', userId)
+    .where('scimGroups.role', 'is not', null)
+    .where('projects.accountId', '=', scope.accountId)
+    .orderBy('projects.name')
+    .execute();
+  return rows.map((row) => ({ ...row, projectId: row.projectId!, role: row.role! }));
+}

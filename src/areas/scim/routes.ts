@@ -1,0 +1,306 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { noContent, problems } from '../../core/openapi.ts';
+import { answerError, sendProblem, type ErrorSender } from '../../core/errors-plugin.ts';
+import { notFound } from '../../core/problems.ts';
+import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
+import { ERROR_SCHEMA, LIST_RESPONSE_SCHEMA } from './definitions.ts';
+import { etagListNames, etagOf } from './resources.ts';
+import { discoveryRoutes } from './discovery.ts';
+import {
+  createGroup,
+  createUser,
+  deleteGroup,
+  deleteUser,
+  getGroup,
+  getUser,
+  listGroups,
+  listUsers,
+  patchGroup,
+  patchUser,
+  projectGrantsOf,
+  replaceGroup,
+  replaceUser,
+  type Answer,
+  type ListAnswer,
+  type Scope,
+} from './repository.ts';
+import {
+  CreatedToken,
+  CreateTokenRequest,
+  DirectoryToken,
+  GroupBody,
+  GroupResource,
+  ListQuery,
+  ListResponse,
+  PatchBody,
+  ProjectGrant,
+  ProjectionQuery,
+  ResourceParams,
+  SCIM_CONTENT_TYPE,
+  SCIM_PREFIX,
+  TokenParams,
+  UserBody,
+  UserResource,
+  scimContent,
+  serviceUrl,
+} from './schemas.ts';
+
+/**
+ * Whether a failure is answered in the SCIM error format (RFC 7644 3.12) rather than problem+json: when
+ * the client asks for application/scim+json in Accept, or sends its body as application/scim+json.
+ */
+function wantsScim(request: FastifyRequest): boolean {
+  return [request.headers.accept, request.headers['content-type']].some((value) => value?.includes(SCIM_CONTENT_TYPE));
+}
+
+const sendScimError: ErrorSender = (_request, reply, status, detail, options = {}) => {
+  if (options.headers) reply.headers(options.headers);
+  const body = {
+    schemas: [ERROR_SCHEMA],
+    status: String(status),
+    ...(options.scimType && { scimType: options.scimType }),
+    detail,
+  };
+  // Serialized here: the route's response schemas describe the problem+json form of errors.
+  return reply.code(status).type(SCIM_CONTENT_TYPE).send(JSON.stringify(body));
+};
+
+function scopeOf(request: FastifyRequest): Scope {
+  const { db, dialect } = request.server.store;
+  return { db, dialect, accountId: request.principal.accountId, base: serviceUrl(request) };
+}
+
+function sendResource(reply: FastifyReply, answer: Answer, status = 200) {
+  reply.code(status).type(SCIM_CONTENT_TYPE).header('etag', etagOf(answer.version));
+  if (status === 201) reply.header('location', (answer.resource.meta as { location: string }).location);
+  return reply.send(answer.resource);
+}
+
+function sendList(reply: FastifyReply, answer: ListAnswer) {
+  return reply.type(SCIM_CONTENT_TYPE).send({ schemas: [LIST_RESPONSE_SCHEMA], ...answer });
+}
+
+/** The SCIM service provider of the account: Users, Groups and the discovery documents; admins and directory tokens only. */
+async function scimRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+  app.setErrorHandler((error: FastifyError, request, reply) =>
+    answerError(error, request, reply, wantsScim(request) ? sendScimError : sendProblem),
+  );
+  app.addHook('onRoute', (route) => {
+    route.config = { ...route.config, role: 'admin', directoryIntegration: true };
+  });
+
+  const resources = [
+    { name: 'User', path: '/Users', resource: UserResource, body: UserBody, tags: ['Directory integration (SCIM Users)'] },
+    { name: 'Group', path: '/Groups', resource: GroupResource, body: GroupBody, tags: ['Directory integration (SCIM Groups)'] },
+  ] as const;
+  const operations = {
+    User: { list: listUsers, create: createUser, get: getUser, replace: replaceUser, patch: patchUser, remove: deleteUser },
+    Group: {
+      list: listGroups,
+      create: createGroup,
+      get: getGroup,
+      replace: replaceGroup,
+      patch: patchGroup,
+      remove: deleteGroup,
+    },
+  };
+
+  for (const { name, path, resource, body, tags } of resources) {
+    const run = operations[name];
+    const ifMatch = (request: FastifyRequest) => request.headers['if-match'];
+
+    app.get(
+      path,
+      {
+        schema: {
+          summary: `List ${name}s: filter, sort, page, choose attributes (RFC 7644 3.4.2)`,
+          tags,
+          querystring: ListQuery,
+          response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
+        },
+      },
+      async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
+    );
+
+    app.post(
+      path,
+      {
+        schema: {
+          summary: `Create a ${name} (RFC 7644 3.3)`,
+          tags,
+          querystring: ProjectionQuery,
+          body,
+          response: { 201: scimContent(resource, `the ${name} created`), ...problems(409) },
+        },
+      },
+      async (request, reply) => {
+        const answer = await run.create(scopeOf(request), request.body, request.query);
+        request.auditIds.id = answer.resource.id as string;
+        return sendResource(reply, answer, 201);
+      },
+    );
+
+    app.get(
+      `${path}/:id`,
+      {
+        schema: {
+          summary: name === 'User' ? 'Read a User (E26)' : 'Read a Group',
+          tags,
+          params: ResourceParams,
+          querystring: ProjectionQuery,
+          response: {
+            200: scimContent(resource, `the ${name}; ETag carries its version`),
+            304: { type: 'null', description: 'If-None-Match named the current version' },
+          },
+        },
+      },
+      async (request, reply) => {
+        const answer = await run.get(scopeOf(request), request.params.id, request.query);
+        const ifNoneMatch = request.headers['if-none-match'];
+        if (ifNoneMatch !== undefined && etagListNames(ifNoneMatch, answer.version)) {
+          return reply.code(304).header('etag', etagOf(answer.version)).send();
+        }
+        return sendResource(reply, answer);
+      },
+    );
+
+    app.put(
+      `${path}/:id`,
+      {
+        schema: {
+          summary: `Replace a ${name} (RFC 7644 3.5.1); If-Match is honoured`,
+          tags,
+          params: ResourceParams,
+          querystring: ProjectionQuery,
+          body,
+          response: { 200: scimContent(resource, `the ${name} as replaced`), ...problems(409, 412) },
+        },
+      },
+      async (request, reply) =>
+        sendResource(
+          reply,
+          await run.replace(scopeOf(request), request.params.id, request.body, ifMatch(request), request.query),
+        ),
+    );
+
+    app.patch(
+      `${path}/:id`,
+      {
+        schema: {
+          summary:
+            name === 'Group'
+              ? 'Patch a Group (E25): members and attributes, atomically'
+              : 'Patch a User (RFC 7644 3.5.2), atomically',
+          tags,
+          params: ResourceParams,
+          querystring: ProjectionQuery,
+          body: PatchBody,
+          response: { 200: scimContent(resource, `the ${name} as patched`), ...problems(409, 412) },
+        },
+      },
+      async (request, reply) =>
+        sendResource(reply, await run.patch(scopeOf(request), request.params.id, request.body, ifMatch(request), request.query)),
+    );
+
+    app.delete(
+      `${path}/:id`,
+      {
+        schema: {
+          summary: `Delete a ${name} (RFC 7644 3.6); If-Match is honoured`,
+          tags,
+          params: ResourceParams,
+          response: { ...noContent(`the ${name} is deleted`), ...problems(412) },
+        },
+      },
+      async (request, reply) => {
+        await run.remove(scopeOf(request), request.params.id, ifMatch(request));
+        return reply.code(204).send(null);
+      },
+    );
+  }
+
+  await app.register(discoveryRoutes);
+}
+
+/** Directory integration: its tokens, the project grants of directory users, and the SCIM service provider. */
+export async function directoryIntegrationRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const tags = ['Directory integration (tokens)'];
+  const config = { role: 'admin' as const };
+
+  app.post(
+    '/directory-integration/tokens',
+    {
+      config,
+      schema: {
+        summary: 'Create a directory-integration token: a long-lived bearer token for SCIM only; shown once',
+        tags,
+        body: CreateTokenRequest,
+        response: { 201: CreatedToken },
+      },
+    },
+    async (request, reply) => {
+      const created = await app.store.db
+        .transaction()
+        .execute((trx) => createDirectoryToken(trx, request.principal.accountId, request.body.name));
+      request.auditIds.tokenId = created.id;
+      return reply
+        .code(201)
+        .header('location', `${request.url.split('?')[0]}/${created.id}`)
+        .send(created);
+    },
+  );
+
+  app.get(
+    '/directory-integration/tokens',
+    {
+      config,
+      schema: {
+        summary: "List the account's directory-integration tokens (never their secrets)",
+        tags,
+        response: { 200: Type.Array(DirectoryToken) },
+      },
+    },
+    async (request) => listDirectoryTokens(app.store.db, request.principal.accountId),
+  );
+
+  app.delete(
+    '/directory-integration/tokens/:tokenId',
+    {
+      config,
+      schema: {
+        summary: 'Revoke a directory-integration token: it stops working at once',
+        tags,
+        params: TokenParams,
+        response: { 200: DirectoryToken },
+      },
+    },
+    async (request) => {
+      const revoked = await app.store.db
+        .transaction()
+        .execute((trx) => revokeDirectoryToken(trx, request.principal.accountId, request.params.tokenId));
+      if (!revoked) throw notFound(`Directory-integration token ${request.params.tokenId} does not exist.`);
+      return revoked;
+    },
+  );
+
+  app.get(
+    '/directory-integration/users/:id/project-grants',
+    {
+      config,
+      schema: {
+        summary: "The project roles a directory user holds through its groups' projectId and role (recorded, not enforced)",
+        tags,
+        params: ResourceParams,
+        response: { 200: Type.Array(ProjectGrant) },
+      },
+    },
+    async (request) => projectGrantsOf(scopeOf(request), request.params.id),
+  );
+
+  await app.register(scimRoutes, { prefix: SCIM_PREFIX });
+}

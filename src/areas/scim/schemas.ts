@@ -1,0 +1,250 @@
+import type { FastifyRequest } from 'fastify';
+import { Type, type Static, type TSchema } from 'typebox';
+import {
+  GROUP,
+  GROUP_EXTENSION_SCHEMA,
+  LIST_RESPONSE_SCHEMA,
+  PATCH_OP_SCHEMA,
+  USER,
+  groupExtensionAttributes,
+  metaAttribute,
+  type AttributeDefinition,
+  type ResourceKind,
+} from './definitions.ts';
+
+export const SCIM_CONTENT_TYPE = 'application/scim+json';
+/** Where the SCIM service provider is served, under /dpc/v1. */
+export const SCIM_PREFIX = '/directory-integration/scim/v2';
+
+/** The absolute URL of the service provider as the client reached it, for meta.location and $ref. */
+export function serviceUrl(request: FastifyRequest): string {
+  return `${request.protocol}://${request.host}/dpc/v1${SCIM_PREFIX}`;
+}
+
+// ---- Directory-integration tokens
+
+export const TokenParams = Type.Object({ tokenId: Type.String({ format: 'uuid' }) });
+
+export const CreateTokenRequest = Type.Object(
+  { name: Type.String({ minLength: 1, maxLength: 255, description: 'what the token is for, e.g. the identity provider' }) },
+  { examples: [{ name: 'Okta provisioning' }] },
+);
+
+export const DirectoryToken = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    name: Type.String(),
+    createdAt: Type.String({ format: 'date-time' }),
+    revokedAt: Type.Union([Type.String({ format: 'date-time' }), Type.Null()]),
+  },
+  {
+    examples: [
+      {
+        id: '5b0c3a44-8a4e-4a2b-9d86-9d6f1fb1d1a1',
+        name: 'Okta provisioning',
+        createdAt: '2026-11-23T08:00:00.000Z',
+        revokedAt: null,
+      },
+    ],
+  },
+);
+
+export const CreatedToken = Type.Object(
+  { ...DirectoryToken.properties, token: Type.String({ description: 'the bearer token; shown once, never again' }) },
+  {
+    examples: [
+      {
+        id: '5b0c3a44-8a4e-4a2b-9d86-9d6f1fb1d1a1',
+        name: 'Okta provisioning',
+        createdAt: '2026-11-23T08:00:00.000Z',
+        revokedAt: null,
+        token: 'dpcdir_5b0c3a44-8a4e-4a2b-9d86-9d6f1fb1d1a1.Vq3dE0yq3y2m7mKJc9wJ0bX1a1Hn6w2m1Xq5cQy9s3A',
+      },
+    ],
+  },
+);
+
+// ---- SCIM resources, their JSON Schema derived from the SCIM schema definitions
+
+function jsonSchemaOf(definition: AttributeDefinition): Record<string, unknown> {
+  const description = definition.description;
+  let schema: Record<string, unknown>;
+  if (definition.type === 'complex') {
+    const subs = definition.subAttributes ?? [];
+    // "$ref" cannot be a key of `properties`: schema tools read it as a reference. A pattern says the same.
+    const references = subs.filter((sub) => sub.name === '$ref');
+    schema = {
+      type: 'object',
+      properties: Object.fromEntries(subs.filter((sub) => sub.name !== '$ref').map((sub) => [sub.name, jsonSchemaOf(sub)])),
+      ...(references.length > 0 && { patternProperties: { '^\\$ref$': jsonSchemaOf(references[0]) } }),
+    };
+  } else if (definition.type === 'boolean') schema = { type: 'boolean' };
+  else if (definition.type === 'dateTime') schema = { type: 'string', format: 'date-time' };
+  else schema = { type: 'string', ...(definition.canonicalValues && { examples: definition.canonicalValues }) };
+  return definition.multiValued ? { type: 'array', items: schema, description } : { ...schema, description };
+}
+
+/** The answered shape of a resource: only attributes that are ever returned (a password never is). */
+function resourceSchema(kind: ResourceKind, example: Record<string, unknown>): TSchema {
+  const returned = kind.attributes.filter((a) => a.returned !== 'never');
+  const properties: Record<string, unknown> = {
+    schemas: { type: 'array', items: { type: 'string' } },
+    ...Object.fromEntries(returned.map((a) => [a.name, jsonSchemaOf(a)])),
+    meta: jsonSchemaOf(metaAttribute),
+  };
+  if (kind.extensions.includes(GROUP_EXTENSION_SCHEMA)) {
+    properties[GROUP_EXTENSION_SCHEMA] = {
+      type: 'object',
+      description: 'the extension fields again, where RFC 7643 3.3 places them',
+      properties: Object.fromEntries(groupExtensionAttributes.map((a) => [a.name, jsonSchemaOf(a)])),
+    };
+  }
+  return Type.Unsafe({ type: 'object', properties, examples: [example] });
+}
+
+const userExample = {
+  schemas: [USER.schema],
+  id: '2819c223-7f76-453a-919d-413861904646',
+  externalId: '00u1abcd',
+  userName: 'bjensen@example.com',
+  name: { familyName: 'Jensen', givenName: 'Barbara' },
+  displayName: 'Babs Jensen',
+  active: true,
+  emails: [{ value: 'bjensen@example.com', type: 'work', primary: true }],
+  groups: [
+    {
+      value: 'e9e30dba-f08f-4109-8486-d5c6a331660a',
+      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Groups/e9e30dba-f08f-4109-8486-d5c6a331660a',
+      display: 'Data engineers',
+      type: 'DIRECT',
+    },
+  ],
+  meta: {
+    resourceType: 'User',
+    created: '2026-11-23T08:00:00.000Z',
+    lastModified: '2026-11-23T08:00:00.000Z',
+    location: 'https://example.com/dpc/v1/directory-integration/scim/v2/Users/2819c223-7f76-453a-919d-413861904646',
+    version: 'W/"1"',
+  },
+};
+
+const groupExample = {
+  schemas: [GROUP.schema, GROUP_EXTENSION_SCHEMA],
+  id: 'e9e30dba-f08f-4109-8486-d5c6a331660a',
+  displayName: 'Data engineers',
+  members: [
+    {
+      value: '2819c223-7f76-453a-919d-413861904646',
+      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Users/2819c223-7f76-453a-919d-413861904646',
+      display: 'Babs Jensen',
+      type: 'USER',
+    },
+  ],
+  accountId: '4f1e2f7a-0a55-4e0f-b7a8-0e1c7e1b6a3d',
+  accountName: 'Acme',
+  projectId: 'a6f6a3c2-4b7e-4c55-9b6a-6b2f1d9c0e11',
+  projectName: 'Warehouse',
+  environment: 'production',
+  role: 'developer',
+  [GROUP_EXTENSION_SCHEMA]: {
+    accountId: '4f1e2f7a-0a55-4e0f-b7a8-0e1c7e1b6a3d',
+    accountName: 'Acme',
+    projectId: 'a6f6a3c2-4b7e-4c55-9b6a-6b2f1d9c0e11',
+    projectName: 'Warehouse',
+    environment: 'production',
+    role: 'developer',
+  },
+  meta: {
+    resourceType: 'Group',
+    created: '2026-11-23T08:00:00.000Z',
+    lastModified: '2026-11-23T08:05:00.000Z',
+    location: 'https://example.com/dpc/v1/directory-integration/scim/v2/Groups/e9e30dba-f08f-4109-8486-d5c6a331660a',
+    version: 'W/"3"',
+  },
+};
+
+export const UserResource = resourceSchema(USER, userExample);
+export const GroupResource = resourceSchema(GROUP, groupExample);
+
+/** Bodies are checked by the SCIM codec (names are case-insensitive there, which JSON Schema cannot say). */
+function resourceBody(example: Record<string, unknown>, description: string) {
+  return Type.Object({}, { additionalProperties: true, description, examples: [example] });
+}
+
+const { id: _userId, meta: _userMeta, groups: _groups, ...userWrite } = userExample;
+const { id: _groupId, meta: _groupMeta, [GROUP_EXTENSION_SCHEMA]: _extension, ...groupWrite } = groupExample;
+
+export const UserBody = resourceBody(
+  { ...userWrite, password: 't1meMa$heen' },
+  'A SCIM User (RFC 7643 4.1); read-only attributes and attributes of other schemas are ignored.',
+);
+export const GroupBody = resourceBody(
+  { ...groupWrite, members: [{ value: '2819c223-7f76-453a-919d-413861904646' }] },
+  'A SCIM Group (RFC 7643 4.2) with the extension fields at the top level or in their extension object.',
+);
+
+export const PatchBody = Type.Object(
+  {},
+  {
+    additionalProperties: true,
+    description: `A PatchOp message (RFC 7644 3.5.2): schemas must contain ${PATCH_OP_SCHEMA}; Operations in order, all or nothing.`,
+    examples: [
+      {
+        schemas: [PATCH_OP_SCHEMA],
+        Operations: [
+          { op: 'add', path: 'members', value: [{ value: '2819c223-7f76-453a-919d-413861904646' }] },
+          { op: 'remove', path: 'members[value eq "902c246b-6245-4190-8e05-00816be7344a"]' },
+          { op: 'replace', path: 'displayName', value: 'Data engineers' },
+        ],
+      },
+    ],
+  },
+);
+
+export const ResourceParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) });
+
+export const Projection = {
+  attributes: Type.Optional(
+    Type.String({ maxLength: 2048, description: 'comma-separated attribute paths to answer (and id, schemas)' }),
+  ),
+  excludedAttributes: Type.Optional(
+    Type.String({ maxLength: 2048, description: 'comma-separated attribute paths not to answer' }),
+  ),
+};
+export const ProjectionQuery = Type.Object(Projection);
+
+export const ListQuery = Type.Object({
+  filter: Type.Optional(Type.String({ maxLength: 4096, description: 'RFC 7644 3.4.2.2 filter, e.g. userName eq "bjensen"' })),
+  startIndex: Type.Optional(Type.Integer({ description: '1-based index of the first result; below 1 reads as 1' })),
+  count: Type.Optional(
+    Type.Integer({ description: 'results per page: 100 by default, at most 1000; 0 answers only totalResults' }),
+  ),
+  sortBy: Type.Optional(Type.String({ maxLength: 256 })),
+  sortOrder: Type.Optional(Type.Enum(['ascending', 'descending'])),
+  ...Projection,
+});
+export type ListQuery = Static<typeof ListQuery>;
+
+export function ListResponse(item: TSchema) {
+  return Type.Object({
+    schemas: Type.Array(Type.String(), { examples: [[LIST_RESPONSE_SCHEMA]] }),
+    totalResults: Type.Integer(),
+    startIndex: Type.Integer(),
+    itemsPerPage: Type.Integer(),
+    Resources: Type.Array(item),
+  });
+}
+
+/** Discovery documents (/ServiceProviderConfig, /ResourceTypes, /Schemas): SCIM's own shapes, answered as built. */
+export const DiscoveryDocument = Type.Object({}, { additionalProperties: true });
+
+export const ProjectGrant = Type.Object({
+  projectId: Type.String(),
+  projectName: Type.String(),
+  role: Type.String(),
+  groupId: Type.String(),
+});
+
+export function scimContent(schema: TSchema, description: string) {
+  return { description, content: { [SCIM_CONTENT_TYPE]: { schema } } };
+}
