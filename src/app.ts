@@ -31,6 +31,8 @@ import { agentRoutes } from './areas/agents/routes.ts';
 import { agentProtocolRoutes } from './areas/agents/protocol.ts';
 import { secretValueRoutes } from './areas/secret-values/routes.ts';
 import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
+import { repositoryRoutes } from './areas/repositories/routes.ts';
+import { gitHostingRoutes } from './areas/repositories/git-routes.ts';
 import { aiTaskRoutes } from './areas/ai-tasks/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
@@ -48,6 +50,7 @@ const v1Areas = [
   agentRoutes,
   secretValueRoutes,
   streamingPipelineRoutes,
+  repositoryRoutes,
   aiTaskRoutes,
   eventRoutes,
 ];
@@ -109,7 +112,11 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('metrics', metrics);
   app.decorate(
     'jobs',
-    new JobQueue(store, { log: app.log, onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }) }),
+    new JobQueue(store, {
+      log: app.log,
+      leaseMs: config.jobLeaseMs,
+      onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }),
+    }),
   );
   app.decorate('shuttingDown', false);
 
@@ -162,6 +169,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       { prefix: '/dpc/v1' },
     );
     await scope.register(agentProtocolRoutes, { prefix: '/dpc/agent/v1' });
+    await scope.register(gitHostingRoutes, { prefix: '/dpc/git' });
   });
   return app;
 }

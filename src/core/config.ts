@@ -31,6 +31,12 @@ export interface Config {
   uploadQueueTimeoutMs: number;
   /** Where uploads are staged while they are read; `staging` in the data folder when not given. */
   stagingDir?: string;
+  /** Where hosted Git repositories live; `repositories` in the data folder when not given. Shared by every instance. */
+  repositoriesDir?: string;
+  /** How long a running background job stays with its process before another takes it over (the process died). */
+  jobLeaseMs: number;
+  /** GitLab API base URL for token rotation; the target clone URL's origin when not given. */
+  gitlabApiUrl?: string;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -161,6 +167,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     uploadConcurrency: integer(env, 'DPC_UPLOAD_CONCURRENCY', 4),
     uploadQueueTimeoutMs: integer(env, 'DPC_UPLOAD_QUEUE_TIMEOUT_MS', 60_000),
     stagingDir: env.DPC_STAGING_DIR ? path.resolve(env.DPC_STAGING_DIR) : undefined,
+    repositoriesDir: env.DPC_REPOSITORIES_DIR ? path.resolve(env.DPC_REPOSITORIES_DIR) : undefined,
+    jobLeaseMs: integer(env, 'DPC_JOB_LEASE_MS', 5 * 60_000, 1000),
+    gitlabApiUrl: url(env, 'DPC_GITLAB_API_URL', ['http:', 'https:']),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(

@@ -1,32 +1,70 @@
-import { execFile } from 'node:child_process';
-import { access, mkdir } from 'node:fs/promises';
+import fs from 'node:fs/promises';
 import path from 'node:path';
-import { promisify } from 'node:util';
+import { randomUUID } from 'node:crypto';
 import type { Config } from '../../core/config.ts';
 import type { Executor } from '../../core/db/database.ts';
+import { ProblemError } from '../../core/problems.ts';
+import { runGit } from './git.ts';
 
-/**
- * Where a project's hosted Git repository lives: a bare repository in the data folder. (Stand-in for the
- * repos area's module of the same name and signatures, issue 13; that branch's version supersedes it.)
- */
-export function hostedRepositoryPath(config: Pick<Config, 'dataDir'>, projectId: string): string {
-  return path.join(config.dataDir, 'repositories', `${projectId}.git`);
+type HostingConfig = Pick<Config, 'dataDir' | 'repositoriesDir'>;
+
+/** The folder of every hosted repository: DPC_REPOSITORIES_DIR, else `repositories` in the data folder. */
+export function repositoriesRoot(config: HostingConfig): string {
+  return config.repositoriesDir ?? path.join(config.dataDir, 'repositories');
 }
 
-/** The project's hosted repository, created (bare, empty) on first use. */
-export async function ensureHostedRepository(config: Pick<Config, 'dataDir'>, projectId: string): Promise<string> {
-  const gitDir = hostedRepositoryPath(config, projectId);
+/** The bare repository the server hosts for a project (it may not exist yet: see ensureHostedRepository). */
+export function hostedRepositoryPath(config: HostingConfig, projectId: string): string {
+  return path.join(repositoriesRoot(config), `${projectId}.git`);
+}
+
+/**
+ * The project's hosted bare repository, created on first use. It is made beside its final place and
+ * renamed into it, so that two processes creating it at once both end with the same whole repository.
+ */
+export async function ensureHostedRepository(config: HostingConfig, projectId: string): Promise<string> {
+  const repository = hostedRepositoryPath(config, projectId);
+  if (await exists(path.join(repository, 'HEAD'))) return repository;
+  const root = repositoriesRoot(config);
+  await fs.mkdir(root, { recursive: true });
+  const scratch = path.join(root, `.new-${randomUUID()}.git`);
   try {
-    await access(path.join(gitDir, 'HEAD'));
-  } catch {
-    await mkdir(path.dirname(gitDir), { recursive: true });
-    await promisify(execFile)('git', ['init', '--bare', '--quiet', '--initial-branch=main', gitDir]);
+    await runGit(['init', '--quiet', '--bare', '--initial-branch=main', scratch]);
+    // Pushes over smart HTTP are allowed (the server checks who pushes); a push may not rewrite what
+    // others fetched unless it is a mirror push of a migration, which does not go to the hosted copy.
+    await runGit(['config', 'http.receivepack', 'true'], { cwd: scratch });
+    await fs.rename(scratch, repository);
+  } catch (error) {
+    await fs.rm(scratch, { recursive: true, force: true });
+    // Another process won the rename: its repository is as good as ours.
+    if (!(await exists(path.join(repository, 'HEAD')))) throw error;
   }
-  return gitDir;
+  return repository;
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.access(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 /**
- * Throws the 409 problem while a migration of the project's repository is in progress. Repository
- * migrations (issue 13) do not exist on this branch yet, so none can be in progress.
+ * Refuses (409) any Git operation on the project's repository while a migration of it is in progress:
+ * pushes to the hosted repository, commits of AI agent tasks, artifact builds from the repository.
  */
-export async function assertNoMigrationInProgress(_executor: Executor, _projectId: string): Promise<void> {}
+export async function assertNoMigrationInProgress(db: Executor, projectId: string): Promise<void> {
+  const running = await db
+    .selectFrom('repositoryMigrations')
+    .select('id')
+    .where('projectId', '=', projectId)
+    .where('status', '=', 'IN_PROGRESS')
+    .executeTakeFirst();
+  if (running) {
+    throw new ProblemError(
+      409,
+      `The project's repository is being migrated (migration ${running.id}); Git operations on it are refused until the migration ends.`,
+      { name: 'migration-in-progress' },
+    );
+  }
+}

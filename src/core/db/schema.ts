@@ -17,6 +17,7 @@ import type { AiTaskTables } from '../../areas/ai-tasks/tables.ts';
 import type { ScimTables } from '../../areas/scim/tables.ts';
 import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
+import type { RepositoryTables } from '../../areas/repositories/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -95,4 +96,5 @@ export interface Database
     ScimTables,
     AgentTables,
     StreamingPipelineTables,
+    RepositoryTables,
     AiTaskTables {}

@@ -6,6 +6,7 @@ import { projectConfiguration } from './0002_project_configuration.ts';
 import { artifacts } from './0003_artifacts.ts';
 import { connectors } from './0004_connectors.ts';
 import { agents } from './0006_agents.ts';
+import { repositories } from './0007_repositories.ts';
 import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 import { aiTasks } from './0013_ai_tasks.ts';
@@ -18,6 +19,7 @@ const steps: Record<string, PortableMigration> = {
   '0003_artifacts': artifacts,
   '0004_connectors': connectors,
   '0006_agents': agents,
+  '0007_repositories': repositories,
   '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
   '0013_ai_tasks': aiTasks,

@@ -1,0 +1,80 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { roleAllows } from '../../core/auth/accounts.ts';
+import { InvalidToken, type ClientPrincipal } from '../../core/auth/tokens.ts';
+import { ProblemError, notFound } from '../../core/problems.ts';
+import { requireProject } from '../projects/repository.ts';
+import { PROJECT_ID_PATTERN } from '../projects/schemas.ts';
+import { assertNoMigrationInProgress, ensureHostedRepository, repositoriesRoot } from './hosting.ts';
+import { externalRepositoryOf } from './repository.ts';
+import { serveGitHttpBackend } from './http-backend.ts';
+
+const REPOSITORY = new RegExp(`^(${PROJECT_ID_PATTERN.slice(1, -1)})\\.git$`);
+/** What git's smart HTTP asks for: the ref advertisement and the two services. */
+const GIT_PATH = /^(info\/refs|git-upload-pack|git-receive-pack)$/;
+
+function challenge(detail: string): ProblemError {
+  return new ProblemError(401, detail, { headers: { 'www-authenticate': 'Basic realm="dpc git", charset="UTF-8"' } });
+}
+
+/** The API client of `Authorization: Basic <any user>:<access token>`, as git sends it. */
+async function authenticateGitClient(request: FastifyRequest): Promise<ClientPrincipal> {
+  const match = /^Basic +([A-Za-z0-9+/=]+)$/i.exec(request.headers.authorization ?? '');
+  if (!match) throw challenge('Git over HTTP needs Basic authentication with an access token as the password.');
+  const decoded = Buffer.from(match[1], 'base64').toString('utf8');
+  const token = decoded.slice(decoded.indexOf(':') + 1);
+  try {
+    const principal = await request.server.tokens.verify(token);
+    if (principal.agentId !== undefined || principal.directoryToken) {
+      throw new ProblemError(403, "Only an API client's token reaches a project's Git repository.");
+    }
+    return principal;
+  } catch (error) {
+    if (error instanceof InvalidToken) throw challenge(`The access token is not valid: ${error.message}.`);
+    throw error;
+  }
+}
+
+/**
+ * The hosted repositories over Git's smart HTTP protocol at /dpc/git/{projectId}.git: viewers fetch,
+ * developers push, nobody pushes while the project's repository is being migrated.
+ */
+export async function gitHostingRoutes(app: FastifyInstance): Promise<void> {
+  // git http-backend reads the body itself, straight off the socket.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_request, _body, done) => done(null));
+
+  app.route<{ Params: { repository: string; '*': string } }>({
+    method: ['GET', 'POST'],
+    url: '/:repository/*',
+    schema: { hide: true },
+    handler: async (request, reply) => {
+      const { repository, '*': service } = request.params;
+      const projectId = REPOSITORY.exec(repository)?.[1];
+      if (!projectId || !GIT_PATH.test(service)) throw notFound('No Git repository is served at this path.');
+      const principal = await authenticateGitClient(request);
+      await requireProject(app.store.db, principal.accountId, projectId);
+      const pushing = service === 'git-receive-pack' || (request.query as { service?: string }).service === 'git-receive-pack';
+      if (pushing) {
+        if (!roleAllows(principal.role, 'developer')) {
+          throw new ProblemError(403, `Pushing needs the developer role; the caller has ${principal.role}.`);
+        }
+        await assertNoMigrationInProgress(app.store.db, projectId);
+      }
+      const external = await externalRepositoryOf(app.store.db, projectId);
+      if (external) {
+        throw new ProblemError(
+          409,
+          `The project's repository is ${external.cloneUrl} (${external.provider}); the server no longer hosts it.`,
+          { name: 'repository-not-hosted' },
+        );
+      }
+      await ensureHostedRepository(app.config, projectId);
+      reply.hijack();
+      await serveGitHttpBackend(request.raw, reply.raw, {
+        projectRoot: repositoriesRoot(app.config),
+        pathInfo: `/${projectId}.git/${service}`,
+        remoteUser: principal.clientId,
+      });
+    },
+  });
+}
