@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -420,6 +421,65 @@ describeEachStore('AI agent tasks', (kind) => {
     const viewer = await server.tokenFor(caller.accountId, 'viewer');
     expectProblem(await create({}, viewer), 403, 'forbidden');
     expectProblem(await post('/ai/agents/tasks', { agentConfig: config(), message: 'x' }, 'not-a-token'), 401, 'unauthorized');
+  });
+
+  test('a migration in progress refuses the commit (409, read by the agent); an external repository takes no new task (422)', async () => {
+    const project = await server.newProject(caller);
+    await post(`/projects/${project}/environments`, { name: 'dev' });
+    const repository = await seedRepository(server.config, project, { 'README.md': 'x\n' });
+    await server.db
+      .insertInto('repositoryMigrations')
+      .values({
+        id: randomUUID(),
+        projectId: project,
+        mode: 'MIRROR_PUSH',
+        targetCloneUrl: 'https://example.com/target.git',
+        targetProvider: 'github',
+        targetName: 'target',
+        gitCredentialId: null,
+        providerParameters: '{}',
+        sealedToken: null,
+        tokenRotated: 0,
+        phase: 'PUSHING',
+        status: 'IN_PROGRESS',
+        detail: null,
+        createdAt: new Date().toISOString(),
+        finishedAt: null,
+      })
+      .execute();
+    const message = 'Write during a migration.';
+    model.on(message, [
+      { toolCalls: [{ name: 'write_files', arguments: { files: [{ path: 'a.txt', content: 'a' }], message: 'a' } }] },
+      { text: 'Could not write.' },
+    ]);
+    const created = await post('/ai/agents/tasks', {
+      agentConfig: config({ projectId: project }),
+      message,
+      grantedPermissions: [{ toolName: 'write_files' }],
+    });
+    assert.equal(created.status, 201, created.text);
+    const done = await settled(created.body.taskId, 'STOPPED');
+    const result = (await allMessages(created.body.taskId)).find((m) => m.data.type === 'TOOL_RESULT')!;
+    assert.match(result.data.error, /^Refused \(409\): The project's repository is being migrated/);
+    assert.equal(git(repository, 'branch', '--list', done.agentConfig.targetBranchName), '');
+
+    await server.db
+      .insertInto('projectRepositories')
+      .values({
+        projectId: project,
+        cloneUrl: 'https://example.com/target.git',
+        provider: 'github',
+        name: 'target',
+        gitCredentialId: null,
+        sealedToken: null,
+        updatedAt: new Date().toISOString(),
+      })
+      .execute();
+    const external = expectProblem(
+      await post('/ai/agents/tasks', { agentConfig: config({ projectId: project }), message: 'x' }),
+      422,
+    );
+    assert.deepEqual(external.violations, ["body.agentConfig.projectId: the project's repository is external"]);
   });
 
   test('PLAN tasks are not offered the writing tool; ACT tasks with a named target branch create it off the source', async () => {

@@ -26,7 +26,10 @@ interface GitOptions {
   env?: Record<string, string>;
 }
 
-/** Runs git on the bare repository `gitDir`; resolves with stdout, rejects with a GitError. */
+/**
+ * Runs git on the bare repository `gitDir`; resolves with stdout, rejects with a GitError. (The
+ * repositories area's runGit answers text and takes no input; plumbing needs stdin, bytes and exit codes.)
+ */
 function git(gitDir: string, args: string[], options: GitOptions = {}): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const child = spawn('git', ['--git-dir', gitDir, ...args], {

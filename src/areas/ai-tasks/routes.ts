@@ -9,6 +9,7 @@ import { TokenPage, TokenPageQuery } from '../../core/token-paging.ts';
 import { requireEnvironmentId } from '../environments/repository.ts';
 import { requireProject } from '../projects/repository.ts';
 import { ensureHostedRepository, hostedRepositoryPath } from '../repositories/hosting.ts';
+import { externalRepositoryOf } from '../repositories/repository.ts';
 import { branchHead, isValidBranchName } from './git.ts';
 import {
   answerUnansweredCalls,
@@ -99,6 +100,12 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
       const { projectId } = agentConfig;
       await requireProject(app.store.db, accountId, projectId);
       await requireEnvironmentId(app.store.db, projectId, agentConfig.environmentName);
+      if (await externalRepositoryOf(app.store.db, projectId)) {
+        throw unprocessable(
+          "The project's repository is an external one: AI agent tasks work on the repository this server hosts.",
+          ["body.agentConfig.projectId: the project's repository is external"],
+        );
+      }
       await ensureHostedRepository(app.config, projectId);
       const gitDir = hostedRepositoryPath(app.config, projectId);
       if (agentConfig.targetBranchName !== undefined && !(await isValidBranchName(gitDir, agentConfig.targetBranchName))) {

@@ -8,6 +8,7 @@ import { listPublishedPipelines } from '../artifacts/repository.ts';
 import { listEnvironments, requireEnvironmentId } from '../environments/repository.ts';
 import { listVariables } from '../variables/repository.ts';
 import { assertNoMigrationInProgress, hostedRepositoryPath } from '../repositories/hosting.ts';
+import { externalRepositoryOf } from '../repositories/repository.ts';
 import { branchHead, commitFiles, GitError, listFiles, readFile } from './git.ts';
 import type { AiTaskTable } from './tables.ts';
 import type { ToolName } from './tool-names.ts';
@@ -146,8 +147,12 @@ export const TOOLS: Tool[] = [
       }));
       const repeated = files.find((file, index) => files.findIndex((other) => other.path === file.path) !== index);
       if (repeated) throw new ToolError(`"${repeated.path}" is listed more than once.`);
-      // Every Git operation on the project's repository waits while it is being migrated.
+      // Every Git operation on the project's repository waits while it is being migrated; one that now
+      // lives elsewhere (a migration ended) is not the hosted copy's to change.
       await assertNoMigrationInProgress(context.db, task.projectId);
+      if (await externalRepositoryOf(context.db, task.projectId)) {
+        throw new ToolError("The project's repository is now an external one; this task can no longer commit to it.");
+      }
       const commit = await commitFiles(repositoryOf(context), {
         branch: task.targetBranchName,
         baseCommit: await sourceHead(context),
