@@ -6,22 +6,13 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { compactDecrypt } from 'jose';
 import { sql } from 'kysely';
-import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { describeEachStore, describeOnPostgres, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { spawnAgent } from '../helpers/processes.ts';
+import { until } from '../helpers/until.ts';
 import { loadOrCreateIdentity } from '../../src/agent/identity.ts';
 import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
 
 const AGENT = { name: 'eu-prod', description: 'Production', agentType: 'HYBRID', cloudProvider: 'aws', deployment: 'fargate' };
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
 
 describeEachStore('agents', (kind) => {
   let server: TestServer;
@@ -32,7 +23,7 @@ describeEachStore('agents', (kind) => {
   before(async () => {
     server = await TestServer.start(
       kind,
-      { agentConnectedSeconds: 2, agentSecretTimeoutMs: 3000, agentPollWaitSeconds: 1 },
+      { agentConnectedSeconds: 2, agentSecretTimeoutMs: 8000, agentPollWaitSeconds: 1 },
       {
         level: 'trace',
         stream: { write: (line: string) => void (logs += line) },
@@ -238,23 +229,19 @@ describeEachStore('agents', (kind) => {
       const answer = await agentCall(token, 'POST', '/work/poll', { waitSeconds: 1 });
       return answer.body.work.length > 0 && answer.body;
     });
-    const { jwe } = poll.work[0].payload;
-    assert.ok(
-      !jwe.includes(plaintext) &&
-        !Buffer.from(jwe.split('.')[3] ?? '', 'base64url')
-          .toString()
-          .includes(plaintext),
-    );
-    const { plaintext: opened } = await compactDecrypt(jwe, identity.privateKey);
-    assert.equal(JSON.parse(new TextDecoder().decode(opened)).value.password, plaintext);
-    const stranger = generateKeyPairSync('rsa', { modulusLength: 3072 }).privateKey;
-    await assert.rejects(compactDecrypt(jwe, stranger));
+    // Confirmed first, within the server's wait; the ciphertext is examined afterwards.
     await agentCall(token, 'POST', `/work/${poll.work[0].workId}/reports`, {
       type: 'done',
       body: { vaultSecretName: 'db', resolverRef: 'MATILLION_CUSTOMER_VAULT:db:password' },
     });
     const written = await writing;
     assert.equal(written.status, 200, written.text);
+    const { jwe } = poll.work[0].payload;
+    assert.ok(!jwe.includes(plaintext) && !Buffer.from(jwe.split('.')[3] ?? '', 'base64url').includes(plaintext));
+    const { plaintext: opened } = await compactDecrypt(jwe, identity.privateKey);
+    assert.equal(JSON.parse(new TextDecoder().decode(opened)).value.password, plaintext);
+    const stranger = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+    await assert.rejects(compactDecrypt(jwe, stranger));
     assert.deepEqual(written.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:db:password', vaultSecretName: 'db' });
   });
 
@@ -265,10 +252,14 @@ describeEachStore('agents', (kind) => {
     stateDirs.push(stateDir);
     const agent = spawnAgent(server.url, credentials, stateDir);
     try {
-      await until('connected', async () => {
-        const read = (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body;
-        return read.connected && read.hasCertificate;
-      });
+      await until(
+        'connected',
+        async () => {
+          const read = (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body;
+          return read.connected && read.hasCertificate;
+        },
+        60_000,
+      ); // the agent's first start makes its RSA key, which takes a while on a loaded machine
       assert.equal(statSync(path.join(stateDir, 'agent-key.pem')).mode & 0o777, 0o600);
 
       const plaintext = `s3cret-${randomBytes(12).toString('hex')}`;
@@ -362,3 +353,52 @@ async function storeHolds(server: TestServer, kind: string, text: string): Promi
   }
   return false;
 }
+
+describeOnPostgres('agent work across server processes', () => {
+  let first: TestServer;
+  let second: TestServer;
+  before(async () => {
+    first = await TestServer.start('postgres', { agentPollWaitSeconds: 1 });
+    second = await TestServer.startBeside(first);
+  });
+  after(async () => {
+    await second.close();
+    await first.close();
+  });
+
+  test('each piece of work goes to one poll, whichever process the polls reach; it outlives a process', async () => {
+    const caller = await first.newAccount();
+    const agentId = (await first.api('POST', '/agents', { token: caller.token, body: AGENT })).body.agentId;
+    const credentials = (await first.api('POST', `/agents/${agentId}/credentials`, { token: caller.token })).body;
+    const token = await first.token(credentials.clientId, credentials.clientSecret);
+    const works = await Promise.all(
+      Array.from({ length: 40 }, (_, n) =>
+        enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: { n } }),
+      ),
+    );
+    const delivered: string[] = [];
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, poller) => {
+        const server = poller % 2 === 0 ? first : second;
+        for (;;) {
+          const answer = await server.request('POST', '/dpc/agent/v1/work/poll', { token, body: { max: 3, waitSeconds: 0 } });
+          assert.equal(answer.status, 200, answer.text);
+          if (answer.body.work.length === 0) return;
+          delivered.push(...answer.body.work.map((work: { workId: string }) => work.workId));
+        }
+      }),
+    );
+    assert.equal(delivered.length, works.length, 'a piece of work was delivered twice or not at all');
+    assert.deepEqual([...delivered].sort(), [...works].sort());
+
+    // Work added now waits in the store: a process started later hands it out.
+    const later = await enqueueAgentWork(first.db, { accountId: caller.accountId, agentId, kind: 'test-kind', payload: {} });
+    await second.close();
+    second = await TestServer.startBeside(first);
+    const poll = await second.request('POST', '/dpc/agent/v1/work/poll', { token, body: { waitSeconds: 0 } });
+    assert.deepEqual(
+      poll.body.work.map((work: { workId: string }) => work.workId),
+      [later],
+    );
+  });
+});

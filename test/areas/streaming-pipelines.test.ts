@@ -6,16 +6,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { freePort, spawnAgent } from '../helpers/processes.ts';
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
+import { until } from '../helpers/until.ts';
 
 const definition = (agentId: string, port: number, name = 'orders-cdc') => ({
   name,
@@ -63,6 +54,12 @@ describeEachStore('streaming pipelines', (kind) => {
     sourcePort = (source.address() as { port: number }).port;
     stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
     agent = spawnAgent(server.url, credentials, stateDir);
+    // The agent's first start makes its RSA key, which takes a while on a loaded machine.
+    await until(
+      'the agent to connect',
+      async () => (await server.api('GET', `/agents/${agentId}`, { token: caller.token })).body.connected,
+      60_000,
+    );
   });
   after(async () => {
     await agent.stop();

@@ -59,9 +59,61 @@ test('the OpenAPI document describes every operation, its security, errors and e
         assert.notEqual(parameter.required, true, `${method} ${path}: ${parameter.name} has a default`);
       }
     }
-    if (!path.startsWith('/dpc/v1/')) assert.deepEqual(operation.security, [], `${method} ${path} needs no token`);
+    const tokenFree = ['/oauth/dpc/token', '/.well-known/jwks.json'].includes(path);
+    assert.deepEqual(operation.security, tokenFree ? [] : [{ bearerAuth: [] }], `${method} ${path} security`);
   }
   assert.equal(document.paths['/dpc/v1/projects/{projectId}/variables'].get.operationId, 'getProjectsByProjectIdVariables');
+});
+
+test('bodies and answers are named component schemas; answers have descriptions, headers and every status the server can give', async (t) => {
+  const server = await TestServer.start('sqlite');
+  t.after(() => server.close());
+  const document = (await server.request('GET', '/dpc/openapi.json')).body;
+  const schemas = document.components.schemas;
+  for (const name of [
+    'Project',
+    'ProjectPage',
+    'CreateProjectRequest',
+    'CreateProjectResponse',
+    'TokenRequest',
+    'FlexConnectorList',
+  ]) {
+    assert.ok(schemas[name], `component ${name}`);
+  }
+  const isNamedOrPlain = (schema: any) => typeof schema.$ref === 'string' || !['object', 'array'].includes(schema.type);
+  for (const [path, item] of Object.entries(document.paths as Record<string, Record<string, any>>)) {
+    for (const method of METHODS.filter((m) => item[m])) {
+      const operation = item[method];
+      const name = `${method.toUpperCase()} ${path}`;
+      for (const [type, media] of Object.entries<any>(operation.requestBody?.content ?? {})) {
+        assert.ok(isNamedOrPlain(media.schema), `${name} request ${type} is a named schema`);
+      }
+      for (const [status, response] of Object.entries<any>(operation.responses)) {
+        assert.ok(response.description && response.description !== 'Default Response', `${name} ${status} has a description`);
+        for (const [type, media] of Object.entries<any>(response.content ?? {})) {
+          assert.ok(isNamedOrPlain(media.schema), `${name} ${status} ${type} is a named schema`);
+        }
+      }
+      const statuses = Object.keys(operation.responses);
+      const expected = [
+        '429',
+        '431',
+        '500',
+        '503',
+        ...(path.includes('{') ? ['414'] : []),
+        ...(method === 'post' ? ['413', '415'] : []),
+      ];
+      for (const status of expected) assert.ok(statuses.includes(status), `${name} declares ${status}`);
+      assert.ok(operation.responses['429'].headers['Retry-After'], `${name} 429 declares Retry-After`);
+      if (operation.responses['201']) assert.ok(operation.responses['201'].headers.Location, `${name} 201 declares Location`);
+      if (operation.responses['401'])
+        assert.ok(operation.responses['401'].headers['WWW-Authenticate'], `${name} 401 declares WWW-Authenticate`);
+    }
+  }
+  const token = document.paths['/oauth/dpc/token'].post.requestBody.content['application/x-www-form-urlencoded'].schema;
+  const form = schemas[token.$ref.split('/').pop()];
+  assert.deepEqual(form.required, ['grant_type', 'client_id', 'client_secret']);
+  assert.deepEqual(form.properties.grant_type.enum, ['client_credentials']);
 });
 
 describe('documentation pages', () => {

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { Type } from 'typebox';
+import { JsonWebKeySet, OAuthError, TokenRequest, TokenResponse } from './schemas.ts';
 
 /** RFC 6749 error answer of the token endpoint (the token endpoint speaks OAuth, not problem+json). */
 function oauthError(reply: FastifyReply, status: number, error: string, description: string) {
@@ -30,15 +30,12 @@ function clientCredentials(form: Record<string, string>, authorization: string |
   return { clientId: form.client_id, clientSecret: form.client_secret };
 }
 
-const TokenAnswer = Type.Object(
-  {
-    access_token: Type.String(),
-    token_type: Type.Literal('Bearer'),
-    expires_in: Type.Integer(),
-  },
-  { examples: [{ access_token: 'eyJhbGciOiJFUzI1NiIsImtpZCI6Ii4uLiJ9...', token_type: 'Bearer', expires_in: 1800 }] },
-);
-const OAuthError = Type.Object({ error: Type.String(), error_description: Type.String() });
+/**
+ * What of a validation failure of the form the grant judges itself, in RFC 6749's terms: a missing or other
+ * grant_type (invalid_request, unsupported_grant_type) and missing client credentials (HTTP Basic, else
+ * invalid_client). Any other failure is a malformed request.
+ */
+const JUDGED_BY_THE_GRANT = new Set(['required', 'enum']);
 
 /** The OAuth 2.0 token endpoint (client-credentials grant) and the keys that verify its tokens. */
 export async function identityRoutes(app: FastifyInstance): Promise<void> {
@@ -54,20 +51,19 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
       schema: {
         summary: 'Obtain an access token (OAuth 2.0 client-credentials grant)',
         tags: ['Identity'],
+        security: [],
         consumes: ['application/x-www-form-urlencoded'],
-        body: Type.Object({
-          grant_type: Type.Optional(Type.String({ examples: ['client_credentials'] })),
-          client_id: Type.Optional(Type.String()),
-          client_secret: Type.Optional(Type.String()),
-          audience: Type.Optional(Type.String()),
-        }),
-        response: { 200: TokenAnswer, 400: OAuthError, 401: OAuthError },
+        body: TokenRequest,
+        response: { 200: TokenResponse, 400: OAuthError, 401: OAuthError },
       },
     },
     async (request, reply) => {
       // A field that is not a string (a JSON body's object, number or array) or that holds a NUL.
-      if (request.validationError) {
-        return oauthError(reply, 400, 'invalid_request', `The request is malformed: ${request.validationError.message}.`);
+      const malformed = request.validationError?.validation.filter(
+        (issue: { keyword: string }) => !JUDGED_BY_THE_GRANT.has(issue.keyword),
+      );
+      if (malformed?.length) {
+        return oauthError(reply, 400, 'invalid_request', `The request is malformed: ${request.validationError!.message}.`);
       }
       const form = (request.body ?? {}) as Record<string, string>;
       if (form.grant_type !== 'client_credentials') {
@@ -94,7 +90,14 @@ export async function identityRoutes(app: FastifyInstance): Promise<void> {
 
   app.get(
     '/.well-known/jwks.json',
-    { schema: { summary: 'Public keys that verify access tokens', tags: ['Identity'] } },
+    {
+      schema: {
+        summary: 'Public keys that verify access tokens',
+        tags: ['Identity'],
+        security: [],
+        response: { 200: JsonWebKeySet },
+      },
+    },
     async () => app.tokens.keys.publicJwks(),
   );
 }
