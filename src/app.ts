@@ -36,6 +36,7 @@ import { secretValueRoutes } from './areas/secret-values/routes.ts';
 import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
 import { repositoryRoutes } from './areas/repositories/routes.ts';
 import { gitHostingRoutes } from './areas/repositories/git-routes.ts';
+import { aiTaskRoutes } from './areas/ai-tasks/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -53,6 +54,7 @@ const v1Areas = [
   secretValueRoutes,
   streamingPipelineRoutes,
   repositoryRoutes,
+  aiTaskRoutes,
   eventRoutes,
   executionRoutes,
   scheduleRoutes,

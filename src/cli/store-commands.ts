@@ -34,6 +34,7 @@ export function maskedConfig(config: Config): Record<string, unknown> {
     databaseUrl,
     encryptionKeys: config.encryptionKeys.map(() => '***'),
     metricsToken: config.metricsToken ? '***' : undefined,
+    aiModel: { ...config.aiModel, apiKey: config.aiModel.apiKey ? '***' : undefined },
   };
 }
 
@@ -49,7 +50,8 @@ export const storeCommands: Command[] = [
   },
   {
     name: 'config',
-    summary: 'Print the effective configuration as JSON, secrets masked (DATABASE_URL password, DPC_ENCRYPTION_KEYS).',
+    summary:
+      'Print the effective configuration as JSON, secrets masked (DATABASE_URL password, DPC_ENCRYPTION_KEYS, DPC_AI_MODEL_API_KEY).',
     details: 'Exits 3 with a one-line reason when a setting is not valid, as "dpc serve" would.',
     async run({ out }) {
       printJson(out, maskedConfig(loadConfig()));

@@ -76,6 +76,23 @@ export interface Config {
   agentPollMaxWaitSeconds: number;
   /** How long a secret write (E15) waits for the agent's confirmation before answering 504. */
   secretWriteTimeoutSeconds: number;
+  /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
+  aiModel: AiModelConfig;
+}
+
+export interface AiModelConfig {
+  /** Model name; without one, AI agent tasks end ERRORED saying no model is configured. */
+  name?: string;
+  /** Base URL of the chat completions API (https://api.openai.com/v1 when not given). */
+  baseUrl?: string;
+  /** Sent as the bearer token; local servers usually need none. Never logged or stored. */
+  apiKey?: string;
+  /** Longest wait for one answer of the model. */
+  timeoutMs: number;
+  /** Per task: model calls, tool calls asked for, and working time (model calls and tools) in seconds. */
+  maxTurns: number;
+  maxToolCalls: number;
+  maxTaskSeconds: number;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least = 0, most = Number.MAX_SAFE_INTEGER): number {
@@ -184,5 +201,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     agentWorkLeaseSeconds: integer(env, 'DPC_AGENT_WORK_LEASE_SECONDS', 60, 1, 86_400),
     agentPollMaxWaitSeconds: integer(env, 'DPC_AGENT_POLL_MAX_WAIT_SECONDS', 25, 1, 300),
     secretWriteTimeoutSeconds: integer(env, 'DPC_SECRET_WRITE_TIMEOUT_SECONDS', 30, 1, 600),
+    aiModel: {
+      name: env.DPC_AI_MODEL || undefined,
+      baseUrl: url(env, 'DPC_AI_MODEL_BASE_URL', ['http:', 'https:']),
+      apiKey: env.DPC_AI_MODEL_API_KEY || undefined,
+      timeoutMs: integer(env, 'DPC_AI_MODEL_TIMEOUT_MS', 120_000, 1),
+      maxTurns: integer(env, 'DPC_AI_MAX_TURNS', 50, 1),
+      maxToolCalls: integer(env, 'DPC_AI_MAX_TOOL_CALLS', 200, 1),
+      maxTaskSeconds: integer(env, 'DPC_AI_MAX_TASK_SECONDS', 1800, 1),
+    },
   };
 }

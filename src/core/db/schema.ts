@@ -13,6 +13,7 @@ import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
 import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
 import type { ConnectorTables } from '../../areas/connectors/tables.ts';
 import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
+import type { AiTaskTables } from '../../areas/ai-tasks/tables.ts';
 import type { ScimTables } from '../../areas/scim/tables.ts';
 import type { AgentTables } from '../../areas/agents/tables.ts';
 import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
@@ -99,4 +100,5 @@ export interface Database
     StreamingPipelineTables,
     ExecutionTables,
     ScheduleTables,
-    RepositoryTables {}
+    RepositoryTables,
+    AiTaskTables {}

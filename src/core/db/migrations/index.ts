@@ -10,6 +10,7 @@ import { repositories } from './0007_repositories.ts';
 import { scim } from './0008_scim.ts';
 import { clientRevocation } from './0009_client_revocation.ts';
 import { executions } from './0012_executions.ts';
+import { aiTasks } from './0013_ai_tasks.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -22,6 +23,7 @@ const steps: Record<string, PortableMigration> = {
   '0008_scim': scim,
   '0009_client_revocation': clientRevocation,
   '0012_executions': executions,
+  '0013_ai_tasks': aiTasks,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
