@@ -28,7 +28,8 @@ class Agent {
     this.stopped = false;
     this.loop = (async () => {
       while (!this.stopped) {
-        if (!(await this.once())) await new Promise((resolve) => setTimeout(resolve, 30));
+        // A call cut off by a server closing under it is retried, as the agent process retries.
+        if (!(await this.once().catch(() => false))) await new Promise((resolve) => setTimeout(resolve, 30));
       }
     })();
   }
