@@ -9,8 +9,18 @@ import type { Config } from '../../src/core/config.ts';
 import { ensureHostedRepository, hostedRepositoryPath } from '../../src/areas/repositories/hosting.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { ScriptedModel } from '../helpers/scripted-model.ts';
+import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
 
-const ALL_TOOLS = ['list_files', 'read_file', 'write_files', 'list_pipelines', 'list_variables', 'list_environments'];
+const ALL_TOOLS = [
+  'list_files',
+  'read_file',
+  'write_files',
+  'list_pipelines',
+  'list_variables',
+  'list_environments',
+  'run_pipeline',
+  'get_pipeline_execution',
+];
 
 function git(gitDir: string, ...args: string[]): string {
   return execFileSync('git', ['--git-dir', gitDir, ...args], { encoding: 'utf8' }).trim();
@@ -480,6 +490,52 @@ describeEachStore('AI agent tasks', (kind) => {
       422,
     );
     assert.deepEqual(external.violations, ["body.agentConfig.projectId: the project's repository is external"]);
+  });
+
+  test('run_pipeline starts a run of the environment on its agent and get_pipeline_execution follows it; a refusal reaches the model', async () => {
+    const agentId = await insertAgent(server, caller.accountId);
+    const environment = await post(`/projects/${projectId}/environments`, { name: 'runs', defaultAgentId: agentId });
+    assert.equal(environment.status, 201, environment.text);
+    await uploadVersion(server, caller, projectId, 'runs', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+    const variable = { name: 'region', type: 'TEXT', behaviour: 'SHARED', value: 'us' };
+    assert.equal((await post(`/projects/${projectId}/variables`, variable)).status, 201);
+    const message = 'Run the check pipeline.';
+    let runId = '';
+    model.on(message, (turn, request) => {
+      const lastTool = [...request.messages].reverse().find((m) => m.role === 'tool')?.content ?? '';
+      if (turn === 0)
+        return { toolCalls: [{ name: 'run_pipeline', arguments: { pipelineName: 'pipelines/nope.orch.yaml', waitSeconds: 0 } }] };
+      if (turn === 1) {
+        assert.match(lastTool, /nope/);
+        return {
+          toolCalls: [
+            {
+              name: 'run_pipeline',
+              arguments: { pipelineName: 'pipelines/check.orch.yaml', scalarVariables: { region: 'eu' }, waitSeconds: 0 },
+            },
+          ],
+        };
+      }
+      if (turn === 2) {
+        runId = JSON.parse(lastTool).pipelineExecutionId;
+        return { toolCalls: [{ name: 'get_pipeline_execution', arguments: { pipelineExecutionId: runId } }] };
+      }
+      return { text: `Started ${JSON.parse(lastTool).status}.` };
+    });
+    const taskId = await startTask(message, {
+      agentConfig: config({ environmentName: 'runs' }),
+      grantedPermissions: [{ toolName: 'run_pipeline' }, { toolName: 'get_pipeline_execution' }],
+    });
+    await settled(taskId, 'STOPPED');
+    const run = await get(`/projects/${projectId}/pipeline-executions/${runId}`);
+    assert.equal(run.status, 200, run.text);
+    assert.equal(run.body.pipelineName, 'pipelines/check.orch.yaml');
+    assert.equal(run.body.environmentName, 'runs');
+    const texts = (await allMessages(taskId)).map((m) => JSON.stringify(m.data));
+    assert.ok(
+      texts.some((text) => text.includes('Started RUNNING.')),
+      texts.join('\n'),
+    );
   });
 
   test('PLAN tasks are not offered the writing tool; ACT tasks with a named target branch create it off the source', async () => {

@@ -6,5 +6,7 @@ export const TOOL_NAMES = [
   'list_pipelines',
   'list_variables',
   'list_environments',
+  'run_pipeline',
+  'get_pipeline_execution',
 ] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];

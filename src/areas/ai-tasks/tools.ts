@@ -7,6 +7,8 @@ import { ProblemError } from '../../core/problems.ts';
 import { listPublishedPipelines } from '../artifacts/repository.ts';
 import { listEnvironments, requireEnvironmentId } from '../environments/repository.ts';
 import { listVariables } from '../variables/repository.ts';
+import { createExecution, listSteps, preparePipelineRun, requireExecution, toSummary } from '../executions/repository.ts';
+import { isFinal, type ExecutionStatus } from '../executions/states.ts';
 import { assertNoMigrationInProgress, hostedRepositoryPath } from '../repositories/hosting.ts';
 import { externalRepositoryOf } from '../repositories/repository.ts';
 import { branchHead, commitFiles, GitError, listFiles, readFile } from './git.ts';
@@ -38,6 +40,8 @@ const MAX_READ_BYTES = 256 * 1024;
 const MAX_WRITTEN_FILES = 100;
 const MAX_WRITTEN_BYTES = 1024 * 1024;
 const LIST_SIZE = 100;
+/** Longest wait of run_pipeline for the run to finish; past it the model follows it with get_pipeline_execution. */
+const MAX_RUN_WAIT_SECONDS = 120;
 
 /**
  * `relative` inside the task's working directory, as a repository path. Absolute paths, `..` that leaves
@@ -195,7 +199,72 @@ export const TOOLS: Tool[] = [
       return await listEnvironments(context.db, context.task.accountId, context.task.projectId, { page, size: LIST_SIZE });
     },
   }),
+  tool({
+    name: 'run_pipeline',
+    access: 'WRITE',
+    description:
+      "Runs a pipeline of the task's environment (its latest enabled artifact version) on the environment's agent, " +
+      `waits up to waitSeconds (at most ${MAX_RUN_WAIT_SECONDS}) for it to finish, and answers its status and steps.`,
+    parameters: Type.Object(
+      {
+        pipelineName: Type.String({ minLength: 1, description: 'the pipeline file, e.g. pipelines/load.orch.yaml' }),
+        scalarVariables: Type.Optional(Type.Record(Type.String(), Type.Union([Type.String(), Type.Number()]))),
+        waitSeconds: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_RUN_WAIT_SECONDS, default: 60 })),
+      },
+      { additionalProperties: false },
+    ),
+    async run(context, { pipelineName, scalarVariables, waitSeconds = 60 }) {
+      const { accountId, projectId, environmentName } = context.task;
+      const executionId = await refusalsAsToolErrors(async () => {
+        const run = await preparePipelineRun(context.db, {
+          accountId,
+          projectId,
+          environmentName,
+          pipelineName,
+          scalarVariables,
+          trigger: 'MANUAL',
+        });
+        return context.db
+          .transaction()
+          .execute((trx) => createExecution(trx, 'PIPELINE', run, { pipelineName: run.pipelineName }));
+      });
+      const deadline = Date.now() + waitSeconds * 1000;
+      for (;;) {
+        const answer = await executionOf(context, executionId);
+        if (isFinal(answer.status as ExecutionStatus) || Date.now() >= deadline) return answer;
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    },
+  }),
+  tool({
+    name: 'get_pipeline_execution',
+    access: 'READ',
+    description: 'Reads a pipeline execution of the project: its status, message and steps.',
+    parameters: Type.Object({ pipelineExecutionId: Type.String({ format: 'uuid' }) }, { additionalProperties: false }),
+    async run(context, { pipelineExecutionId }) {
+      return refusalsAsToolErrors(() => executionOf(context, pipelineExecutionId));
+    },
+  }),
 ];
+
+/** What the model is told of a run: its summary and its first steps. */
+async function executionOf(context: ToolContext, executionId: string) {
+  const row = await requireExecution(context.db, context.task.accountId, context.task.projectId, executionId, 'PIPELINE');
+  const steps = await listSteps(context.db, executionId, { page: 0, size: LIST_SIZE });
+  return { ...toSummary(row), steps: steps.results, ...(steps.total > LIST_SIZE && { stepsTruncated: true }) };
+}
+
+/** A refusal of the API (unknown pipeline, disabled version, bad variables) goes back to the model to read. */
+async function refusalsAsToolErrors<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof ProblemError) {
+      throw new ToolError([error.message, ...(error.options.violations ?? [])].join(' '));
+    }
+    throw error;
+  }
+}
 
 export const toolNamed = (name: string) => TOOLS.find((candidate) => candidate.name === name);
 
