@@ -134,6 +134,18 @@ export class OutboundClient {
     return this.allowed.check(address, family) || !NON_PUBLIC.check(address, family);
   }
 
+  /**
+   * Refuses (OutboundError) a URL whose host is, or resolves to, an address this server may not reach. For
+   * connections other programs make (git): the check and their own lookup are apart, so DNS answers that
+   * change in between are not caught; send() checks each connection's own lookup instead.
+   */
+  async checkHost(url: URL): Promise<void> {
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    const addresses = isIP(host) ? [host] : (await dns.promises.lookup(host, { all: true })).map((answer) => answer.address);
+    const refused = addresses.find((address) => !this.allows(address));
+    if (refused) throw refusal(host, refused);
+  }
+
   /** Sends the request, following redirects within the same rules. */
   async send(request: OutboundRequest): Promise<OutboundResponse> {
     const deadline = Date.now() + this.settings.timeoutMs;

@@ -619,3 +619,29 @@ describeEachStore('repository migration interrupted by a server kill', (kind) =>
     }
   });
 });
+
+test('a migration to a loopback target fails when the deployment does not allow that range (git reaches no private address)', async () => {
+  const target = await GitTarget.start();
+  const server = await TestServer.start('sqlite'); // no DPC_OUTBOUND_ALLOW
+  try {
+    const caller = await server.newAccount();
+    const projectId = await server.newProject(caller);
+    const started = await server.api('POST', `/projects/${projectId}/repository-migration`, {
+      token: caller.token,
+      body: {
+        mode: 'MIRROR_PUSH',
+        targetCloneUrl: target.createRepository('private'),
+        targetProvider: 'github',
+        targetName: 'private',
+      },
+    });
+    assert.equal(started.status, 202, started.text);
+    const ended = await settled(server.url, caller.token, projectId, started.body.migrationId);
+    assert.equal(ended.status, 'FAILED');
+    assert.match(ended.detail ?? '', /127\.0\.0\.1 is a loopback, private or reserved address/);
+    assert.deepEqual(await refsOf(target.pathOf('private')), []);
+  } finally {
+    await server.close();
+    await target.close();
+  }
+});

@@ -11,6 +11,7 @@ import { basicAuthEnv, GitError, listRefs, runGit } from './git.ts';
 import { GitLabTokenRotation, REQUIRED_PROVIDER_PARAMETERS, RotationError, TOKEN_USER, type TokenRotation } from './providers.ts';
 import { checkCloneUrl, externalRepositoryOf, requireCredentialFor, sealContext, type MigrationRow } from './repository.ts';
 import type { GitProvider, StartMigrationRequest } from './schemas.ts';
+import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
 
 export const MIGRATION_JOB = 'repository-migration';
 /** Runs of one migration (each server kill costs one) before it is failed rather than resumed again. */
@@ -117,10 +118,28 @@ interface GitEndpoint {
 
 /** The background half of a migration: a durable job, resumed by another process if this one dies. */
 export class MigrationRunner {
+  /** Git reaches clone URLs itself; their hosts are checked against the outbound rules first. */
+  private readonly outbound: OutboundClient;
+
   constructor(
     private readonly app: FastifyInstance,
     private readonly rotation: TokenRotation = new GitLabTokenRotation(app.config),
-  ) {}
+  ) {
+    this.outbound = new OutboundClient(outboundSettings(app.config));
+  }
+
+  /** Refuses a clone URL on a loopback, private or reserved address the deployment does not allow. */
+  private async reachable(cloneUrl: string): Promise<string> {
+    try {
+      await this.outbound.checkHost(new URL(cloneUrl));
+    } catch (error) {
+      if (error instanceof OutboundError || (error as NodeJS.ErrnoException).code === 'ENOTFOUND') {
+        throw new MigrationFailure(`${cloneUrl} cannot be reached: ${(error as Error).message}`);
+      }
+      throw error;
+    }
+    return cloneUrl;
+  }
 
   register(): void {
     this.app.jobs.register(MIGRATION_JOB, (payload, job) =>
@@ -159,6 +178,7 @@ export class MigrationRunner {
 
   /** The target and its credentials; a gitlab token is rotated first, and only the rotated one is kept. */
   private async targetEndpoint(migration: MigrationRow): Promise<GitEndpoint> {
+    const location = await this.reachable(migration.targetCloneUrl);
     const provider = migration.targetProvider as GitProvider;
     let token = migration.sealedToken
       ? this.app.secretBox.open(migration.sealedToken, sealContext.migration(migration.id))
@@ -176,7 +196,7 @@ export class MigrationRunner {
       migration.tokenRotated = 1;
     }
     if (!token && migration.gitCredentialId) token = await this.credentialToken(migration.gitCredentialId);
-    return { location: migration.targetCloneUrl, env: token ? basicAuthEnv(TOKEN_USER[provider], token) : {} };
+    return { location, env: token ? basicAuthEnv(TOKEN_USER[provider], token) : {} };
   }
 
   private async credentialToken(credentialId: string): Promise<string> {
@@ -199,7 +219,8 @@ export class MigrationRunner {
       : external.gitCredentialId
         ? await this.credentialToken(external.gitCredentialId)
         : undefined;
-    return { location: external.cloneUrl, env: token ? basicAuthEnv(TOKEN_USER[external.provider as GitProvider], token) : {} };
+    const location = await this.reachable(external.cloneUrl);
+    return { location, env: token ? basicAuthEnv(TOKEN_USER[external.provider as GitProvider], token) : {} };
   }
 
   private async mirrorPush(migration: MigrationRow, source: GitEndpoint, target: GitEndpoint): Promise<void> {
