@@ -538,7 +538,7 @@ describeEachStore('AI agent tasks', (kind) => {
     );
   });
 
-  test('PLAN tasks are not offered the writing tool; ACT tasks with a named target branch create it off the source', async () => {
+  test('PLAN tasks are not offered the writing tools; ACT tasks with a named target branch create it off the source', async () => {
     const plan = 'Plan only.';
     model.on(plan, [{ text: 'My plan: add load_orders.orch.yaml.' }]);
     const planned = await post('/ai/agents/tasks', {
@@ -553,7 +553,7 @@ describeEachStore('AI agent tasks', (kind) => {
         .requestsOf(plan)[0]
         .tools!.map((t) => t.function.name)
         .sort(),
-      ALL_TOOLS.filter((name) => name !== 'write_files').sort(),
+      ALL_TOOLS.filter((name) => name !== 'write_files' && name !== 'run_pipeline').sort(),
     );
 
     const act = 'Write to feature/x.';
