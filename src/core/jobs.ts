@@ -23,8 +23,8 @@ interface QueueSettings {
 /**
  * A durable job queue in the store's own `jobs` table. A job is claimed by one worker at a time,
  * across every server process sharing the store: on PostgreSQL with FOR UPDATE SKIP LOCKED, on SQLite
- * because writes are serialised. A failed job is retried with backoff until maxAttempts; a job whose
- * worker vanished is taken over when its lease runs out.
+ * because writes are serialised. A failed job is retried with backoff until maxAttempts; a running job's
+ * lease is renewed while its worker lives, and a job whose worker vanished is taken over when it runs out.
  */
 export class JobQueue {
   private readonly handlers = new Map<string, JobHandler>();
@@ -143,6 +143,16 @@ export class JobQueue {
 
   private async run(job: { id: string; type: string; payload: string; attempts: number; maxAttempts: number }): Promise<void> {
     const handler = this.handlers.get(job.type)!;
+    // A live worker keeps its lease however long the job takes: only a worker that died lets it lapse.
+    const renewal = setInterval(() => {
+      this.store.db
+        .updateTable('jobs')
+        .set({ lockedUntil: new Date(Date.now() + this.leaseMs).toISOString() })
+        .where('id', '=', job.id)
+        .where('lockedBy', '=', this.workerId)
+        .execute()
+        .catch((error: unknown) => this.settings.log?.warn({ jobId: job.id, err: error }, 'could not renew a job lease'));
+    }, this.leaseMs / 3).unref();
     try {
       await handler(JSON.parse(job.payload), { id: job.id, attempts: job.attempts });
       await this.finish(job.id, { state: 'done', lastError: null });
@@ -169,6 +179,8 @@ export class JobQueue {
           .execute();
         this.settings.onOutcome?.(job.type, 'retried');
       }
+    } finally {
+      clearInterval(renewal);
     }
   }
 

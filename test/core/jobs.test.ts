@@ -84,6 +84,25 @@ describeEachStore('job queue', (kind) => {
     assert.equal(ran, 1);
   });
 
+  test('a job running longer than its lease keeps it while its worker lives: nobody else takes it over', async () => {
+    const worker = new JobQueue(stores[0], { leaseMs: 150 });
+    const other = new JobQueue(stores[1], { leaseMs: 150 });
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    worker.register('long', () => finished);
+    let takenOver = 0;
+    other.register('long', async () => {
+      takenOver += 1;
+    });
+    await worker.enqueue(stores[0].db, 'long', {});
+    const running = worker.drain();
+    await new Promise((r) => setTimeout(r, 600)); // four leases
+    assert.equal(await other.drain(), 0, 'taken over although its worker lives');
+    finish();
+    assert.equal(await running, 1);
+    assert.equal(takenOver, 0);
+  });
+
   test('a job enqueued in a transaction that rolls back never exists', async () => {
     const queue = new JobQueue(stores[0]);
     queue.register('ghost', async () => assert.fail('must not run'));
