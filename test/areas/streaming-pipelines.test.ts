@@ -167,4 +167,22 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
       { streamingPipelineId: id, status: 'FAILED', message: 'source unreachable', changedAt: undefined },
     );
   });
+
+  test('a run whose agent vanished can be stopped by force; a late report then moves nothing', async () => {
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'orphaned'));
+    const id = created.body.streamingPipelineId;
+    const status = () => api('GET', `${pipelines()}/${id}/status`).then((a) => a.body);
+    await api('POST', `${pipelines()}/${id}/start`);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.payload.streamingPipelineId, id);
+    expectProblem(await api('POST', `${pipelines()}/${id}/stop`), 409);
+    const forced = await api('POST', `${pipelines()}/${id}/stop?force=true`);
+    assert.equal(forced.status, 202, forced.text);
+    assert.equal(forced.body.status, 'STOPPED');
+    const late = await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
+    assert.equal(late.status, 200, late.text);
+    assert.equal((await status()).status, 'STOPPED');
+    expectProblem(await api('POST', `${pipelines()}/${id}/stop?force=true`), 409);
+    assert.equal((await api('DELETE', `${pipelines()}/${id}`)).status, 204);
+  });
 });

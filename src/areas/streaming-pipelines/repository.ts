@@ -4,7 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
-import { enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
+import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import {
   SECRET_REFERENCE_FIELDS,
@@ -210,8 +210,10 @@ export async function requestRun(
   projectId: string,
   pipelineId: string,
   action: 'start' | 'stop',
+  force = false,
 ): Promise<ReturnType<typeof statusOf>> {
   const row = await requirePipeline(db, projectId, pipelineId);
+  if (action === 'stop' && force) return forceStop(db, row);
   if (action === 'start') requireIdle(row, 'start');
   else if (row.status !== 'RUNNING')
     throw conflict(`The streaming pipeline is ${row.status}; only a RUNNING one can be stopped.`);
@@ -226,6 +228,30 @@ export async function requestRun(
   return statusOf(await requirePipeline(db, projectId, pipelineId));
 }
 
+/**
+ * A forced stop: for a pipeline whose agent took a start or stop and vanished (STARTING or STOPPING for
+ * ever). Cancels the pipeline's outstanding start/stop work and moves it to STOPPED at once; a late report
+ * on that work no longer moves the status (onRunReport).
+ */
+async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typeof statusOf>> {
+  if (IDLE.includes(row.status as StreamingPipelineStatus)) {
+    throw conflict(`The streaming pipeline is ${row.status} already.`);
+  }
+  const outstanding = await db
+    .selectFrom('agentWork')
+    .select(['id', 'payload'])
+    .where('agentId', '=', row.agentId)
+    .where('kind', 'in', [START_WORK, STOP_WORK])
+    .where('state', 'in', ['queued', 'delivered'])
+    .execute();
+  for (const work of outstanding) {
+    const payload = work.payload === null ? null : (JSON.parse(work.payload) as { streamingPipelineId?: string });
+    if (payload?.streamingPipelineId === row.id) await cancelAgentWork(db, work.id);
+  }
+  await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');
+  return statusOf(await requirePipeline(db, row.projectId, row.id));
+}
+
 function failureMessage(body: unknown): string {
   const message = (body as { message?: unknown } | null)?.message;
   return typeof message === 'string' ? message.slice(0, 4000) : 'the agent reported a failure without a reason';
@@ -235,7 +261,17 @@ function failureMessage(body: unknown): string {
 export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
   return async (db, { work, report }) => {
     if (report.type === 'progress') return;
-    const { streamingPipelineId } = work.payload as { streamingPipelineId: string };
+    // Cancelled work (a forced stop) no longer carries its payload, and moves nothing.
+    const streamingPipelineId = (work.payload as { streamingPipelineId?: string } | null)?.streamingPipelineId;
+    if (!streamingPipelineId) return;
+    // Only the run in progress moves the status: a late report on work whose run was stopped by force does not.
+    const expected = action === 'start' ? 'STARTING' : 'STOPPING';
+    const current = await db
+      .selectFrom('streamingPipelines')
+      .select('status')
+      .where('id', '=', streamingPipelineId)
+      .executeTakeFirst();
+    if (current?.status !== expected) return;
     const [status, message] =
       report.type === 'done' ? [action === 'start' ? 'RUNNING' : 'STOPPED', null] : ['FAILED', failureMessage(report.body)];
     await moveStatus(db, streamingPipelineId, status as StreamingPipelineStatus, message);
