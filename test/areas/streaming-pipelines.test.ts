@@ -185,4 +185,29 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     expectProblem(await api('POST', `${pipelines()}/${id}/stop?force=true`), 409);
     assert.equal((await api('DELETE', `${pipelines()}/${id}`)).status, 204);
   });
+
+  test('credentials are refused under any credential-like key name and inside values such as JDBC URLs', async () => {
+    const body = pipelineBody(agentId, 'leaky-values');
+    for (const key of ['sslpassword', 'trustCertificateKeyStorePassword', 'oracle.net.wallet_password', 'user.password']) {
+      const named = structuredClone(body) as any;
+      named.streamingSource.connection.jdbcProperties = { [key]: 'hunter2-k' };
+      const refused = expectProblem(await api('POST', pipelines(), named), 400);
+      assert.ok(!JSON.stringify(refused).includes('hunter2-k'));
+    }
+    const inUrl = structuredClone(body) as any;
+    inUrl.advancedProperties = { 'connection.url': 'jdbc:postgresql://db.internal/orders?user=a&password=hunter2-url' };
+    const url = expectProblem(await api('POST', pipelines(), inUrl), 400);
+    assert.ok(!JSON.stringify(url).includes('hunter2-url'));
+    assert.ok(
+      (url.violations ?? []).some((v: string) => v.startsWith('body.advancedProperties.connection.url:')),
+      JSON.stringify(url.violations),
+    );
+    const inJdbc = structuredClone(body) as any;
+    inJdbc.streamingSource.connection.jdbcProperties = { options: 'ssl=true;pwd=hunter2-pwd' };
+    expectProblem(await api('POST', pipelines(), inJdbc), 400);
+    const inHost = structuredClone(body) as any;
+    inHost.streamingSource.connection.host = 'db.internal?password=hunter2-host';
+    expectProblem(await api('POST', pipelines(), inHost), 400);
+    assert.equal((await api('POST', pipelines(), body)).status, 201);
+  });
 });

@@ -23,6 +23,18 @@ export const STOP_WORK = 'streaming-pipeline-stop';
 /** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
 const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;
 
+/** A value that carries a credential itself, as in `jdbc:postgresql://db/x?user=a&password=hunter2` or `pwd=...;`. */
+const CREDENTIAL_IN_VALUE = new RegExp(`(^|[?&;:,/\\s])[\\w.-]*(${CREDENTIAL_NAME.source})[\\w.-]*\\s*=\\s*[^&;,\\s]`, 'i');
+
+/** Every string in `value` (not under the secret references), with its path. */
+function* stringsOf(value: unknown, field: string): Generator<[string, string]> {
+  if (typeof value === 'string') yield [field, value];
+  else if (Array.isArray(value)) for (const [index, item] of value.entries()) yield* stringsOf(item, `${field}[${index}]`);
+  else if (value && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) yield* stringsOf(item, `${field}.${key}`);
+  }
+}
+
 /**
  * Refuses a definition that carries a secret value: the secret references (password, accountKey) may hold
  * only the reference fields, and free-form properties may not be named like credentials. Violations name
@@ -50,6 +62,16 @@ function checkNoSecretValues(request: StreamingPipelineRequest): void {
       if (CREDENTIAL_NAME.test(key))
         violations.push(`${field}.${key}: credentials go in a secret reference, never in a property`);
     }
+  }
+  const { password: _password, ...connection } = request.streamingSource.connection;
+  const { accountKey: _accountKey, ...target } = request.streamingTarget;
+  const scanned = {
+    advancedProperties: request.advancedProperties,
+    streamingSource: { ...request.streamingSource, connection },
+    streamingTarget: target,
+  };
+  for (const [field, value] of stringsOf(scanned, 'body')) {
+    if (CREDENTIAL_IN_VALUE.test(value)) violations.push(`${field}: carries a credential; it goes in a secret reference`);
   }
   if (violations.length) throw badRequest('The definition carries a secret value where a secret reference belongs.', violations);
 }
