@@ -292,6 +292,26 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('POST', `/secrets/${agentId}/secret-value`, { secret }, viewer), 403);
   });
 
+  test('E15 answers 502 when the done report lacks its fields or names another vault secret', async () => {
+    const { agentId, token } = await connectedAgent();
+    const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'v' };
+    for (const body of [
+      {},
+      null,
+      { resolverRef: 'MATILLION_CUSTOMER_VAULT:warehouse:login' },
+      { resolverRef: 'MATILLION_CUSTOMER_VAULT:other:login', vaultSecretName: 'other' },
+      { resolverRef: 7, vaultSecretName: 'warehouse' },
+    ]) {
+      const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+      const work = await agentCall(token, 'GET', '/work?waitSeconds=3');
+      await agentCall(token, 'POST', `/work/${work.body.workId}/reports`, { type: 'done', body });
+      const answer = await writing;
+      const problem = expectProblem(answer, 502, 'secret-write-bad-confirmation');
+      assert.match(problem.detail, /MAY have been written/);
+      assert.ok(!answer.text.includes('undefined'), answer.text);
+    }
+  });
+
   test('E15 problems: unknown agent 404, no certificate 409, not connected 503, no confirmation 504 (written or not)', async () => {
     const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
     expectProblem(await api('POST', '/secrets/0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11/secret-value', { secret }), 404);

@@ -26,10 +26,21 @@ async function encryptFor(certificatePem: string, value: unknown): Promise<strin
 }
 
 /** The answer to a secret write once the agent's final report is in. */
-function outcome(work: AgentWork) {
-  const result = (work.result ?? {}) as { resolverRef?: string; vaultSecretName?: string; code?: string; message?: string };
-  if (work.state === 'done' && result.resolverRef && result.vaultSecretName) {
-    return { resolver_ref: result.resolverRef, vaultSecretName: result.vaultSecretName };
+function outcome(work: AgentWork, requestedName: string) {
+  const result = (work.result ?? {}) as { resolverRef?: unknown; vaultSecretName?: unknown; code?: string; message?: string };
+  if (work.state === 'done') {
+    const { resolverRef, vaultSecretName } = result;
+    if (typeof resolverRef === 'string' && resolverRef !== '' && vaultSecretName === requestedName) {
+      return { resolver_ref: resolverRef, vaultSecretName };
+    }
+    // The agent says it wrote the value, but its confirmation does not say where, or names another secret.
+    throw new ProblemError(
+      502,
+      typeof resolverRef !== 'string' || resolverRef === '' || typeof vaultSecretName !== 'string'
+        ? 'The agent reported the secret written, but its confirmation lacks resolverRef or vaultSecretName; it MAY have been written.'
+        : `The agent reported the secret written under another name than "${requestedName}"; it MAY have been written there.`,
+      { name: 'secret-write-bad-confirmation' },
+    );
   }
   if (result.code === 'secret-exists') {
     throw new ProblemError(
@@ -63,6 +74,7 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
           "The value is encrypted for the agent's certificate (JWE, RSA-OAEP-256 and A256GCM) and handed to the agent, which " +
           'decrypts it and writes it to its vault. The request waits for the agent to confirm, at most ' +
           'DPC_SECRET_WRITE_TIMEOUT_SECONDS. 409 agent-has-no-certificate / agent-paused / secret-exists; 503 agent-not-connected; ' +
+          '502 secret-write-bad-confirmation (the agent said done without resolverRef, or for another vaultSecretName); ' +
           '504 secret-not-written (withdrawn before the agent took it: certainly not written) or secret-write-unconfirmed ' +
           '(the agent took it but did not confirm: it may have been written); 502 secret-write-failed (the agent reported a failure).',
         tags: ['Secrets'],
@@ -106,11 +118,11 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
       const deadline = Date.now() + timeoutSeconds * 1000;
       while (Date.now() < deadline) {
         const work = await findAgentWork(db, workId);
-        if (work?.state === 'done' || work?.state === 'failed') return outcome(work);
+        if (work?.state === 'done' || work?.state === 'failed') return outcome(work, secret.name);
         await sleep(CONFIRMATION_POLL_MS);
       }
       const cancelled = await db.transaction().execute((trx) => cancelAgentWork(trx, workId));
-      if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!);
+      if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!, secret.name);
       if (cancelled === 'cancelled') {
         throw new ProblemError(
           504,
