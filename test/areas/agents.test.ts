@@ -266,6 +266,22 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 200);
   });
 
+  test('at most 4 long polls per agent wait at once on a server; more answer 429 with Retry-After', async () => {
+    const { token } = await connectedAgent();
+    const other = await connectedAgent();
+    const waiting = Array.from({ length: 4 }, () => agentCall(token, 'GET', '/work?waitSeconds=2'));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const refused = await agentCall(token, 'GET', '/work?waitSeconds=2');
+    expectProblem(refused, 429, 'too-many-polls');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal((await agentCall(other.token, 'GET', '/work?waitSeconds=0')).status, 204, 'other agents are not limited');
+    assert.deepEqual(
+      (await Promise.all(waiting)).map((answer) => answer.status),
+      [204, 204, 204, 204],
+    );
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'a slot frees when a poll answers');
+  });
+
   test('E15 encrypts for the agent certificate: only its private key decrypts; the confirmation answers', async () => {
     const { agentId, token } = await connectedAgent();
     const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'p4ss-unique-e15' };
