@@ -328,6 +328,22 @@ describeEachStore('agents and the agent protocol', (kind) => {
     }
   });
 
+  test('E15 answers 409 agent-deleted at once when the agent is deleted while the write waits', async () => {
+    const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
+    for (const take of [false, true]) {
+      const { agentId, token } = await connectedAgent();
+      const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+      if (take) assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=3')).status, 200);
+      // Let the waiting request see the work (queued, or taken) before the deletion.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const started = Date.now();
+      assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+      const problem = expectProblem(await writing, 409, 'agent-deleted');
+      assert.ok(Date.now() - started < 1000, 'answered at once, not after the timeout');
+      assert.match(problem.detail, take ? /MAY have been written/ : /NOT written/);
+    }
+  });
+
   test('E15 problems: unknown agent 404, no certificate 409, not connected 503, no confirmation 504 (written or not)', async () => {
     const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
     expectProblem(await api('POST', '/secrets/0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11/secret-value', { secret }), 404);

@@ -60,6 +60,17 @@ function outcome(work: AgentWork, requestedName: string) {
   );
 }
 
+/** The agent was deleted while the write waited: its work went with it, and it can no longer report. */
+function agentDeleted(agentId: string, lastState: string) {
+  return new ProblemError(
+    409,
+    lastState === 'queued'
+      ? `The agent ${agentId} was deleted before it took the secret (as last seen, ${CONFIRMATION_POLL_MS} ms before); the secret was NOT written.`
+      : `The agent ${agentId} was deleted after it took the secret, before it confirmed; it MAY have been written to its vault.`,
+    { name: 'agent-deleted' },
+  );
+}
+
 /** E15: a secret value written to the customer's vault by an agent, which alone can decrypt it. */
 export async function secretValueRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -116,12 +127,16 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
       );
       request.auditIds.workId = workId;
       const deadline = Date.now() + timeoutSeconds * 1000;
+      let lastState = 'queued';
       while (Date.now() < deadline) {
         const work = await findAgentWork(db, workId);
-        if (work?.state === 'done' || work?.state === 'failed') return outcome(work, secret.name);
+        if (!work) throw agentDeleted(agentId, lastState);
+        if (work.state === 'done' || work.state === 'failed') return outcome(work, secret.name);
+        lastState = work.state;
         await sleep(CONFIRMATION_POLL_MS);
       }
       const cancelled = await db.transaction().execute((trx) => cancelAgentWork(trx, workId));
+      if (cancelled === 'unknown') throw agentDeleted(agentId, lastState);
       if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!, secret.name);
       if (cancelled === 'cancelled') {
         throw new ProblemError(
