@@ -210,4 +210,21 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     expectProblem(await api('POST', pipelines(), inHost), 400);
     assert.equal((await api('POST', pipelines(), body)).status, 201);
   });
+
+  test('concurrent starts of a stopped pipeline hand its agent one run: one 202, the others 409', async () => {
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'raced'));
+    const id = created.body.streamingPipelineId;
+    const answers = await Promise.all(Array.from({ length: 6 }, () => api('POST', `${pipelines()}/${id}/start`)));
+    assert.deepEqual(answers.map((answer) => answer.status).sort(), [202, 409, 409, 409, 409, 409]);
+    const runs = await server.db
+      .selectFrom('agentWork')
+      .select('payload')
+      .where('kind', '=', 'streaming-pipeline-start')
+      .where('state', '=', 'queued')
+      .execute();
+    assert.equal(runs.filter((run) => run.payload?.includes(id)).length, 1);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.payload.streamingPipelineId, id);
+    await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
+  });
 });

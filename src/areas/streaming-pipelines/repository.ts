@@ -236,9 +236,19 @@ export async function requestRun(
 ): Promise<ReturnType<typeof statusOf>> {
   const row = await requirePipeline(db, projectId, pipelineId);
   if (action === 'stop' && force) return forceStop(db, row);
-  if (action === 'start') requireIdle(row, 'start');
-  else if (row.status !== 'RUNNING')
-    throw conflict(`The streaming pipeline is ${row.status}; only a RUNNING one can be stopped.`);
+  // The conditional move comes first: of two concurrent requests only one moves the row (on PostgreSQL the
+  // other waits for the row lock, then finds the status changed), so the agent gets one run, not two.
+  const moved = await db
+    .updateTable('streamingPipelines')
+    .set({ status: action === 'start' ? 'STARTING' : 'STOPPING', statusMessage: null, statusChangedAt: now() })
+    .where('id', '=', pipelineId)
+    .where('status', 'in', action === 'start' ? IDLE : ['RUNNING'])
+    .executeTakeFirst();
+  if (moved.numUpdatedRows === 0n) {
+    const current = await requirePipeline(db, projectId, pipelineId);
+    if (action === 'start') requireIdle(current, 'start');
+    throw conflict(`The streaming pipeline is ${current.status}; only a RUNNING one can be stopped.`);
+  }
   const pipeline = toPipeline(row);
   await enqueueAgentWork(db, {
     accountId,
@@ -246,7 +256,6 @@ export async function requestRun(
     kind: action === 'start' ? START_WORK : STOP_WORK,
     payload: { streamingPipelineId: pipelineId, projectId, name: pipeline.name, definition: JSON.parse(row.definition) },
   });
-  await moveStatus(db, pipelineId, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));
 }
 
