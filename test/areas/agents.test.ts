@@ -376,6 +376,15 @@ describeEachStore('agents and the agent protocol', (kind) => {
       .where('id', '=', taken.body.workId)
       .executeTakeFirstOrThrow();
     assert.equal(row.payload, null, 'the ciphertext is dropped on cancellation');
+    // Its lease lapses with the cancellation pending: never delivered again; it ends cancelled, payload cleared.
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+    assert.equal((await agentCall(silent.token, 'GET', '/work?waitSeconds=0')).status, 204, 'not delivered again');
+    const closed = await server.db
+      .selectFrom('agentWork')
+      .select(['state', 'payload'])
+      .where('id', '=', taken.body.workId)
+      .executeTakeFirstOrThrow();
+    assert.deepEqual(closed, { state: 'cancelled', payload: null });
   });
 
   test('with two server instances on one store, each piece of work goes to exactly one poll', async () => {
