@@ -266,6 +266,22 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).status, 200);
   });
 
+  test('at most 4 long polls per agent wait at once on a server; more answer 429 with Retry-After', async () => {
+    const { token } = await connectedAgent();
+    const other = await connectedAgent();
+    const waiting = Array.from({ length: 4 }, () => agentCall(token, 'GET', '/work?waitSeconds=2'));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const refused = await agentCall(token, 'GET', '/work?waitSeconds=2');
+    expectProblem(refused, 429, 'too-many-polls');
+    assert.equal(refused.headers.get('retry-after'), '1');
+    assert.equal((await agentCall(other.token, 'GET', '/work?waitSeconds=0')).status, 204, 'other agents are not limited');
+    assert.deepEqual(
+      (await Promise.all(waiting)).map((answer) => answer.status),
+      [204, 204, 204, 204],
+    );
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'a slot frees when a poll answers');
+  });
+
   test('E15 encrypts for the agent certificate: only its private key decrypts; the confirmation answers', async () => {
     const { agentId, token } = await connectedAgent();
     const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'p4ss-unique-e15' };
@@ -290,6 +306,42 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(answer.body, { resolver_ref: 'MATILLION_CUSTOMER_VAULT:warehouse:login', vaultSecretName: 'warehouse' });
     expectProblem(await api('POST', `/secrets/${agentId}/secret-value`, { secret }, viewer), 403);
+  });
+
+  test('E15 answers 502 when the done report lacks its fields or names another vault secret', async () => {
+    const { agentId, token } = await connectedAgent();
+    const secret = { name: 'warehouse', key: 'login', type: 'PASSWORD', value: 'v' };
+    for (const body of [
+      {},
+      null,
+      { resolverRef: 'MATILLION_CUSTOMER_VAULT:warehouse:login' },
+      { resolverRef: 'MATILLION_CUSTOMER_VAULT:other:login', vaultSecretName: 'other' },
+      { resolverRef: 7, vaultSecretName: 'warehouse' },
+    ]) {
+      const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+      const work = await agentCall(token, 'GET', '/work?waitSeconds=3');
+      await agentCall(token, 'POST', `/work/${work.body.workId}/reports`, { type: 'done', body });
+      const answer = await writing;
+      const problem = expectProblem(answer, 502, 'secret-write-bad-confirmation');
+      assert.match(problem.detail, /MAY have been written/);
+      assert.ok(!answer.text.includes('undefined'), answer.text);
+    }
+  });
+
+  test('E15 answers 409 agent-deleted at once when the agent is deleted while the write waits', async () => {
+    const secret = { name: 'n', key: 'k', type: 'PASSWORD', value: 'v' };
+    for (const take of [false, true]) {
+      const { agentId, token } = await connectedAgent();
+      const writing = api('POST', `/secrets/${agentId}/secret-value`, { secret }, developer);
+      if (take) assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=3')).status, 200);
+      // Let the waiting request see the work (queued, or taken) before the deletion.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const started = Date.now();
+      assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+      const problem = expectProblem(await writing, 409, 'agent-deleted');
+      assert.ok(Date.now() - started < 1000, 'answered at once, not after the timeout');
+      assert.match(problem.detail, take ? /MAY have been written/ : /NOT written/);
+    }
   });
 
   test('E15 problems: unknown agent 404, no certificate 409, not connected 503, no confirmation 504 (written or not)', async () => {
@@ -324,6 +376,15 @@ describeEachStore('agents and the agent protocol', (kind) => {
       .where('id', '=', taken.body.workId)
       .executeTakeFirstOrThrow();
     assert.equal(row.payload, null, 'the ciphertext is dropped on cancellation');
+    // Its lease lapses with the cancellation pending: never delivered again; it ends cancelled, payload cleared.
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+    assert.equal((await agentCall(silent.token, 'GET', '/work?waitSeconds=0')).status, 204, 'not delivered again');
+    const closed = await server.db
+      .selectFrom('agentWork')
+      .select(['state', 'payload'])
+      .where('id', '=', taken.body.workId)
+      .executeTakeFirstOrThrow();
+    assert.deepEqual(closed, { state: 'cancelled', payload: null });
   });
 
   test('with two server instances on one store, each piece of work goes to exactly one poll', async () => {
@@ -336,11 +397,17 @@ describeEachStore('agents and the agent protocol', (kind) => {
           ids.add(await enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-race', payload: i }));
         }
       });
-      const polls = await Promise.all(
-        Array.from({ length: 16 }, (_, i) =>
-          (i % 2 ? beside : server).request('GET', '/dpc/agent/v1/work?waitSeconds=0', { token }),
-        ),
-      );
+      // Two rounds of 8 racing polls: 4 per server, the most one agent may have waiting on each.
+      const polls = [];
+      for (let round = 0; round < 2; round += 1) {
+        polls.push(
+          ...(await Promise.all(
+            Array.from({ length: 8 }, (_, i) =>
+              (i % 2 ? beside : server).request('GET', '/dpc/agent/v1/work?waitSeconds=0', { token }),
+            ),
+          )),
+        );
+      }
       const delivered = polls.filter((p) => p.status === 200).map((p) => p.body.workId as string);
       assert.equal(delivered.length, 12);
       assert.deepEqual(new Set(delivered), ids);

@@ -167,4 +167,64 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
       { streamingPipelineId: id, status: 'FAILED', message: 'source unreachable', changedAt: undefined },
     );
   });
+
+  test('a run whose agent vanished can be stopped by force; a late report then moves nothing', async () => {
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'orphaned'));
+    const id = created.body.streamingPipelineId;
+    const status = () => api('GET', `${pipelines()}/${id}/status`).then((a) => a.body);
+    await api('POST', `${pipelines()}/${id}/start`);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.payload.streamingPipelineId, id);
+    expectProblem(await api('POST', `${pipelines()}/${id}/stop`), 409);
+    const forced = await api('POST', `${pipelines()}/${id}/stop?force=true`);
+    assert.equal(forced.status, 202, forced.text);
+    assert.equal(forced.body.status, 'STOPPED');
+    const late = await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
+    assert.equal(late.status, 200, late.text);
+    assert.equal((await status()).status, 'STOPPED');
+    expectProblem(await api('POST', `${pipelines()}/${id}/stop?force=true`), 409);
+    assert.equal((await api('DELETE', `${pipelines()}/${id}`)).status, 204);
+  });
+
+  test('credentials are refused under any credential-like key name and inside values such as JDBC URLs', async () => {
+    const body = pipelineBody(agentId, 'leaky-values');
+    for (const key of ['sslpassword', 'trustCertificateKeyStorePassword', 'oracle.net.wallet_password', 'user.password']) {
+      const named = structuredClone(body) as any;
+      named.streamingSource.connection.jdbcProperties = { [key]: 'hunter2-k' };
+      const refused = expectProblem(await api('POST', pipelines(), named), 400);
+      assert.ok(!JSON.stringify(refused).includes('hunter2-k'));
+    }
+    const inUrl = structuredClone(body) as any;
+    inUrl.advancedProperties = { 'connection.url': 'jdbc:postgresql://db.internal/orders?user=a&password=hunter2-url' };
+    const url = expectProblem(await api('POST', pipelines(), inUrl), 400);
+    assert.ok(!JSON.stringify(url).includes('hunter2-url'));
+    assert.ok(
+      (url.violations ?? []).some((v: string) => v.startsWith('body.advancedProperties.connection.url:')),
+      JSON.stringify(url.violations),
+    );
+    const inJdbc = structuredClone(body) as any;
+    inJdbc.streamingSource.connection.jdbcProperties = { options: 'ssl=true;pwd=hunter2-pwd' };
+    expectProblem(await api('POST', pipelines(), inJdbc), 400);
+    const inHost = structuredClone(body) as any;
+    inHost.streamingSource.connection.host = 'db.internal?password=hunter2-host';
+    expectProblem(await api('POST', pipelines(), inHost), 400);
+    assert.equal((await api('POST', pipelines(), body)).status, 201);
+  });
+
+  test('concurrent starts of a stopped pipeline hand its agent one run: one 202, the others 409', async () => {
+    const created = await api('POST', pipelines(), pipelineBody(agentId, 'raced'));
+    const id = created.body.streamingPipelineId;
+    const answers = await Promise.all(Array.from({ length: 6 }, () => api('POST', `${pipelines()}/${id}/start`)));
+    assert.deepEqual(answers.map((answer) => answer.status).sort(), [202, 409, 409, 409, 409, 409]);
+    const runs = await server.db
+      .selectFrom('agentWork')
+      .select('payload')
+      .where('kind', '=', 'streaming-pipeline-start')
+      .where('state', '=', 'queued')
+      .execute();
+    assert.equal(runs.filter((run) => run.payload?.includes(id)).length, 1);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.payload.streamingPipelineId, id);
+    await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
+  });
 });

@@ -5,25 +5,27 @@
  */
 import { X509Certificate } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { bearerTokenOf, invalidTokenProblem } from '../../core/auth/plugin.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
 import { now } from '../../core/db/database.ts';
 import { problemResponse } from '../../core/openapi.ts';
-import { badRequest } from '../../core/problems.ts';
+import { badRequest, ProblemError } from '../../core/problems.ts';
 import { isPaused } from './repository.ts';
 import { claimAgentWork, recordAgentWorkReport, renewAgentWork } from './work.ts';
 
 const tags = ['Agent protocol'];
 const security = [{ bearerAuth: [] }];
-const errors = Object.fromEntries([400, 401, 404, 409, 500].map((status) => [status, problemResponse(status)]));
+const errors = Object.fromEntries([400, 401, 404, 409, 429, 500].map((status) => [status, problemResponse(status)]));
 
 /** How often a waiting poll looks for work in the store (shared by every server instance). */
 const POLL_INTERVAL_MS = 250;
 /** How often a waiting poll counts as contact, at most (and at least three times per connected window). */
 const CONTACT_EVERY_MS = 5000;
+/** Long polls one agent may have waiting at once on one server process; more are refused (429). */
+export const MAX_POLLS_PER_AGENT = 4;
 /** Smallest RSA key an agent certificate may carry. */
 const MIN_RSA_BITS = 2048;
 
@@ -117,6 +119,8 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
   const leaseMs = agentWorkLeaseSeconds * 1000;
   const contactEveryMs = Math.min(CONTACT_EVERY_MS, (window * 1000) / 3);
   const db = app.store.db;
+  /** Long polls waiting per agent on this process (MAX_POLLS_PER_AGENT at most). */
+  const pollsWaiting = new Map<string, number>();
 
   app.decorateRequest('agent', null as never);
   app.addHook('onRequest', async (request) => {
@@ -202,30 +206,53 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
     },
     async (request, reply) => {
       const { agentId } = request.agent;
-      const deadline = Date.now() + Math.min(request.query.waitSeconds, agentPollMaxWaitSeconds) * 1000;
-      let contactAt = 0;
-      for (;;) {
-        if (Date.now() - contactAt >= contactEveryMs) {
-          await touch(agentId);
-          contactAt = Date.now();
-        }
-        const agent = await db.selectFrom('agents').select('pausedUntil').where('id', '=', agentId).executeTakeFirstOrThrow();
-        const work = isPaused(agent) ? undefined : await claimAgentWork(db, app.store.dialect, agentId, leaseMs);
-        if (work) {
-          return {
-            workId: work.id,
-            kind: work.kind,
-            payload: work.payload,
-            delivery: work.deliveries,
-            leaseExpiresAt: new Date(Date.now() + leaseMs).toISOString(),
-          };
-        }
-        const left = deadline - Date.now();
-        if (left <= 0 || app.shuttingDown || request.raw.socket.destroyed) return reply.code(204).send(null);
-        await sleep(Math.min(POLL_INTERVAL_MS, left));
+      const waiting = pollsWaiting.get(agentId) ?? 0;
+      if (waiting >= MAX_POLLS_PER_AGENT) {
+        throw new ProblemError(
+          429,
+          `This agent already has ${MAX_POLLS_PER_AGENT} polls waiting on this server; poll again when one of them answers.`,
+          { name: 'too-many-polls', headers: { 'retry-after': '1' } },
+        );
+      }
+      pollsWaiting.set(agentId, waiting + 1);
+      try {
+        return await poll(agentId, request, reply);
+      } finally {
+        const left = (pollsWaiting.get(agentId) ?? 1) - 1;
+        if (left > 0) pollsWaiting.set(agentId, left);
+        else pollsWaiting.delete(agentId);
       }
     },
   );
+
+  async function poll(
+    agentId: string,
+    request: { query: { waitSeconds: number }; raw: { socket: { destroyed: boolean } } },
+    reply: FastifyReply,
+  ) {
+    const deadline = Date.now() + Math.min(request.query.waitSeconds, agentPollMaxWaitSeconds) * 1000;
+    let contactAt = 0;
+    for (;;) {
+      if (Date.now() - contactAt >= contactEveryMs) {
+        await touch(agentId);
+        contactAt = Date.now();
+      }
+      const agent = await db.selectFrom('agents').select('pausedUntil').where('id', '=', agentId).executeTakeFirstOrThrow();
+      const work = isPaused(agent) ? undefined : await claimAgentWork(db, app.store.dialect, agentId, leaseMs);
+      if (work) {
+        return {
+          workId: work.id,
+          kind: work.kind,
+          payload: work.payload,
+          delivery: work.deliveries,
+          leaseExpiresAt: new Date(Date.now() + leaseMs).toISOString(),
+        };
+      }
+      const left = deadline - Date.now();
+      if (left <= 0 || app.shuttingDown || request.raw.socket.destroyed) return reply.code(204).send(null);
+      await sleep(Math.min(POLL_INTERVAL_MS, left));
+    }
+  }
 
   app.post(
     '/work/:workId/reports',

@@ -26,10 +26,21 @@ async function encryptFor(certificatePem: string, value: unknown): Promise<strin
 }
 
 /** The answer to a secret write once the agent's final report is in. */
-function outcome(work: AgentWork) {
-  const result = (work.result ?? {}) as { resolverRef?: string; vaultSecretName?: string; code?: string; message?: string };
-  if (work.state === 'done' && result.resolverRef && result.vaultSecretName) {
-    return { resolver_ref: result.resolverRef, vaultSecretName: result.vaultSecretName };
+function outcome(work: AgentWork, requestedName: string) {
+  const result = (work.result ?? {}) as { resolverRef?: unknown; vaultSecretName?: unknown; code?: string; message?: string };
+  if (work.state === 'done') {
+    const { resolverRef, vaultSecretName } = result;
+    if (typeof resolverRef === 'string' && resolverRef !== '' && vaultSecretName === requestedName) {
+      return { resolver_ref: resolverRef, vaultSecretName };
+    }
+    // The agent says it wrote the value, but its confirmation does not say where, or names another secret.
+    throw new ProblemError(
+      502,
+      typeof resolverRef !== 'string' || resolverRef === '' || typeof vaultSecretName !== 'string'
+        ? 'The agent reported the secret written, but its confirmation lacks resolverRef or vaultSecretName; it MAY have been written.'
+        : `The agent reported the secret written under another name than "${requestedName}"; it MAY have been written there.`,
+      { name: 'secret-write-bad-confirmation' },
+    );
   }
   if (result.code === 'secret-exists') {
     throw new ProblemError(
@@ -49,6 +60,17 @@ function outcome(work: AgentWork) {
   );
 }
 
+/** The agent was deleted while the write waited: its work went with it, and it can no longer report. */
+function agentDeleted(agentId: string, lastState: string) {
+  return new ProblemError(
+    409,
+    lastState === 'queued'
+      ? `The agent ${agentId} was deleted before it took the secret (as last seen, ${CONFIRMATION_POLL_MS} ms before); the secret was NOT written.`
+      : `The agent ${agentId} was deleted after it took the secret, before it confirmed; it MAY have been written to its vault.`,
+    { name: 'agent-deleted' },
+  );
+}
+
 /** E15: a secret value written to the customer's vault by an agent, which alone can decrypt it. */
 export async function secretValueRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -63,6 +85,7 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
           "The value is encrypted for the agent's certificate (JWE, RSA-OAEP-256 and A256GCM) and handed to the agent, which " +
           'decrypts it and writes it to its vault. The request waits for the agent to confirm, at most ' +
           'DPC_SECRET_WRITE_TIMEOUT_SECONDS. 409 agent-has-no-certificate / agent-paused / secret-exists; 503 agent-not-connected; ' +
+          '502 secret-write-bad-confirmation (the agent said done without resolverRef, or for another vaultSecretName); ' +
           '504 secret-not-written (withdrawn before the agent took it: certainly not written) or secret-write-unconfirmed ' +
           '(the agent took it but did not confirm: it may have been written); 502 secret-write-failed (the agent reported a failure).',
         tags: ['Secrets'],
@@ -104,13 +127,17 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
       );
       request.auditIds.workId = workId;
       const deadline = Date.now() + timeoutSeconds * 1000;
+      let lastState = 'queued';
       while (Date.now() < deadline) {
         const work = await findAgentWork(db, workId);
-        if (work?.state === 'done' || work?.state === 'failed') return outcome(work);
+        if (!work) throw agentDeleted(agentId, lastState);
+        if (work.state === 'done' || work.state === 'failed') return outcome(work, secret.name);
+        lastState = work.state;
         await sleep(CONFIRMATION_POLL_MS);
       }
       const cancelled = await db.transaction().execute((trx) => cancelAgentWork(trx, workId));
-      if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!);
+      if (cancelled === 'unknown') throw agentDeleted(agentId, lastState);
+      if (cancelled === 'finished') return outcome((await findAgentWork(db, workId))!, secret.name);
       if (cancelled === 'cancelled') {
         throw new ProblemError(
           504,

@@ -4,7 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
-import { enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
+import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import {
   SECRET_REFERENCE_FIELDS,
@@ -22,6 +22,18 @@ export const STOP_WORK = 'streaming-pipeline-stop';
 
 /** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
 const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;
+
+/** A value that carries a credential itself, as in `jdbc:postgresql://db/x?user=a&password=hunter2` or `pwd=...;`. */
+const CREDENTIAL_IN_VALUE = new RegExp(`(^|[?&;:,/\\s])[\\w.-]*(${CREDENTIAL_NAME.source})[\\w.-]*\\s*=\\s*[^&;,\\s]`, 'i');
+
+/** Every string in `value` (not under the secret references), with its path. */
+function* stringsOf(value: unknown, field: string): Generator<[string, string]> {
+  if (typeof value === 'string') yield [field, value];
+  else if (Array.isArray(value)) for (const [index, item] of value.entries()) yield* stringsOf(item, `${field}[${index}]`);
+  else if (value && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) yield* stringsOf(item, `${field}.${key}`);
+  }
+}
 
 /**
  * Refuses a definition that carries a secret value: the secret references (password, accountKey) may hold
@@ -50,6 +62,16 @@ function checkNoSecretValues(request: StreamingPipelineRequest): void {
       if (CREDENTIAL_NAME.test(key))
         violations.push(`${field}.${key}: credentials go in a secret reference, never in a property`);
     }
+  }
+  const { password: _password, ...connection } = request.streamingSource.connection;
+  const { accountKey: _accountKey, ...target } = request.streamingTarget;
+  const scanned = {
+    advancedProperties: request.advancedProperties,
+    streamingSource: { ...request.streamingSource, connection },
+    streamingTarget: target,
+  };
+  for (const [field, value] of stringsOf(scanned, 'body')) {
+    if (CREDENTIAL_IN_VALUE.test(value)) violations.push(`${field}: carries a credential; it goes in a secret reference`);
   }
   if (violations.length) throw badRequest('The definition carries a secret value where a secret reference belongs.', violations);
 }
@@ -210,11 +232,23 @@ export async function requestRun(
   projectId: string,
   pipelineId: string,
   action: 'start' | 'stop',
+  force = false,
 ): Promise<ReturnType<typeof statusOf>> {
   const row = await requirePipeline(db, projectId, pipelineId);
-  if (action === 'start') requireIdle(row, 'start');
-  else if (row.status !== 'RUNNING')
-    throw conflict(`The streaming pipeline is ${row.status}; only a RUNNING one can be stopped.`);
+  if (action === 'stop' && force) return forceStop(db, row);
+  // The conditional move comes first: of two concurrent requests only one moves the row (on PostgreSQL the
+  // other waits for the row lock, then finds the status changed), so the agent gets one run, not two.
+  const moved = await db
+    .updateTable('streamingPipelines')
+    .set({ status: action === 'start' ? 'STARTING' : 'STOPPING', statusMessage: null, statusChangedAt: now() })
+    .where('id', '=', pipelineId)
+    .where('status', 'in', action === 'start' ? IDLE : ['RUNNING'])
+    .executeTakeFirst();
+  if (moved.numUpdatedRows === 0n) {
+    const current = await requirePipeline(db, projectId, pipelineId);
+    if (action === 'start') requireIdle(current, 'start');
+    throw conflict(`The streaming pipeline is ${current.status}; only a RUNNING one can be stopped.`);
+  }
   const pipeline = toPipeline(row);
   await enqueueAgentWork(db, {
     accountId,
@@ -222,8 +256,31 @@ export async function requestRun(
     kind: action === 'start' ? START_WORK : STOP_WORK,
     payload: { streamingPipelineId: pipelineId, projectId, name: pipeline.name, definition: JSON.parse(row.definition) },
   });
-  await moveStatus(db, pipelineId, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));
+}
+
+/**
+ * A forced stop: for a pipeline whose agent took a start or stop and vanished (STARTING or STOPPING for
+ * ever). Cancels the pipeline's outstanding start/stop work and moves it to STOPPED at once; a late report
+ * on that work no longer moves the status (onRunReport).
+ */
+async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typeof statusOf>> {
+  if (IDLE.includes(row.status as StreamingPipelineStatus)) {
+    throw conflict(`The streaming pipeline is ${row.status} already.`);
+  }
+  const outstanding = await db
+    .selectFrom('agentWork')
+    .select(['id', 'payload'])
+    .where('agentId', '=', row.agentId)
+    .where('kind', 'in', [START_WORK, STOP_WORK])
+    .where('state', 'in', ['queued', 'delivered'])
+    .execute();
+  for (const work of outstanding) {
+    const payload = work.payload === null ? null : (JSON.parse(work.payload) as { streamingPipelineId?: string });
+    if (payload?.streamingPipelineId === row.id) await cancelAgentWork(db, work.id);
+  }
+  await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');
+  return statusOf(await requirePipeline(db, row.projectId, row.id));
 }
 
 function failureMessage(body: unknown): string {
@@ -235,7 +292,17 @@ function failureMessage(body: unknown): string {
 export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
   return async (db, { work, report }) => {
     if (report.type === 'progress') return;
-    const { streamingPipelineId } = work.payload as { streamingPipelineId: string };
+    // Cancelled work (a forced stop) no longer carries its payload, and moves nothing.
+    const streamingPipelineId = (work.payload as { streamingPipelineId?: string } | null)?.streamingPipelineId;
+    if (!streamingPipelineId) return;
+    // Only the run in progress moves the status: a late report on work whose run was stopped by force does not.
+    const expected = action === 'start' ? 'STARTING' : 'STOPPING';
+    const current = await db
+      .selectFrom('streamingPipelines')
+      .select('status')
+      .where('id', '=', streamingPipelineId)
+      .executeTakeFirst();
+    if (current?.status !== expected) return;
     const [status, message] =
       report.type === 'done' ? [action === 'start' ? 'RUNNING' : 'STOPPED', null] : ['FAILED', failureMessage(report.body)];
     await moveStatus(db, streamingPipelineId, status as StreamingPipelineStatus, message);

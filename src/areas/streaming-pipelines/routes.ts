@@ -12,6 +12,7 @@ import {
   StreamingPipelineQuery,
   StreamingPipelineRequest,
   StreamingPipelineStatusAnswer,
+  StopQuery,
 } from './schemas.ts';
 import {
   START_WORK,
@@ -156,6 +157,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
               : 'Stop a running streaming pipeline: its agent is told to (STOPPING, then STOPPED)',
           tags,
           params: StreamingPipelineParams,
+          ...(action === 'stop' && { querystring: StopQuery }),
           response: { 202: StreamingPipelineStatusAnswer, ...problems(409) },
         },
       },
@@ -163,7 +165,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
         const { accountId } = request.principal;
         const { projectId, streamingPipelineId } = request.params;
         const status = await writeInProject(db, accountId, projectId, (trx) =>
-          requestRun(trx, accountId, projectId, streamingPipelineId, action),
+          requestRun(trx, accountId, projectId, streamingPipelineId, action, (request.query as { force?: boolean }).force),
         );
         return reply.code(202).send(status);
       },

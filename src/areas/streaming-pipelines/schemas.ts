@@ -141,3 +141,11 @@ export const StreamingPipelineQuery = Type.Object({
   status: Type.Optional(Type.Enum(STREAMING_PIPELINE_STATUSES, { description: 'only pipelines in this status' })),
 });
 export type StreamingPipelineQuery = Static<typeof StreamingPipelineQuery>;
+
+export const StopQuery = Type.Object({
+  force: Type.Boolean({
+    default: false,
+    description:
+      'stop at once, from STARTING, RUNNING or STOPPING, without waiting for the agent (use when the agent is gone): its outstanding start/stop work is cancelled and the pipeline is STOPPED',
+  }),
+});
