@@ -9,18 +9,10 @@ import type { Config } from '../../src/core/config.ts';
 import { ensureHostedRepository, hostedRepositoryPath } from '../../src/areas/repositories/hosting.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { ScriptedModel } from '../helpers/scripted-model.ts';
+import { TOOL_NAMES } from '../../src/areas/ai-tasks/tool-names.ts';
 import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
 
-const ALL_TOOLS = [
-  'list_files',
-  'read_file',
-  'write_files',
-  'list_pipelines',
-  'list_variables',
-  'list_environments',
-  'run_pipeline',
-  'get_pipeline_execution',
-];
+const ALL_TOOLS: string[] = [...TOOL_NAMES];
 
 function git(gitDir: string, ...args: string[]): string {
   return execFileSync('git', ['--git-dir', gitDir, ...args], { encoding: 'utf8' }).trim();

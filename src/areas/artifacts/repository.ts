@@ -103,7 +103,7 @@ function isJson(content: Buffer): boolean {
 }
 
 /** Version `versionName` of the environment, or without a name its latest enabled version (most recently deployed); else a 404. */
-async function requireArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
+export async function requireArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
   const inEnvironment = db
     .selectFrom('artifacts')
     .select(['id', ...DETAILS_COLUMNS])

@@ -10,6 +10,7 @@ import type { ExecutionPayload } from '../../agent/execution-handlers.ts';
 import type { ExecutionTable } from './tables.ts';
 import { isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 import type { ExecutionStep, ListExecutionsQuery, PipelineExecutionSummary } from './schemas.ts';
+import { requireArtifact } from '../artifacts/repository.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';
@@ -35,22 +36,7 @@ async function requireEnvironment(db: Executor, projectId: string, name: string)
  * enabled version of the environment (404 when it has none).
  */
 async function requireRunnableArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
-  const inEnvironment = db
-    .selectFrom('artifacts')
-    .select(['id', 'versionName', 'enabled'])
-    .where('environmentId', '=', environmentId);
-  const row = await (
-    versionName === undefined
-      ? inEnvironment.where('enabled', '=', 1).orderBy('deployedAt', 'desc').orderBy('id', 'desc').limit(1)
-      : inEnvironment.where('versionName', '=', versionName)
-  ).executeTakeFirst();
-  if (!row) {
-    throw notFound(
-      versionName === undefined
-        ? 'The environment has no enabled version to run.'
-        : `Version "${versionName}" does not exist in this environment.`,
-    );
-  }
+  const row = await requireArtifact(db, environmentId, versionName);
   if (row.enabled !== 1)
     throw new ProblemError(410, `Version "${row.versionName}" is disabled; enable it or run another version.`);
   return row;

@@ -8,6 +8,7 @@ import { createExecution, preparePipelineRun, recordSkippedRun } from '../execut
 import { EXECUTION_STATUSES, isFinal } from '../executions/states.ts';
 import type { ScheduleTable } from './tables.ts';
 import type { CreateScheduleRequest, Schedule, UpdateScheduleRequest } from './schemas.ts';
+import { requireEnvironmentId } from '../environments/repository.ts';
 
 const UNFINISHED = EXECUTION_STATUSES.filter((status) => !isFinal(status));
 
@@ -59,23 +60,12 @@ function withEnvironment(db: Executor) {
     .select('environments.name as environmentName');
 }
 
-async function environmentIdOf(db: Executor, projectId: string, name: string): Promise<string> {
-  const row = await db
-    .selectFrom('environments')
-    .select('id')
-    .where('projectId', '=', projectId)
-    .where('name', '=', name)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
-  return row.id;
-}
-
 const nameTaken = (name: string) => conflict(`A schedule named "${name}" already exists in this project.`);
 
 export async function createSchedule(db: Executor, projectId: string, request: CreateScheduleRequest): Promise<Schedule> {
   const timezone = request.timezone ?? 'UTC';
   cronOf(request.cronExpression, timezone);
-  const environmentId = await environmentIdOf(db, projectId, request.environmentName);
+  const environmentId = await requireEnvironmentId(db, projectId, request.environmentName);
   const enabled = request.scheduleEnabled === false ? 0 : 1;
   const row: ScheduleTable = {
     id: randomUUID(),
@@ -120,7 +110,9 @@ export async function updateSchedule(
 ): Promise<Schedule> {
   const current = await requireSchedule(db, projectId, id);
   const environmentId =
-    request.environmentName === undefined ? current.environmentId : await environmentIdOf(db, projectId, request.environmentName);
+    request.environmentName === undefined
+      ? current.environmentId
+      : await requireEnvironmentId(db, projectId, request.environmentName);
   const next = {
     name: request.name ?? current.name,
     pipelineName: request.pipelineName ?? current.pipelineName,
