@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -14,6 +14,7 @@ import {
   type Caller,
 } from '../helpers/harness.ts';
 import { git, GitTarget, refsOf, workingRepository } from '../helpers/git-target.ts';
+import { hostedRepositoryPath } from '../../src/areas/repositories/hosting.ts';
 import { runDpc, spawnServe } from '../helpers/processes.ts';
 
 const BRANCHES = ['main', 'feature/login', 'release-1.0', 'fix'];
@@ -93,6 +94,14 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     assert.equal(started.status, 202, started.text);
     return settled(server.url, caller.token, projectId, started.body.migrationId);
   }
+
+  test("deleting a project removes its hosted repository from the server's disk", async () => {
+    const projectId = await projectWithHistory();
+    const folder = hostedRepositoryPath(server.config, projectId);
+    assert.ok(existsSync(folder));
+    assert.equal((await server.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
+    assert.ok(!existsSync(folder), 'the repository outlived its project');
+  });
 
   test('a hosted repository is served over smart HTTP: developers push, viewers fetch, other accounts and bad tokens are refused', async () => {
     const projectId = await server.newProject(caller);

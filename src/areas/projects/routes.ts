@@ -5,6 +5,7 @@ import { Page, PageQuery, pageOf } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
 import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
+import { removeHostedRepository } from '../repositories/hosting.ts';
 
 const tags = ['Projects'];
 
@@ -58,6 +59,8 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
       await app.store.db
         .transaction()
         .execute((trx) => deleteProject(trx, request.principal.accountId, request.params.projectId));
+      // Its rows are gone with the commit; its hosted Git repository goes after them.
+      await removeHostedRepository(app.config, request.params.projectId);
       return reply.code(204).send(null);
     },
   );

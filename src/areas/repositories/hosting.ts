@@ -18,6 +18,11 @@ export function hostedRepositoryPath(config: HostingConfig, projectId: string): 
   return path.join(repositoriesRoot(config), `${projectId}.git`);
 }
 
+/** Removes the project's hosted repository, once the project is deleted (nothing when it has none). */
+export async function removeHostedRepository(config: HostingConfig, projectId: string): Promise<void> {
+  await fs.rm(hostedRepositoryPath(config, projectId), { recursive: true, force: true });
+}
+
 /**
  * The project's hosted bare repository, created on first use. It is made beside its final place and
  * renamed into it, so that two processes creating it at once both end with the same whole repository.
