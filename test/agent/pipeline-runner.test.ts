@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parsePipeline, PipelineFileError, runPipeline, variablesOf, type Step } from '../../src/agent/pipeline-runner.ts';
-import { orchestration } from '../helpers/executions.ts';
+import { orchestration, WAITING } from '../helpers/executions.ts';
 import {
   EXECUTION_STATUSES,
   IllegalTransition,
@@ -149,23 +149,7 @@ describe('pipeline runner', () => {
     const controller = new AbortController();
     const started = Date.now();
     setTimeout(() => controller.abort(), 50);
-    const { outcome } = await run(
-      orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Wait"]
-    Wait:
-      type: "wait"
-      parameters:
-        seconds: "\${delay}"
-      transitions:
-        success: ["Done"]
-    Done:
-      type: "end-success"
-`),
-      { delay: 30 },
-      controller.signal,
-    );
+    const { outcome } = await run(WAITING, { delay: 30 }, controller.signal);
     assert.ok(Date.now() - started < 5000);
     assert.equal(outcome.status, 'CANCELLED');
     assert.deepEqual(

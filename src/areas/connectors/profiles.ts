@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { badRequest } from '../../core/problems.ts';
 import { existingOAuthConnectionIds } from '../oauth-connections/repository.ts';
-import { CREDENTIAL_NAME } from '../../core/credentials.ts';
 import type {
   AuthenticationOption,
   AuthParameter,
@@ -106,6 +105,9 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
   return violations;
 }
 
+/** Names under which requests carry credentials: such a name may be declared, but holds no stored value. */
+const CREDENTIAL_NAME =
+  /^(authorization|proxy-authorization|cookie|x-api-key|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|password|passwd|pwd|secret|client[_-]?secret|private[_-]?key|account[_-]?key|secret[_-]?key|sas[_-]?token)$/i;
 /** A credential-named field with a value, in a JSON or form-encoded body. */
 const CREDENTIAL_IN_BODY =
   /(?<![\w-])["']?(password|passwd|pwd|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|private[_-]?key)["']?\s*[:=]\s*["']?[^\s"'&,}]/i;
