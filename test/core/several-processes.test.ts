@@ -23,6 +23,30 @@ describeEachStore('several server processes on one store', (kind) => {
     assert.equal(read.status, 200);
   });
 
+  test('a list or project read by one process shows a write by the other at once (no stale page is given again)', async () => {
+    const projectId = await first.newProject(caller);
+    const names = async (server: TestServer) =>
+      (await server.api('GET', `/projects/${projectId}/environments`, { token: caller.token })).body.results.map(
+        (environment: { name: string }) => environment.name,
+      );
+    for (let round = 0; round < 3; round += 1) {
+      assert.deepEqual(
+        await names(first),
+        Array.from({ length: round }, (_, i) => `env-${i}`),
+      );
+      const created = await second.api('POST', `/projects/${projectId}/environments`, {
+        token: caller.token,
+        body: { name: `env-${round}` },
+      });
+      assert.equal(created.status, 201);
+    }
+    assert.deepEqual(await names(first), ['env-0', 'env-1', 'env-2']);
+    assert.equal((await first.api('GET', `/projects/${projectId}`, { token: caller.token })).status, 200);
+    assert.equal((await second.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
+    expectProblem(await first.api('GET', `/projects/${projectId}`, { token: caller.token }), 404, 'not-found');
+    expectProblem(await first.api('GET', `/projects/${projectId}/environments`, { token: caller.token }), 404, 'not-found');
+  });
+
   test('uniqueness holds across processes under concurrent writes', async () => {
     const answers = await Promise.all(
       [first, second, first, second].map((server) =>

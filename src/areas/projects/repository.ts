@@ -4,6 +4,7 @@ import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import type { Database } from '../../core/db/schema.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
+import { rememberedRead } from '../../core/db/remembered.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import { pageOf, pageWindow, type PageQuery, type PageWindow } from '../../core/paging.ts';
 import type { ProjectTable } from './tables.ts';
@@ -31,10 +32,15 @@ const projectOfAccount = preparedQuery((db, params: { projectId: string; account
  * answered exactly as one that does not exist. Every area checks its project through this.
  */
 export async function requireProject(db: Executor, accountId: string, projectId: string): Promise<Project> {
-  const [row] = await projectOfAccount(db, { projectId, accountId });
-  if (!row) throw notFound(`Project ${projectId} does not exist.`);
-  return toProject(row);
+  const project = await projectAsRemembered(db, accountId, projectId);
+  if (!project) throw notFound(`Project ${projectId} does not exist.`);
+  return project;
 }
+
+const projectAsRemembered = rememberedRead(async (db, accountId: string, projectId: string) => {
+  const [row] = await projectOfAccount(db, { projectId, accountId });
+  return row && toProject(row);
+});
 
 /** Runs `write` in one transaction, once the project is found to be of the caller's account. */
 export function writeInProject<T>(db: Db, accountId: string, projectId: string, write: (trx: Trx) => Promise<T>): Promise<T> {
@@ -68,6 +74,7 @@ export interface ProjectListOptions<Row, Item> {
 /**
  * A paged list of a project's items in two compiled-once statements: the first finds the project in
  * the caller's account and counts its items, the second reads the page from the nearer end of the list.
+ * Pages are remembered until the store changes (rememberedRead).
  */
 export function projectList<Row, Item>(options: ProjectListOptions<Row, Item>) {
   const projectTotal = preparedQuery((db, params: { projectId: string; accountId: string }) =>
@@ -80,7 +87,7 @@ export function projectList<Row, Item>(options: ProjectListOptions<Row, Item>) {
   const pages = [false, true].map((descending) =>
     preparedQuery((db, params: { projectId: string; limit: number; offset: number }) => options.page(db, params, descending)),
   );
-  return async (db: Executor, accountId: string, projectId: string, query: PageQuery) => {
+  return rememberedRead(async (db, accountId: string, projectId: string, query: PageQuery) => {
     const [project] = await projectTotal(db, { projectId, accountId });
     if (!project) throw notFound(`Project ${projectId} does not exist.`);
     const total = Number(project.total ?? 0);
@@ -89,7 +96,7 @@ export function projectList<Row, Item>(options: ProjectListOptions<Row, Item>) {
     const rows = await pages[Number(window.descending)](db, { projectId, limit: window.limit, offset: window.offset });
     if (window.descending) rows.reverse();
     return pageOf(query, rows.map(options.toItem), total);
-  };
+  });
 }
 
 export async function createProject(
@@ -129,15 +136,15 @@ const accountPages = [false, true].map((descending) =>
   ),
 );
 
-/** A page of the account's projects in name order, read from the nearer end of the list. */
-export async function listProjects(db: Executor, accountId: string, query: PageQuery) {
+/** A page of the account's projects in name order, read from the nearer end of the list; remembered until the store changes. */
+export const listProjects = rememberedRead(async (db, accountId: string, query: PageQuery) => {
   const [{ total }] = await accountTotal(db, { accountId });
   const window = pageWindow(query, Number(total));
   if (!window) return { results: [], total: Number(total) };
   const rows = await accountPages[Number(window.descending)](db, { accountId, limit: window.limit, offset: window.offset });
   if (window.descending) rows.reverse();
   return { results: rows.map(toProject), total: Number(total) };
-}
+});
 
 /** Removes the project; everything attached to it goes with it (foreign keys cascade). */
 export async function deleteProject(db: Executor, accountId: string, projectId: string): Promise<void> {

@@ -13,6 +13,7 @@ import {
   type Driver,
   type LogEvent,
   type SqliteDatabase,
+  type SqliteStatement,
   type Transaction,
 } from 'kysely';
 import type { Config } from '../config.ts';
@@ -58,8 +59,22 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
   file.pragma('busy_timeout = 5000');
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(file) }), plugins, log });
+  const connection = sqliteConnection(file);
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: connection }), plugins, log });
+  readVersions.set(db, connection.version);
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
+}
+
+const readVersions = new WeakMap<Executor, () => string>();
+
+/**
+ * A token that changes whenever the store may have changed since it was last taken, by this process
+ * or any other: a read answered while the token stays the same is still the answer. Undefined where
+ * that cannot be known without asking the store (PostgreSQL) and inside a transaction (which sees its
+ * own writes), so there nothing may be reused.
+ */
+export function readVersion(db: Executor): string | undefined {
+  return readVersions.get(db)?.();
 }
 
 /**
@@ -80,22 +95,47 @@ class ImmediateSqliteDialect extends SqliteDialect {
 const STATEMENT_CACHE_SIZE = 500;
 
 /**
- * better-sqlite3 compiles SQL on every prepare(); Kysely prepares each query anew. Keeping the
- * compiled statements of recent SQL texts (parameters are bound per call) saves that on hot paths.
+ * The SQLite connection as Kysely sees it, with two additions. Statements are kept per SQL text:
+ * better-sqlite3 compiles SQL on every prepare(), and Kysely prepares each query anew. And it knows
+ * its read version (see readVersion): SQLite's data_version changes when another connection (another
+ * process) commits, and a counter here counts this connection's statements that changed rows, counted
+ * as each returns (before anything else can run on this thread).
  */
-function withStatementCache(file: SQLite.Database): SqliteDatabase {
-  const statements = new Map<string, SQLite.Statement>();
+function sqliteConnection(file: SQLite.Database): SqliteDatabase & { version(): string } {
+  const statements = new Map<string, SqliteStatement>();
+  const dataVersion = file.prepare('pragma data_version').pluck();
+  let changes = 0;
+  const counted = (statement: SQLite.Statement): SqliteStatement => ({
+    reader: statement.reader,
+    all(parameters) {
+      const rows = statement.all(parameters); // a write with RETURNING: a row per changed row
+      changes += rows.length;
+      return rows;
+    },
+    run(parameters) {
+      const result = statement.run(parameters);
+      changes += Number(result.changes);
+      return result;
+    },
+    iterate(parameters) {
+      changes += 1; // rows handed out later: counted as a change ahead
+      return statement.iterate(parameters);
+    },
+  });
   return {
     prepare(source: string) {
       let statement = statements.get(source);
       if (!statement) {
-        statement = file.prepare(source);
+        const prepared = file.prepare(source);
+        // Transaction control (begin, commit) is read-only to SQLite; the writes inside are counted.
+        statement = prepared.readonly ? prepared : counted(prepared);
         if (statements.size >= STATEMENT_CACHE_SIZE) statements.delete(statements.keys().next().value!);
         statements.set(source, statement);
       }
       return statement;
     },
     close: () => file.close(),
+    version: () => `${dataVersion.get() as number}.${changes}`,
   };
 }
 

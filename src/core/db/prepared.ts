@@ -33,7 +33,7 @@ function compile<P, R>(db: Executor, build: (db: Executor, params: P) => Compila
  * 30 µs building and compiling a query, more than SQLite takes to answer a page. `build` receives
  * stand-ins for the parameters (use them only as values, not to decide the query's shape). The compiled
  * query is kept per store (its dialect and plugins decide the SQL), and a transaction shares its store's.
- * better-sqlite3 then finds the statement prepared for that SQL text (see withStatementCache).
+ * better-sqlite3 then finds the statement prepared for that SQL text (see sqliteConnection).
  */
 export function preparedQuery<P extends Record<string, unknown>, R>(
   build: (db: Executor, params: P) => Compilable<R>,

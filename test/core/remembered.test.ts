@@ -1,0 +1,96 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { loadConfig } from '../../src/core/config.ts';
+import { migrate, openStore, readVersion, type Executor, type Store } from '../../src/core/db/database.ts';
+import { rememberedRead } from '../../src/core/db/remembered.ts';
+import { describeEachStore, scratchStore } from '../helpers/harness.ts';
+
+describeEachStore('rememberedRead: answers given again only while the store is unchanged', (kind) => {
+  let stores: [Store, Store];
+  let drop: () => Promise<void>;
+  let reads = 0;
+  // Counts how often the store is really asked, and answers the accounts' names.
+  const names = rememberedRead(async (db: Executor, prefix: string) => {
+    reads += 1;
+    const rows = await db.selectFrom('accounts').select('name').where('name', 'like', `${prefix}%`).orderBy('name').execute();
+    return rows.map((row) => row.name);
+  });
+  const addAccount = (db: Executor, name: string) =>
+    db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
+
+  before(async () => {
+    const scratch = await scratchStore(kind);
+    drop = scratch.drop;
+    const config = { ...loadConfig({}), ...scratch.settings };
+    // Two connections to one store: two server processes as far as the store can tell.
+    stores = [openStore(config), openStore(config)];
+    await migrate(stores[0]);
+  });
+  after(async () => {
+    await Promise.all(stores.map((store) => store.close()));
+    await drop();
+  });
+
+  test('a write through this connection or another one is seen by the next read', async () => {
+    const [mine, other] = stores.map((store) => store.db);
+    await addAccount(mine, 'seen-a');
+    assert.deepEqual(await names(mine, 'seen-'), ['seen-a']);
+    await addAccount(mine, 'seen-b');
+    assert.deepEqual(await names(mine, 'seen-'), ['seen-a', 'seen-b']);
+    await addAccount(other, 'seen-c');
+    assert.deepEqual(await names(mine, 'seen-'), ['seen-a', 'seen-b', 'seen-c']);
+    await other.deleteFrom('accounts').where('name', '=', 'seen-a').execute();
+    assert.deepEqual(await names(mine, 'seen-'), ['seen-b', 'seen-c']);
+  });
+
+  test(
+    kind === 'sqlite'
+      ? 'SQLite: an unchanged store answers from memory, per arguments, with a frozen answer'
+      : 'PostgreSQL: every read asks the store (it has no cheap read version)',
+    async () => {
+      const db = stores[0].db;
+      await addAccount(db, 'kept-a');
+      await names(db, 'kept-');
+      const before = reads;
+      const answer = await names(db, 'kept-');
+      await names(db, 'kept-');
+      if (kind === 'postgres') {
+        assert.equal(readVersion(db), undefined);
+        assert.equal(reads, before + 2);
+        return;
+      }
+      assert.equal(reads, before, 'asked nothing again');
+      assert.ok(Object.isFrozen(answer));
+      assert.throws(() => (answer as string[]).push('x'), TypeError);
+      await names(db, 'other-');
+      assert.equal(reads, before + 1, 'other arguments are another read');
+      // A statement that changes no row changes nothing: the answer stays.
+      await db.updateTable('accounts').set({ name: 'never' }).where('name', '=', 'no such account').execute();
+      await names(db, 'kept-');
+      assert.equal(reads, before + 1);
+    },
+  );
+
+  test('inside a transaction nothing is remembered: it sees its own writes', async () => {
+    const db = stores[0].db;
+    await names(db, 'trx-');
+    await db.transaction().execute(async (trx) => {
+      assert.equal(readVersion(trx), undefined);
+      await addAccount(trx, 'trx-a');
+      assert.deepEqual(await names(trx, 'trx-'), ['trx-a']);
+    });
+    assert.deepEqual(await names(db, 'trx-'), ['trx-a']);
+  });
+
+  test('a write that another connection commits while this one reads is not hidden by the read', async () => {
+    const [mine, other] = stores.map((store) => store.db);
+    // The version is taken before the read: a commit landing during the read makes the answer stale at once.
+    const slow = rememberedRead(async (db: Executor) => {
+      const rows = await db.selectFrom('accounts').select('name').where('name', 'like', 'race-%').execute();
+      await addAccount(other, `race-${rows.length}`);
+      return rows.length;
+    });
+    assert.equal(await slow(mine), 0);
+    assert.equal(await slow(mine), 1, 'read again, not given the answer from before the commit');
+  });
+});
