@@ -12,6 +12,8 @@ import {
   sql,
   type Driver,
   type LogEvent,
+  type PostgresPool,
+  type PostgresPoolClient,
   type SqliteDatabase,
   type SqliteStatement,
   type Transaction,
@@ -47,7 +49,7 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   const log = (event: LogEvent) => observed.onQuery?.(event.queryDurationMillis, event.level === 'error');
   if (config.databaseUrl) {
     const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), plugins, log });
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }), plugins, log });
     const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
     // Without a listener, an idle client's error would be thrown and end the process.
     pool.on('error', (error) => store.onConnectionLost?.(error));
@@ -63,6 +65,46 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: connection }), plugins, log });
   readVersions.set(db, connection.version);
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
+}
+
+/** SQL texts run as named (server-side prepared) statements on PostgreSQL, and their names. */
+const statementNames = new Map<string, string>();
+
+/**
+ * Runs `sql` as a named statement on PostgreSQL from now on: each connection parses and plans it once
+ * rather than at every run. Only for the queries of preparedQuery, a known and finite set; every other
+ * text stays unnamed, so a connection never holds an unbounded number of statements.
+ */
+export function nameOnServer(sql: string): void {
+  if (!statementNames.has(sql)) statementNames.set(sql, `dpc_${statementNames.size}`);
+}
+
+/**
+ * The pool as Kysely sees it, running the texts of nameOnServer as named statements. A statement
+ * prepared before a migration changed the type of a column it returns fails with 0A000 ("cached plan
+ * must not change result type"): it is run again unnamed, and its connection is closed when released
+ * (a new one prepares afresh).
+ */
+function withNamedStatements(pool: pg.Pool): PostgresPool {
+  return {
+    async connect() {
+      const client = await pool.connect();
+      let stale = false;
+      const query = async (text: string, values: unknown[]) => {
+        const name = statementNames.get(text);
+        if (!name) return client.query(text, values);
+        try {
+          return await client.query({ name, text, values });
+        } catch (error) {
+          if ((error as { code?: string }).code !== '0A000') throw error;
+          stale = true;
+          return client.query(text, values);
+        }
+      };
+      return { query, release: () => client.release(stale) } as unknown as PostgresPoolClient;
+    },
+    end: () => pool.end(),
+  };
 }
 
 const readVersions = new WeakMap<Executor, () => string>();

@@ -1,5 +1,5 @@
 import type { Compilable, CompiledQuery } from 'kysely';
-import type { Executor } from './database.ts';
+import { nameOnServer, type Executor } from './database.ts';
 
 /** Stands for a parameter while a query is compiled; replaced by the caller's value at each run. */
 class Placeholder {
@@ -25,6 +25,7 @@ function compile<P, R>(db: Executor, build: (db: Executor, params: P) => Compila
   // A stand-in the compiler wrote into the SQL text instead of binding it would be a wrong query.
   const inlined = [...used].filter((name) => !bound.has(name));
   if (inlined.length > 0) throw new Error(`parameters not bound by the compiled query: ${inlined.join(', ')}`);
+  nameOnServer(query.sql);
   return { query, parameters: [...query.parameters] };
 }
 
@@ -33,7 +34,8 @@ function compile<P, R>(db: Executor, build: (db: Executor, params: P) => Compila
  * 30 µs building and compiling a query, more than SQLite takes to answer a page. `build` receives
  * stand-ins for the parameters (use them only as values, not to decide the query's shape). The compiled
  * query is kept per store (its dialect and plugins decide the SQL), and a transaction shares its store's.
- * better-sqlite3 then finds the statement prepared for that SQL text (see sqliteConnection).
+ * better-sqlite3 then finds the statement prepared for that SQL text (see sqliteConnection), and on
+ * PostgreSQL it runs as a named statement, parsed and planned once per connection (nameOnServer).
  */
 export function preparedQuery<P extends Record<string, unknown>, R>(
   build: (db: Executor, params: P) => Compilable<R>,
