@@ -7,7 +7,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
@@ -284,26 +284,45 @@ export function report(name: string, subject: LoadResult, baseline: LoadResult, 
 }
 
 /**
+ * "One core for the server" (the issue's measurement): where taskset and 2 or more CPUs exist, the
+ * processes `pids` (all their threads) go to the last CPU and this process, the load generator, to the
+ * others. Answers how to undo it.
+ */
+function pinApart(pids: number[]): () => void {
+  const cpus = availableParallelism();
+  if (!TASKSET || cpus < 2) return () => {};
+  const all = `0-${cpus - 1}`;
+  for (const pid of pids) spawnSync('taskset', ['-a', '-pc', String(cpus - 1), String(pid)]);
+  spawnSync('taskset', ['-a', '-pc', `0-${cpus - 2}`, String(process.pid)]);
+  return () => {
+    for (const pid of [...pids, process.pid]) spawnSync('taskset', ['-a', '-pc', all, String(pid)]);
+  };
+}
+
+/**
  * Loads the server's `path` (after a warm-up) and a bare server answering the same bytes, with the same
- * requests; prints both and their ratio.
+ * requests (`requests` may make each one different, e.g. a new name per create), each on a CPU of its
+ * own (pinApart); prints both and their ratio.
  */
 export async function againstBaseline(
   server: BenchServer,
   name: string,
   path: string,
-  request: { method?: string; body?: string; targets?: Targets } = {},
+  request: { method?: string; body?: string; requests?: autocannon.Request[]; targets?: Targets } = {},
 ): Promise<LoadResult> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
   const url = `${server.url}/dpc/v1${path}`;
   const { targets, ...sent } = request;
-  const sample = await (await fetch(url, { ...sent, headers })).text();
+  const sample = await (await fetch(url, { method: sent.method, body: sent.body, headers })).text();
   const bare = await startBareServer(sample);
+  const unpin = pinApart([server.pid, bare.pid]);
   try {
     await load(url, { ...sent, headers, seconds: 2 }); // warm-up
     const subject = await load(url, { ...sent, headers });
     report(name, subject, await load(bare.url, { ...sent, headers }), targets);
     return subject;
   } finally {
+    unpin();
     await bare.stop();
   }
 }

@@ -1,14 +1,5 @@
 import { openStore, sql } from '../src/core/db/database.ts';
-import {
-  againstBaseline,
-  load,
-  record,
-  report,
-  startBareServer,
-  startBenchServer,
-  type BenchServer,
-  type LoadResult,
-} from './lib.ts';
+import { againstBaseline, load, record, startBenchServer, type BenchServer, type LoadResult } from './lib.ts';
 
 /**
  * Writes `count` TEXT variables (named var_10000000, var_10000001, ...) into the project straight
@@ -75,20 +66,12 @@ async function flatWithSize(server: BenchServer, store: string): Promise<void> {
 async function creates(server: BenchServer, projectId: string): Promise<void> {
   let next = 0;
   const bodyOf = () => JSON.stringify({ name: `created_${next++}`, type: 'TEXT', behaviour: 'SHARED', value: 'a value' });
-  const url = `${server.url}/dpc/v1/projects/${projectId}/variables`;
-  const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
-  const sample = await (await fetch(url, { method: 'POST', headers, body: bodyOf() })).text();
-  const requests = [{ method: 'POST' as const, setupRequest: (request: any) => ({ ...request, body: bodyOf() }) }];
-  const bare = await startBareServer(sample);
-  try {
-    await load(url, { headers, requests, seconds: 2 }); // warm-up
-    const subject = await load(url, { headers, requests });
-    report('E2 POST /v1/projects/{projectId}/variables (SQLite)', subject, await load(bare.url, { headers, requests }), {
-      ratio: 0.15,
-    });
-  } finally {
-    await bare.stop();
-  }
+  await againstBaseline(server, 'E2 POST /v1/projects/{projectId}/variables (SQLite)', `/projects/${projectId}/variables`, {
+    method: 'POST',
+    body: bodyOf(),
+    requests: [{ method: 'POST', setupRequest: (request: any) => ({ ...request, body: bodyOf() }) }],
+    targets: { ratio: 0.15 },
+  });
 }
 
 /**

@@ -77,10 +77,11 @@ const uploadStart = new WeakMap<FastifyRequest, number>();
 /** Counts every request and serves /metrics (when enabled; with a bearer token when one is configured). */
 export const metricsPlugin = fp(async (app: FastifyInstance) => {
   const metrics = app.metrics;
-  app.addHook('onRequest', async (request) => {
+  app.addHook('onRequest', (request, _reply, done) => {
     if (request.headers['content-type']?.startsWith('multipart/')) uploadStart.set(request, request.raw.socket?.bytesRead ?? 0);
+    done();
   });
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     const labels = { method: request.method, route: routeOf(request), status: String(reply.statusCode) };
     metrics.requests.inc(labels);
     metrics.requestSeconds.observe(labels, reply.elapsedTime / 1000);
@@ -91,6 +92,7 @@ export const metricsPlugin = fp(async (app: FastifyInstance) => {
       const declared = Number(request.headers['content-length']);
       metrics.uploadBytes.inc(declared > 0 ? declared : Math.max(0, (request.raw.socket?.bytesRead ?? start) - start));
     }
+    done();
   });
   app.addHook('onRequestAbort', async (request) => {
     metrics.abandoned.inc({ method: request.method, route: routeOf(request) });

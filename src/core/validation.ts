@@ -30,12 +30,13 @@ function lowerCaseNames(schema: ObjectSchema): ObjectSchema {
 }
 
 /** Where in `value` a string holds a NUL character (as a JSON pointer), or undefined when none does. */
-function nulCharacterAt(value: unknown, pointer = ''): string | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? pointer : undefined;
+function nulCharacterAt(value: unknown): string | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? '' : undefined;
   if (typeof value !== 'object' || value === null) return undefined;
-  for (const [key, item] of Object.entries(value)) {
-    const found = nulCharacterAt(item, `${pointer}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`);
-    if (found !== undefined) return found;
+  for (const key in value) {
+    // The pointer is built on the way back, only when something was found.
+    const found = nulCharacterAt((value as Record<string, unknown>)[key]);
+    if (found !== undefined) return `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}${found}`;
   }
   return undefined;
 }

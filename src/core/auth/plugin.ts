@@ -5,8 +5,7 @@ import { roleAllows, type Role } from './accounts.ts';
 import { isDirectoryToken, verifyDirectoryToken } from './directory-tokens.ts';
 import { InvalidToken, type Principal } from './tokens.ts';
 
-function requiredRole(request: FastifyRequest): Role {
-  const configured = request.routeOptions.config.role;
+function requiredRole(request: FastifyRequest, configured: Role | undefined): Role {
   if (configured) return configured;
   return request.method === 'GET' || request.method === 'HEAD' ? 'viewer' : 'developer';
 }
@@ -56,10 +55,12 @@ export const authPlugin = fp(async (app: FastifyInstance) => {
     if (accountHeader !== undefined && accountHeader !== principal.accountId) {
       throw new ProblemError(403, 'The account-id header does not match the account of the bearer token.');
     }
-    if (principal.directoryToken && !request.routeOptions.config.directoryIntegration) {
+    // routeOptions is built anew at each read: read once.
+    const { config } = request.routeOptions;
+    if (principal.directoryToken && !config.directoryIntegration) {
       throw new ProblemError(403, 'A directory-integration token reaches only the SCIM operations of its account.');
     }
-    const needed = requiredRole(request);
+    const needed = requiredRole(request, config.role);
     if (!roleAllows(principal.role, needed)) {
       throw new ProblemError(403, `This operation needs the ${needed} role; the caller has ${principal.role}.`);
     }
