@@ -44,6 +44,8 @@ export interface Config {
   logLevel: string;
   /** Whether this process runs background jobs. */
   runJobs: boolean;
+  /** Whether SQLite reads are remembered until the store changes (rememberedRead); off: every read asks the store. */
+  rememberReads: boolean;
   /** Address ranges (CIDR) outbound requests may reach although they are loopback, private or reserved. */
   outboundAllowedRanges: string[];
   /** Whole-request deadline of an outbound request, redirects included. */
@@ -184,6 +186,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ),
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
     runJobs: oneOf(env, 'DPC_RUN_JOBS', ['true', 'false'], 'true') === 'true',
+    rememberReads: oneOf(env, 'DPC_REMEMBER_READS', ['true', 'false'], 'true') === 'true',
     outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
     outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),
     outboundMaxResponseBytes: integer(env, 'DPC_OUTBOUND_MAX_RESPONSE_BYTES', 1024 * 1024),

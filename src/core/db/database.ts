@@ -42,13 +42,15 @@ export interface Store {
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
 /** Opens the configured store: PostgreSQL when a URL is given, else SQLite under the data folder. */
-export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Store {
+export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Partial<Pick<Config, 'rememberReads'>>): Store {
   const plugins = [new CamelCasePlugin()];
   // Kysely times every query for its log function; the store hands the time to whoever listens.
   const observed: Pick<Store, 'onQuery'> = {};
   const log = (event: LogEvent) => observed.onQuery?.(event.queryDurationMillis, event.level === 'error');
   if (config.databaseUrl) {
-    const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
+    // Named statements (withNamedStatements) are parsed once but planned at each run: a plan made once for
+    // any parameter values would be one plan for a project of ten variables and for one of a million.
+    const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10, options: '-c plan_cache_mode=force_custom_plan' });
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }), plugins, log });
     const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
     // Without a listener, an idle client's error would be thrown and end the process.
@@ -63,7 +65,7 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Stor
   file.pragma('busy_timeout = 5000');
   const connection = sqliteConnection(file);
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: connection }), plugins, log });
-  readVersions.set(db, connection.version);
+  if (config.rememberReads !== false) readVersions.set(db, connection.version);
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
 
