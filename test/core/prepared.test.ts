@@ -3,7 +3,7 @@ import { after, before, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, sql, type Store } from '../../src/core/db/database.ts';
 import { preparedQuery } from '../../src/core/db/prepared.ts';
-import { describeEachStore, scratchStore } from '../helpers/harness.ts';
+import { describeEachStore, describeOnPostgres, scratchStore } from '../helpers/harness.ts';
 
 describeEachStore('preparedQuery: compiled once, run with new values', (kind) => {
   let store: Store;
@@ -58,4 +58,76 @@ describeEachStore('preparedQuery: compiled once, run with new values', (kind) =>
       }
     });
   }
+});
+
+describeOnPostgres('named statements: a stale plan and connection options', () => {
+  let store: Store;
+  let settings: { databaseUrl?: string; dataDir?: string };
+  let drop: () => Promise<void>;
+  const accountNamed = preparedQuery((db, params: { name: string }) =>
+    db.selectFrom('accounts').select(['id', 'name']).where('name', '=', params.name),
+  );
+
+  before(async () => {
+    const scratch = await scratchStore('postgres');
+    drop = scratch.drop;
+    settings = scratch.settings;
+    store = openStore({ ...loadConfig({}), ...settings });
+    await migrate(store);
+    await store.db
+      .insertInto('accounts')
+      .values({ id: crypto.randomUUID(), name: 'first', createdAt: new Date().toISOString() })
+      .execute();
+  });
+  after(async () => {
+    await store.close();
+    await drop();
+  });
+
+  test('a named statement outlived by a column type change still answers inside a transaction (as writeInProject runs requireProject)', async () => {
+    // Every pooled connection prepares the statement; then a migration (another process) changes a returned column's type.
+    await Promise.all(Array.from({ length: 10 }, () => accountNamed(store.db, { name: 'first' })));
+    await sql`alter table accounts alter column name type varchar(400)`.execute(store.db);
+    const failures: string[] = [];
+    for (let i = 0; i < 12; i += 1) {
+      try {
+        await store.db.transaction().execute(async (trx) => {
+          assert.equal((await accountNamed(trx, { name: 'first' })).length, 1);
+        });
+      } catch (error) {
+        failures.push(`${(error as { code?: string }).code}: ${(error as Error).message}`);
+      }
+    }
+    assert.deepEqual(failures, [], 'transactions failed on a stale plan instead of falling back');
+  });
+
+  test('plan_cache_mode=force_custom_plan is set even when the URL carries its own options', async () => {
+    const url = new URL(settings.databaseUrl!);
+    url.searchParams.set('options', '-c statement_timeout=5000');
+    const other = openStore({ ...loadConfig({}), ...settings, databaseUrl: url.toString() });
+    try {
+      const { rows } = await sql<{
+        mode: string;
+        timeout: string;
+      }>`select current_setting('plan_cache_mode') as mode, current_setting('statement_timeout') as timeout`.execute(other.db);
+      assert.equal(rows[0].timeout, '5s', "the URL's own options apply");
+      assert.equal(rows[0].mode, 'force_custom_plan', 'the URL options silently replaced plan_cache_mode');
+    } finally {
+      await other.close();
+    }
+  });
+
+  test("the operator's PGOPTIONS still apply (as before named statements)", async () => {
+    const saved = process.env.PGOPTIONS;
+    process.env.PGOPTIONS = '-c statement_timeout=7000';
+    const other = openStore({ ...loadConfig({}), ...settings });
+    try {
+      const { rows } = await sql<{ timeout: string }>`select current_setting('statement_timeout') as timeout`.execute(other.db);
+      assert.equal(rows[0].timeout, '7s', 'PGOPTIONS (e.g. a statement_timeout or search_path) is ignored now');
+    } finally {
+      if (saved === undefined) delete process.env.PGOPTIONS;
+      else process.env.PGOPTIONS = saved;
+      await other.close();
+    }
+  });
 });

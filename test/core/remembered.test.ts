@@ -1,9 +1,12 @@
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
-import { migrate, openStore, readVersion, type Executor, type Store } from '../../src/core/db/database.ts';
+import { migrate, openStore, readVersion, sql, type Executor, type Store } from '../../src/core/db/database.ts';
+import { createAccount } from '../../src/core/auth/accounts.ts';
+import { createProject } from '../../src/areas/projects/repository.ts';
+import { createEnvironment, listEnvironments } from '../../src/areas/environments/repository.ts';
 import { rememberedRead } from '../../src/core/db/remembered.ts';
-import { describeEachStore, scratchStore } from '../helpers/harness.ts';
+import { describeEachStore, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
 
 describeEachStore('rememberedRead: answers given again only while the store is unchanged', (kind) => {
   let stores: [Store, Store];
@@ -92,5 +95,75 @@ describeEachStore('rememberedRead: answers given again only while the store is u
     });
     assert.equal(await slow(mine), 0);
     assert.equal(await slow(mine), 1, 'read again, not given the answer from before the commit');
+  });
+});
+
+describe('remembered reads: every change by this connection is a change [sqlite]', () => {
+  let store: Store;
+  let drop: () => Promise<void>;
+  let accountId: string;
+  let projectId: string;
+  before(async () => {
+    const scratch = await scratchStore('sqlite');
+    drop = scratch.drop;
+    store = openStore({ ...loadConfig({}), ...scratch.settings });
+    await migrate(store);
+    ({ accountId } = await createAccount(store.db, 'ddl'));
+    projectId = await createProject(store.db, accountId, 'someone', { name: 'p' });
+    for (const name of ['kept', 'gone']) await createEnvironment(store.db, projectId, { name } as never);
+  });
+  after(async () => {
+    await store.close();
+    await drop();
+  });
+
+  test('a table replaced by DDL on this connection (rename away, create ... as select) is seen by the next read', async () => {
+    const page = { page: 0, size: 25 };
+    const names = async () => (await listEnvironments(store.db, accountId, projectId, page)).results.map((e) => e.name);
+    assert.deepEqual(await names(), ['gone', 'kept']);
+    // A table swapped by DDL: neither statement reports a changed row, so the read version stays.
+    await sql`alter table environments rename to environments_before`.execute(store.db);
+    await sql`create table environments as select * from environments_before where name <> 'gone'`.execute(store.db);
+    const direct = await store.db.selectFrom('environments').select('name').execute();
+    assert.deepEqual(
+      direct.map((r) => r.name),
+      ['kept'],
+    );
+    assert.deepEqual(await names(), ['kept'], 'the remembered page from before the rebuild was given again');
+  });
+});
+
+describe('remembered reads: unknown query fields must not defeat or flood the memory [sqlite]', () => {
+  let server: TestServer;
+  let caller: Caller;
+  let queries = 0;
+  before(async () => {
+    server = await TestServer.start('sqlite');
+    caller = await server.newAccount();
+    await server.newProject(caller);
+    const store = server.server.app.store;
+    const told = store.onQuery;
+    store.onQuery = (ms, failed) => {
+      queries += 1;
+      told?.(ms, failed);
+    };
+  });
+  after(async () => {
+    await server.close();
+  });
+
+  test('the same page asked with an unknown query parameter is the same remembered answer (no store read per junk value)', async () => {
+    const list = (suffix: string) => server.api('GET', `/projects${suffix}`, { token: caller.token });
+    assert.equal((await list('')).status, 200);
+    let before = queries;
+    assert.equal((await list('')).status, 200);
+    const baseline = queries - before; // what a remembered answer costs (token checks etc.)
+    before = queries;
+    for (let i = 0; i < 5; i += 1) assert.equal((await list(`?x${i}=${'a'.repeat(1000)}`)).status, 200);
+    // Each distinct unknown field became its own key (and its own 1000+ characters of the bounded memory).
+    assert.equal(queries - before, 5 * baseline, 'every request with a new junk parameter read the store again');
+    before = queries;
+    assert.equal((await list('?size=25&page=0')).status, 200, 'same page, other order');
+    assert.equal(queries - before, baseline, 'the same page spelled in another order read the store again');
   });
 });

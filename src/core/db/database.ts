@@ -48,9 +48,14 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   const observed: Pick<Store, 'onQuery'> = {};
   const log = (event: LogEvent) => observed.onQuery?.(event.queryDurationMillis, event.level === 'error');
   if (config.databaseUrl) {
+    const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
     // Named statements (withNamedStatements) are parsed once but planned at each run: a plan made once for
     // any parameter values would be one plan for a project of ten variables and for one of a million.
-    const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10, options: '-c plan_cache_mode=force_custom_plan' });
+    // Set per connection, before its first query, so that PGOPTIONS and the URL's options still apply.
+    // (PostgreSQL before 12 has no plan_cache_mode and plans as it chooses; a lost connection fails its next query.)
+    pool.on('connect', (client) => {
+      client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined);
+    });
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }), plugins, log });
     const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
     // Without a listener, an idle client's error would be thrown and end the process.
@@ -82,24 +87,31 @@ export function nameOnServer(sql: string): void {
 }
 
 /**
- * The pool as Kysely sees it, running the texts of nameOnServer as named statements. A statement
+ * The pool as Kysely sees it, running the texts of nameOnServer as named statements outside
+ * transactions (a transaction runs them unnamed: a failure there could not be retried). A statement
  * prepared before a migration changed the type of a column it returns fails with 0A000 ("cached plan
- * must not change result type"): it is run again unnamed, and its connection is closed when released
- * (a new one prepares afresh).
+ * must not change result type"): it is run again unnamed, its connection is closed when released, and
+ * every name changes, so that the other connections prepare afresh rather than fail once each.
  */
 function withNamedStatements(pool: pg.Pool): PostgresPool {
+  let generation = 0;
   return {
     async connect() {
       const client = await pool.connect();
       let stale = false;
+      let inTransaction = false;
       const query = async (text: string, values: unknown[]) => {
+        // Kysely's own transaction statements (savepoints keep the transaction open).
+        if (text === 'begin' || text.startsWith('start transaction')) inTransaction = true;
+        else if (text === 'commit' || text === 'rollback') inTransaction = false;
         const name = statementNames.get(text);
-        if (!name) return client.query(text, values);
+        if (!name || inTransaction) return client.query(text, values);
         try {
-          return await client.query({ name, text, values });
+          return await client.query({ name: `${name}_${generation}`, text, values });
         } catch (error) {
           if ((error as { code?: string }).code !== '0A000') throw error;
           stale = true;
+          generation += 1;
           return client.query(text, values);
         }
       };
@@ -147,7 +159,10 @@ const STATEMENT_CACHE_SIZE = 500;
  */
 function sqliteConnection(file: SQLite.Database): SqliteDatabase & { version(): string } {
   const statements = new Map<string, SqliteStatement>();
-  const dataVersion = file.prepare('pragma data_version').pluck();
+  // schema_version too: DDL on this connection (a table renamed or replaced) changes no row.
+  const dataVersion = file
+    .prepare("select data_version || '.' || (select schema_version from pragma_schema_version) from pragma_data_version")
+    .pluck();
   let changes = 0;
   const counted = (statement: SQLite.Statement): SqliteStatement => ({
     reader: statement.reader,
@@ -179,7 +194,7 @@ function sqliteConnection(file: SQLite.Database): SqliteDatabase & { version(): 
       return statement;
     },
     close: () => file.close(),
-    version: () => `${dataVersion.get() as number}.${changes}`,
+    version: () => `${dataVersion.get() as string}.${changes}`,
   };
 }
 
