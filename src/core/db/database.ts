@@ -154,26 +154,24 @@ const STATEMENT_CACHE_SIZE = 500;
  * The SQLite connection as Kysely sees it, with two additions. Statements are kept per SQL text:
  * better-sqlite3 compiles SQL on every prepare(), and Kysely prepares each query anew. And it knows
  * its read version (see readVersion): SQLite's data_version changes when another connection (another
- * process) commits, and a counter here counts this connection's statements that changed rows, counted
- * as each returns (before anything else can run on this thread).
+ * process) commits, and a counter here counts the rows and table definitions this connection's
+ * statements changed, counted as each returns (before anything else can run on this thread).
  */
 function sqliteConnection(file: SQLite.Database): SqliteDatabase & { version(): string } {
   const statements = new Map<string, SqliteStatement>();
-  // schema_version too: DDL on this connection (a table renamed or replaced) changes no row.
-  const dataVersion = file
-    .prepare("select data_version || '.' || (select schema_version from pragma_schema_version) from pragma_data_version")
-    .pluck();
+  const dataVersion = file.prepare('pragma data_version').pluck();
   let changes = 0;
-  const counted = (statement: SQLite.Statement): SqliteStatement => ({
+  // A definition (a table created, altered, dropped) changes no row but may change every answer.
+  const counted = (statement: SQLite.Statement, definition: boolean): SqliteStatement => ({
     reader: statement.reader,
     all(parameters) {
       const rows = statement.all(parameters); // a write with RETURNING: a row per changed row
-      changes += rows.length;
+      changes += rows.length + Number(definition);
       return rows;
     },
     run(parameters) {
       const result = statement.run(parameters);
-      changes += Number(result.changes);
+      changes += Number(result.changes) + Number(definition);
       return result;
     },
     iterate(parameters) {
@@ -187,14 +185,14 @@ function sqliteConnection(file: SQLite.Database): SqliteDatabase & { version(): 
       if (!statement) {
         const prepared = file.prepare(source);
         // Transaction control (begin, commit) is read-only to SQLite; the writes inside are counted.
-        statement = prepared.readonly ? prepared : counted(prepared);
+        statement = prepared.readonly ? prepared : counted(prepared, /^\s*(create|alter|drop)\b/i.test(source));
         if (statements.size >= STATEMENT_CACHE_SIZE) statements.delete(statements.keys().next().value!);
         statements.set(source, statement);
       }
       return statement;
     },
     close: () => file.close(),
-    version: () => `${dataVersion.get() as string}.${changes}`,
+    version: () => `${dataVersion.get() as number}.${changes}`,
   };
 }
 
