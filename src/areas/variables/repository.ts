@@ -4,6 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { projectList } from '../projects/repository.ts';
+import { preparedQuery } from '../../core/db/prepared.ts';
 import { requireEnvironmentId } from '../environments/repository.ts';
 import type { ProjectVariableTable } from './tables.ts';
 import type {
@@ -46,13 +47,26 @@ function toVariable(row: VariableRow): Variable {
 }
 
 /** The counter behind a page's total; moved in the transaction of the insert or delete it counts. */
-async function countVariables(db: Executor, projectId: string, delta: 1 | -1): Promise<void> {
-  await db
+const countVariables = preparedQuery((db, { projectId, delta }: { projectId: string; delta: 1 | -1 }) =>
+  db
     .insertInto('projectVariableCounts')
     .values({ projectId, total: delta })
-    .onConflict((oc) => oc.column('projectId').doUpdateSet((eb) => ({ total: eb('projectVariableCounts.total', '+', delta) })))
-    .execute();
-}
+    .onConflict((oc) => oc.column('projectId').doUpdateSet((eb) => ({ total: eb('projectVariableCounts.total', '+', delta) }))),
+);
+
+const insertVariable = preparedQuery((db, row: VariableRow) =>
+  db.insertInto('projectVariables').values({
+    id: row.id,
+    projectId: row.projectId,
+    name: row.name,
+    type: row.type,
+    behaviour: row.behaviour,
+    description: row.description,
+    value: row.value,
+    supportsDoubleResolution: row.supportsDoubleResolution,
+    createdAt: row.createdAt,
+  }),
+);
 
 /** A page of the project's variables in name order, if the project is the caller's; the total is the counter. */
 export const listVariables = projectList({
@@ -95,12 +109,12 @@ export async function createVariable(db: Executor, projectId: string, request: C
     createdAt: now(),
   };
   try {
-    await db.insertInto('projectVariables').values(row).execute();
+    await insertVariable(db, row);
   } catch (error) {
     if (isUniqueViolation(error)) throw conflict(`A variable named "${request.name}" already exists in this project.`);
     throw error;
   }
-  await countVariables(db, projectId, 1);
+  await countVariables(db, { projectId, delta: 1 });
   return toVariable(row);
 }
 
@@ -151,7 +165,7 @@ export async function deleteVariable(db: Executor, projectId: string, name: stri
     .where('name', '=', name)
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Variable "${name}" does not exist in this project.`);
-  await countVariables(db, projectId, -1);
+  await countVariables(db, { projectId, delta: -1 });
 }
 
 export async function overridesOf(db: Executor, variableId: string, environmentName?: string): Promise<Override[]> {
