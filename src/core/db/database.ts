@@ -7,6 +7,7 @@ import {
   CompiledQuery,
   Kysely,
   Migrator,
+  PostgresAdapter,
   PostgresDialect,
   SqliteDialect,
   sql,
@@ -119,6 +120,14 @@ function withNamedStatements(pool: pg.Pool): PostgresPool {
     },
     end: () => pool.end(),
   };
+}
+
+/**
+ * Whether each statement costs a round trip to a database server (PostgreSQL) rather than a call into
+ * this process (SQLite): where it does, fewer statements with more in each are worth it.
+ */
+export function statementsAreRoundTrips(db: Executor): boolean {
+  return db.getExecutor().adapter instanceof PostgresAdapter;
 }
 
 const readVersions = new WeakMap<Executor, () => string>();
