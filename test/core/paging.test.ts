@@ -47,6 +47,24 @@ describeEachStore('paging from either end', (kind) => {
     });
   }
 
+  test('an empty list, a page far past the end, and another account: each answered as itself', async () => {
+    const empty = await server.newProject(caller);
+    for (const list of ['environments', 'variables']) {
+      for (const page of [0, 1, 11]) {
+        // page 11 of 100 starts past the first 1,000 items: the two-statement path on PostgreSQL too.
+        const answer = await server.api('GET', `/projects/${empty}/${list}?page=${page}&size=100`, { token: caller.token });
+        assert.deepEqual(answer.body, { page, size: 100, total: 0, results: [] });
+        const full = await server.api('GET', `/projects/${projectId}/${list}?page=${page}&size=100`, { token: caller.token });
+        assert.equal(full.body.total, 7);
+      }
+      const stranger = await server.newAccount();
+      for (const page of [0, 11]) {
+        const answer = await server.api('GET', `/projects/${projectId}/${list}?page=${page}&size=100`, { token: stranger.token });
+        assert.equal(answer.status, 404);
+      }
+    }
+  });
+
   test('projects of the account, from the front or the back', async () => {
     for (let i = 0; i < 4; i += 1) await server.newProject(caller);
     const all = await server.api('GET', '/projects?size=100', { token: caller.token });
