@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { SignJWT, generateKeyPair, decodeJwt, decodeProtectedHeader } from 'jose';
+import { newClientSecret } from '../../src/core/auth/secrets.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
 function base64url(value: unknown): string {
@@ -120,6 +121,13 @@ describeEachStore('identity and access', (kind) => {
       .executeTakeFirstOrThrow();
     assert.match(row.secretHash, /^scrypt\$/);
     assert.ok(!row.secretHash.includes(caller.clientSecret));
+  });
+
+  test('a client secret never starts with "-" (a command line would take it for an option)', () => {
+    // 1 in 64 base64url strings starts with "-": among 5,000, some would.
+    const secrets = Array.from({ length: 5000 }, newClientSecret);
+    assert.ok(secrets.every((secret) => /^[A-Za-z0-9_][A-Za-z0-9_-]{42}$/.test(secret)));
+    assert.equal(new Set(secrets).size, secrets.length);
   });
 
   test('missing, malformed, expired, forged, alg none and foreign-key tokens: 401 with WWW-Authenticate', async () => {

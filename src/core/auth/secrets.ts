@@ -10,9 +10,13 @@ function derive(secret: string, salt: Buffer, options: ScryptOptions): Promise<B
   );
 }
 
-/** A new random client secret: 32 bytes, base64url. */
+/**
+ * A new random client secret: 32 bytes, base64url, never starting with "-": a secret that looks like an
+ * option (`--client-secret -Xy...`) is refused by command-line parsers, ours included.
+ */
 export function newClientSecret(): string {
-  return randomBytes(32).toString('base64url');
+  const secret = randomBytes(32).toString('base64url');
+  return secret.startsWith('-') ? newClientSecret() : secret;
 }
 
 export async function hashSecret(secret: string): Promise<string> {
