@@ -33,7 +33,10 @@ function parseValue(text: string | null): VariableValue | undefined {
   return text === null ? undefined : (JSON.parse(text) as VariableValue);
 }
 
-function toVariable(row: VariableRow): Variable {
+/** The columns an answer shows: a page reads only these. */
+const SHOWN = ['id', 'name', 'type', 'behaviour', 'description', 'value', 'supportsDoubleResolution'] as const;
+
+function toVariable(row: Pick<VariableRow, (typeof SHOWN)[number]>): Variable {
   const value = parseValue(row.value);
   return {
     id: row.id,
@@ -74,7 +77,7 @@ export const listVariables = projectList({
   page: (db, { projectId, limit, offset }, descending) =>
     db
       .selectFrom('projectVariables')
-      .selectAll()
+      .select(SHOWN)
       .where('projectId', '=', projectId)
       .orderBy('name', descending ? 'desc' : 'asc')
       .limit(limit)
