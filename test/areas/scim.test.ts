@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import SCIMMY from 'scimmy';
 import { filter as referenceFilter, parse as parseFilter } from 'scim2-parse-filter';
 import { describeEachStore, expectProblem, TestServer, type Answer, type Caller } from '../helpers/harness.ts';
@@ -193,6 +194,25 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       404,
     );
     expectProblem(await server.api('POST', '/directory-integration/tokens', { token: caller.token, body: { name: '' } }), 400);
+  });
+
+  test('the OpenAPI document gives each SCIM failure in both forms, and a live SCIM error matches its ScimError', async () => {
+    const document = (await server.request('GET', '/dpc/openapi.json')).body;
+    const operations = Object.entries(document.paths as Record<string, Record<string, { responses: Record<string, any> }>>)
+      .filter(([path]) => path.startsWith(`/dpc/v1${BASE}`))
+      .flatMap(([, methods]) => Object.values(methods));
+    assert.ok(operations.length >= 10);
+    for (const { responses } of operations) {
+      for (const [status, answer] of Object.entries(responses).filter(([status]) => Number(status) >= 400)) {
+        assert.deepEqual(Object.keys(answer.content).sort(), ['application/problem+json', SCIM], status);
+        assert.equal(answer.content[SCIM].schema.$ref, '#/components/schemas/ScimError');
+      }
+    }
+    const ajv = new Ajv2020({ strict: false, allErrors: true });
+    const validate = ajv.compile(document.components.schemas.ScimError);
+    const failure = await scim('PATCH', `/Groups/${crypto.randomUUID()}`, patchOf({ op: 'move', path: 'title' }));
+    assert.ok(validate(failure.body), ajv.errorsText(validate.errors));
+    assert.ok(!validate({ ...(failure.body as object), status: failure.status }), 'status is a string in SCIM');
   });
 
   test('errors: SCIM error schema for scim+json clients, problem+json (with scimType) for the others', async () => {

@@ -43,6 +43,7 @@ import {
   TokenParams,
   UserBody,
   UserResource,
+  declareScimErrors,
   scimContent,
   serviceUrl,
 } from './schemas.ts';
@@ -91,6 +92,9 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   );
   app.addHook('onRoute', (route) => {
     route.config = { ...route.config, role: 'admin', directoryIntegration: true };
+    // The server's failures were declared by the OpenAPI plugin's own onRoute hook, which runs first.
+    const response = route.schema?.response as Parameters<typeof declareScimErrors>[0] | undefined;
+    if (response) declareScimErrors(response);
   });
 
   const resources = [

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static, type TSchema } from 'typebox';
 import {
+  ERROR_SCHEMA,
   GROUP,
   GROUP_EXTENSION_SCHEMA,
   LIST_RESPONSE_SCHEMA,
@@ -244,6 +245,34 @@ export const ProjectGrant = Type.Object({
   role: Type.String(),
   groupId: Type.String(),
 });
+
+/**
+ * RFC 7644 3.12: a failure, as answered to a client that asks for application/scim+json. Titled here:
+ * declareScimErrors adds it after the OpenAPI plugin has named the route's schemas by their exports.
+ */
+export const ScimError = Type.Object(
+  {
+    schemas: Type.Array(Type.Literal(ERROR_SCHEMA)),
+    status: Type.String({ description: 'the HTTP status code, as a string' }),
+    scimType: Type.Optional(
+      Type.String({
+        description: 'the SCIM error keyword where one fits: invalidFilter, invalidPath, invalidValue, noTarget, uniqueness, ...',
+      }),
+    ),
+    detail: Type.String({ description: 'what went wrong' }),
+  },
+  { title: 'ScimError' },
+);
+
+/**
+ * Adds the SCIM form of every failure of a route to its documented answers: a SCIM client that asks for
+ * application/scim+json gets a ScimError, any other client a ProblemDetail.
+ */
+export function declareScimErrors(response: Record<string, { content?: Record<string, unknown> }>): void {
+  for (const [status, answer] of Object.entries(response)) {
+    if (Number(status) >= 400 && answer.content) answer.content[SCIM_CONTENT_TYPE] = { schema: ScimError };
+  }
+}
 
 export function scimContent(schema: TSchema, description: string) {
   return { description, content: { [SCIM_CONTENT_TYPE]: { schema } } };
