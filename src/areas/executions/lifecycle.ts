@@ -5,19 +5,11 @@
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/work.ts';
-import { moveExecution, recordStep, type ExecutionRow } from './repository.ts';
+import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
 interface ReportBody {
-  step?: {
-    index: number;
-    name: string;
-    status: string;
-    startedAt: string;
-    finishedAt?: string;
-    message?: string;
-    childPipeline?: string;
-  };
+  step?: ReportedStep;
   message?: string;
   code?: string;
 }

@@ -426,20 +426,19 @@ export async function moveExecution(
   }
 }
 
+/** A step of a run as the agent reports it. */
+export interface ReportedStep {
+  index: number;
+  name: string;
+  status: string;
+  startedAt: string;
+  finishedAt?: string;
+  message?: string;
+  childPipeline?: string;
+}
+
 /** Records a step the agent reported; a repeated report of a step updates it. */
-export async function recordStep(
-  db: Executor,
-  executionId: string,
-  step: {
-    index: number;
-    name: string;
-    status: string;
-    startedAt: string;
-    finishedAt?: string;
-    message?: string;
-    childPipeline?: string;
-  },
-): Promise<void> {
+export async function recordStep(db: Executor, executionId: string, step: ReportedStep): Promise<void> {
   const row = {
     executionId,
     position: step.index,
