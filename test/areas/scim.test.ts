@@ -382,6 +382,76 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     expectScimError(await list('attributes=nothing'), 400, 'invalidPath');
   });
 
+  test('POST /.search takes the list parameters as a SearchRequest body and answers as the list does', async () => {
+    const other = await server.newAccount('searching');
+    for (const name of ['kilo', 'lima', 'mike', 'kite'])
+      await user(`${name}@example.com`, { name: { givenName: name }, title: 'pilot' }, other.token);
+    await scim(
+      'POST',
+      '/Groups',
+      { schemas: ['urn:ietf:params:scim:schemas:core:2.0:Group'], displayName: 'pilots' },
+      {},
+      other.token,
+    );
+    const search = (body: unknown, resource = 'Users') => scim('POST', `/${resource}/.search`, body, {}, other.token);
+    const SEARCH = 'urn:ietf:params:scim:api:messages:2.0:SearchRequest';
+    const found = await search({
+      schemas: [SEARCH],
+      filter: 'userName sw "k"',
+      sortBy: 'userName',
+      sortOrder: 'descending',
+      startIndex: 1,
+      count: 1,
+      attributes: ['userName', 'name.givenName'],
+    });
+    assert.equal(found.status, 200, found.text);
+    assert.ok(found.headers.get('content-type')?.startsWith(SCIM));
+    assert.deepEqual(found.body.schemas, ['urn:ietf:params:scim:api:messages:2.0:ListResponse']);
+    assert.deepEqual([found.body.totalResults, found.body.startIndex, found.body.itemsPerPage], [2, 1, 1]);
+    assert.deepEqual(found.body.Resources[0], {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      id: found.body.Resources[0].id,
+      userName: 'kite@example.com',
+      name: { givenName: 'kite' },
+    });
+    // The same query as GET answers the same list.
+    const listed = await scim(
+      'GET',
+      `/Users?filter=${encodeURIComponent('userName sw "k"')}&sortBy=userName&sortOrder=descending&count=1&attributes=userName,name.givenName`,
+      undefined,
+      {},
+      other.token,
+    );
+    assert.deepEqual(listed.body, found.body);
+    // Member names are case-insensitive, as SCIM's are; excludedAttributes is an array too.
+    const loose = await search({ SCHEMAS: [SEARCH], Filter: 'title eq "pilot"', excludedattributes: ['name', 'meta', 'title'] });
+    assert.equal(loose.status, 200, loose.text);
+    assert.equal(loose.body.totalResults, 4);
+    assert.deepEqual(Object.keys(loose.body.Resources[0]).sort(), ['id', 'schemas', 'userName']);
+    const groups = await search({ schemas: [SEARCH], filter: 'displayName eq "pilots"' }, 'Groups');
+    assert.deepEqual(ids(groups), ['pilots']);
+    // Malformed: no SearchRequest schema, wrong types; a bad filter as in a GET.
+    for (const body of [
+      { filter: 'title eq "pilot"' },
+      { schemas: [PATCH_OP] },
+      { schemas: [SEARCH], startIndex: 'first' },
+      { schemas: [SEARCH], attributes: 'userName' },
+      { schemas: [SEARCH], count: 'ten' },
+    ]) {
+      const error = expectScimError(await search(body), 400, 'invalidSyntax');
+      assert.match(error.detail, /body/, error.detail);
+    }
+    expectScimError(await search({ schemas: [SEARCH], filter: 'title zz "pilot"' }), 400, 'invalidFilter');
+    // problem+json callers get the violations as a list, with the scimType.
+    const plain = await server.api('POST', `${BASE}/Users/.search`, { token: other.token, body: { schemas: [] } });
+    expectProblem(plain, 400);
+    assert.equal(plain.body.scimType, 'invalidSyntax');
+    assert.ok(
+      plain.body.violations.some((v: string) => v.startsWith('body.schemas')),
+      plain.text,
+    );
+  });
+
   test('userName is unique case-insensitively: 409 uniqueness on create, replace and patch', async () => {
     const first = await user('Unique.Person@example.com');
     expectScimError(await scim('POST', '/Users', { userName: 'unique.person@EXAMPLE.com' }), 409, 'uniqueness');

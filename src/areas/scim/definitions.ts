@@ -11,6 +11,7 @@ export const GROUP_EXTENSION_SCHEMA = 'urn:matillion:params:scim:schemas:extensi
 export const LIST_RESPONSE_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:ListResponse';
 export const PATCH_OP_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:PatchOp';
 export const ERROR_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:Error';
+export const SEARCH_REQUEST_SCHEMA = 'urn:ietf:params:scim:api:messages:2.0:SearchRequest';
 /** The largest page a list answers (filter.maxResults of /ServiceProviderConfig). */
 export const MAX_RESULTS = 1000;
 

@@ -39,12 +39,15 @@ import {
   ProjectionQuery,
   ResourceParams,
   SCIM_CONTENT_TYPE,
+  SearchBody,
   SCIM_PREFIX,
   TokenParams,
   UserBody,
   UserResource,
+  canonicalSearchMembers,
   declareScimErrors,
   scimContent,
+  searchListQuery,
   serviceUrl,
 } from './schemas.ts';
 
@@ -62,11 +65,18 @@ const sendScimError: ErrorSender = (_request, reply, status, detail, options = {
     schemas: [ERROR_SCHEMA],
     status: String(status),
     ...(options.scimType && { scimType: options.scimType }),
-    detail,
+    // RFC 7644's error has no member for violations: they are told in the detail.
+    detail: options.violations?.length ? `${detail} ${options.violations.join('; ')}` : detail,
   };
   // Serialized here: the route's response schemas describe the problem+json form of errors.
   return reply.code(status).type(SCIM_CONTENT_TYPE).send(JSON.stringify(body));
 };
+
+/** A request that fails its schema (the only failure with violations) is malformed: scimType invalidSyntax (RFC 7644 3.12). */
+const malformedIsInvalidSyntax =
+  (send: ErrorSender): ErrorSender =>
+  (request, reply, status, detail, options = {}) =>
+    send(request, reply, status, detail, options.violations ? { scimType: 'invalidSyntax', ...options } : options);
 
 function scopeOf(request: FastifyRequest): Scope {
   const { db, dialect } = request.server.store;
@@ -88,7 +98,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
   app.setErrorHandler((error: FastifyError, request, reply) =>
-    answerError(error, request, reply, wantsScim(request) ? sendScimError : sendProblem),
+    answerError(error, request, reply, malformedIsInvalidSyntax(wantsScim(request) ? sendScimError : sendProblem)),
   );
   app.addHook('onRoute', (route) => {
     route.config = { ...route.config, role: 'admin', directoryIntegration: true };
@@ -128,6 +138,23 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
         },
       },
       async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
+    );
+
+    app.post(
+      `${path}/.search`,
+      {
+        schema: {
+          summary: `Search ${name}s with a SearchRequest body: the list's parameters sent as POST (RFC 7644 3.4.3)`,
+          tags,
+          body: SearchBody,
+          response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
+        },
+        preValidation: (request, _reply, done) => {
+          request.body = canonicalSearchMembers(request.body) as SearchBody;
+          done();
+        },
+      },
+      async (request, reply) => sendList(reply, await run.list(scopeOf(request), searchListQuery(request.body))),
     );
 
     app.post(

@@ -6,6 +6,7 @@ import {
   GROUP_EXTENSION_SCHEMA,
   LIST_RESPONSE_SCHEMA,
   PATCH_OP_SCHEMA,
+  SEARCH_REQUEST_SCHEMA,
   USER,
   groupExtensionAttributes,
   metaAttribute,
@@ -214,7 +215,8 @@ export const Projection = {
 };
 export const ProjectionQuery = Type.Object(Projection);
 
-export const ListQuery = Type.Object({
+/** What chooses a page of a list, as query parameters of GET or members of a SearchRequest. */
+const Listing = {
   filter: Type.Optional(Type.String({ maxLength: 4096, description: 'RFC 7644 3.4.2.2 filter, e.g. userName eq "bjensen"' })),
   startIndex: Type.Optional(Type.Integer({ description: '1-based index of the first result; below 1 reads as 1' })),
   count: Type.Optional(
@@ -222,9 +224,46 @@ export const ListQuery = Type.Object({
   ),
   sortBy: Type.Optional(Type.String({ maxLength: 256 })),
   sortOrder: Type.Optional(Type.Enum(['ascending', 'descending'])),
-  ...Projection,
-});
+};
+
+export const ListQuery = Type.Object({ ...Listing, ...Projection });
 export type ListQuery = Static<typeof ListQuery>;
+
+const attributePaths = (description: string) =>
+  Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 256 }), { maxItems: 100, description }));
+
+/** A query sent as POST .../.search (RFC 7644 3.4.3): the list's parameters in a body, attribute lists as arrays. */
+export const SearchBody = Type.Object(
+  {
+    schemas: Type.Array(Type.String(), { contains: { const: SEARCH_REQUEST_SCHEMA }, maxItems: 10 }),
+    ...Listing,
+    attributes: attributePaths('attribute paths to answer (and id, schemas)'),
+    excludedAttributes: attributePaths('attribute paths not to answer'),
+  },
+  {
+    additionalProperties: false,
+    description: `A SearchRequest: schemas must contain ${SEARCH_REQUEST_SCHEMA}; member names are case-insensitive.`,
+    examples: [
+      { schemas: [SEARCH_REQUEST_SCHEMA], filter: 'userName sw "b"', startIndex: 1, count: 10, attributes: ['userName'] },
+    ],
+  },
+);
+export type SearchBody = Static<typeof SearchBody>;
+
+/** The list query a SearchRequest asks for. */
+export function searchListQuery({ schemas: _schemas, attributes, excludedAttributes, ...listing }: SearchBody): ListQuery {
+  return { ...listing, attributes: attributes?.join(','), excludedAttributes: excludedAttributes?.join(',') };
+}
+
+/**
+ * SCIM member names are case-insensitive (RFC 7643 2.1): a SearchRequest's are renamed to the schema's
+ * spelling before it is checked, so that "startindex" is startIndex and not an unknown member.
+ */
+export function canonicalSearchMembers(body: unknown): unknown {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
+  const names = new Map(Object.keys(SearchBody.properties).map((name) => [name.toLowerCase(), name]));
+  return Object.fromEntries(Object.entries(body).map(([key, value]) => [names.get(key.toLowerCase()) ?? key, value]));
+}
 
 export function ListResponse(item: TSchema) {
   return Type.Object({
