@@ -52,6 +52,33 @@ describeEachStore('audit events', (kind) => {
     );
   });
 
+  test('writes answered at once are each in the trail before their answer, from two accounts', async () => {
+    const other = await server.newAccount();
+    const callers = [caller, other];
+    const projectIds = await Promise.all(Array.from({ length: 10 }, (_, i) => server.newProject(callers[i % 2])));
+    // Thirty variables created at once, each in a project of its own account; as each answer arrives,
+    // its event must already be readable.
+    await Promise.all(
+      Array.from({ length: 30 }, async (_, i) => {
+        const projectId = projectIds[i % 10];
+        const token = callers[i % 2].token;
+        const created = await server.api('POST', `/projects/${projectId}/variables`, {
+          token,
+          body: { name: `v${i}`, type: 'TEXT', behaviour: 'SHARED', value: 'x' },
+        });
+        assert.equal(created.status, 201, created.text);
+        const events = await server.api('GET', `/events?projectId=${projectId}`, { token });
+        const names = events.body.results.map((e: { resourceIds: { variableName?: string } }) => e.resourceIds.variableName);
+        assert.ok(names.includes(`v${i}`), `v${i} not in ${JSON.stringify(names)}`);
+      }),
+    );
+    for (const [i, projectId] of projectIds.entries()) {
+      const events = await server.api('GET', `/events?projectId=${projectId}`, { token: callers[i % 2].token });
+      assert.equal(events.body.total, 4, events.text); // the project and its three variables
+      assert.ok(events.body.results.every((e: { clientId: string }) => e.clientId === callers[i % 2].clientId));
+    }
+  });
+
   test('request bodies never reach the trail', async () => {
     const secretish = 'very-secret-description-value';
     await server.api('POST', '/projects', { token: caller.token, body: { name: 'with description', description: secretish } });
