@@ -89,7 +89,7 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
   // Hooked onto write routes only: a read pays nothing for the trail.
   app.addHook('onRoute', (route) => {
     const methods = [route.method].flat();
-    if (!methods.some((method) => WRITES.has(method))) return;
+    if (!methods.some((method) => WRITES.has(method)) || route.config?.readOnly) return;
     route.onRequest = [startAuditIds, ...[route.onRequest ?? []].flat()];
     route.onSend = [recordWrite, ...[route.onSend ?? []].flat()];
   });

@@ -35,6 +35,8 @@ declare module 'fastify' {
     role?: Role;
     /** A SCIM operation: directory-integration tokens reach these and nothing else. */
     directoryIntegration?: boolean;
+    /** Changes nothing although sent as POST (SCIM's .search): no audit event. */
+    readOnly?: boolean;
   }
 }
 

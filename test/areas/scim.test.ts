@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { randomUUID as randomUuid } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import SCIMMY from 'scimmy';
@@ -536,7 +537,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       path: 'urn:ietf:params:scim:schemas:extension:enterprise:2.0:User:department',
       value: 'R&D',
     });
-    assert.equal(body.meta.version, 'W/"9"');
+    assert.equal(body.meta.version, 'W/"8"', 'a PATCH that changed nothing leaves the version');
     // The password is replaced (hash changes) and never answered.
     const before = await server.db
       .selectFrom('scimUsers')
@@ -625,6 +626,113 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal((await scim('DELETE', path, undefined, { 'if-match': 'W/"3"' })).status, 204);
     expectScimError(await scim('GET', path), 404);
     expectScimError(await scim('DELETE', path), 404);
+  });
+
+  test('versions follow what an answer shows: members, their names and groups; a write that changes nothing keeps it', async () => {
+    const [ann, ben] = [await user('v.ann@example.com', { displayName: 'Ann' }), await user('v.ben@example.com')];
+    const made = await group('Versioned', { members: [{ value: ann.id }] });
+    const path = `/Groups/${made.id}`;
+    const versionOf = async (resource: string) => (await scim('GET', resource)).headers.get('etag');
+    const unchanged = async (resource: string, etag: string | null) =>
+      assert.equal((await scim('GET', resource, undefined, { 'if-none-match': etag! })).status, 304, resource);
+    // A member's display name changes the group's answer: a new version, no 304 for the old one.
+    let groupTag = await versionOf(path);
+    await scim('PATCH', `/Users/${ann.id}`, patchOf({ op: 'replace', path: 'displayName', value: 'Annie' }));
+    assert.notEqual(await versionOf(path), groupTag);
+    assert.equal((await scim('GET', path, undefined, { 'if-none-match': groupTag! })).status, 200);
+    // A change a member's answer does not show (title) leaves the group alone.
+    groupTag = await versionOf(path);
+    await scim('PATCH', `/Users/${ann.id}`, patchOf({ op: 'replace', path: 'title', value: 'Lead' }));
+    await unchanged(path, groupTag);
+    // Joining and leaving change the user's groups: its version moves; the group's too.
+    let benTag = await versionOf(`/Users/${ben.id}`);
+    const joined = await scim('PATCH', path, patchOf({ op: 'add', path: 'members', value: [{ value: ben.id }] }));
+    assert.notEqual(joined.headers.get('etag'), groupTag);
+    assert.notEqual(await versionOf(`/Users/${ben.id}`), benTag);
+    // Adding a member already there, removing one not there, replacing a value with itself: nothing moves.
+    groupTag = joined.headers.get('etag');
+    benTag = await versionOf(`/Users/${ben.id}`);
+    for (const operation of [
+      { op: 'add', path: 'members', value: [{ value: ben.id }] },
+      { op: 'remove', path: `members[value eq "${randomUuid()}"]` },
+      { op: 'replace', path: 'displayName', value: 'Versioned' },
+    ]) {
+      const same = await scim('PATCH', path, patchOf(operation));
+      assert.equal(same.status, 200, same.text);
+      assert.equal(same.headers.get('etag'), groupTag, JSON.stringify(operation));
+      assert.equal(same.body.meta.lastModified, joined.body.meta.lastModified);
+    }
+    await unchanged(`/Users/${ben.id}`, benTag);
+    const put = await scim('PUT', path, { displayName: 'Versioned', members: [{ value: ann.id }, { value: ben.id }] });
+    assert.equal(put.headers.get('etag'), groupTag, 'a PUT of the same group changes nothing');
+    // Renaming the group changes its members' groups.display.
+    await scim('PATCH', path, patchOf({ op: 'replace', path: 'displayName', value: 'Renamed' }));
+    assert.notEqual(await versionOf(`/Users/${ben.id}`), benTag);
+    assert.equal((await scim('GET', `/Users/${ben.id}`)).body.groups[0].display, 'Renamed');
+    // Deleting a member changes the group; deleting the group changes its remaining members.
+    groupTag = await versionOf(path);
+    assert.equal((await scim('DELETE', `/Users/${ann.id}`)).status, 204);
+    assert.notEqual(await versionOf(path), groupTag);
+    assert.deepEqual(
+      (await scim('GET', path)).body.members.map((m: { value: string }) => m.value),
+      [ben.id],
+    );
+    benTag = await versionOf(`/Users/${ben.id}`);
+    assert.equal((await scim('DELETE', path)).status, 204);
+    assert.notEqual(await versionOf(`/Users/${ben.id}`), benTag);
+    assert.equal((await scim('GET', `/Users/${ben.id}`)).body.groups, undefined);
+  });
+
+  test('a group whose project was deleted stays writable; its members and name still change', async () => {
+    const projectId = await server.newProject(caller, 'Short-lived');
+    const member = await user('orphan.member@example.com');
+    const made = await group('Orphaned', { projectId, role: 'viewer' });
+    assert.equal((await server.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
+    const path = `/Groups/${made.id}`;
+    const added = await scim('PATCH', path, patchOf({ op: 'add', path: 'members', value: [{ value: member.id }] }));
+    assert.equal(added.status, 200, added.text);
+    const renamed = await scim('PATCH', path, patchOf({ op: 'replace', path: 'displayName', value: 'Still here' }));
+    assert.equal(renamed.status, 200, renamed.text);
+    const replaced = await scim('PUT', path, { displayName: 'Still here', projectId, role: 'viewer', members: [] });
+    assert.equal(replaced.status, 200, replaced.text);
+    // Naming the deleted project anew (another group) is still refused.
+    expectScimError(await scim('POST', '/Groups', { displayName: 'New', projectId }), 400, 'invalidValue');
+    const grants = await server.api('GET', `/directory-integration/users/${member.id}/project-grants`, { token: caller.token });
+    assert.deepEqual(grants.body, []);
+  });
+
+  test('odd requests: a huge startIndex, malformed JSON, misspelt SearchRequest members; a search is not audited', async () => {
+    for (const startIndex of ['100000000000000000000', '9223372036854775807', '9007199254740993']) {
+      const page = await scim('GET', `/Users?startIndex=${startIndex}`);
+      assert.equal(page.status, 200, page.text);
+      assert.deepEqual(page.body.Resources, []);
+    }
+    const SEARCH = 'urn:ietf:params:scim:api:messages:2.0:SearchRequest';
+    const searched = await scim('POST', '/Users/.search', { schemas: [SEARCH], startIndex: 1e20 });
+    assert.equal(searched.status, 200, searched.text);
+    const misspelt = expectScimError(
+      await scim('POST', '/Users/.search', { schemas: [SEARCH], filtr: 'userName eq "nobody"' }),
+      400,
+      'invalidSyntax',
+    );
+    assert.match(misspelt.detail, /filtr/);
+    for (const [body, type] of [
+      ['{bad', SCIM],
+      ['', SCIM],
+      ['{bad', 'application/json'],
+    ]) {
+      const answer = await server.api('POST', `${BASE}/Users`, {
+        token,
+        body,
+        headers: { accept: SCIM, 'content-type': type },
+      });
+      const error = expectScimError(answer, 400, 'invalidSyntax');
+      assert.doesNotMatch(error.detail, /application\/json/);
+    }
+    const before = await server.api('GET', '/events', { token: caller.token });
+    await scim('POST', '/Groups/.search', { schemas: [SEARCH] });
+    const after = await server.api('GET', '/events', { token: caller.token });
+    assert.equal(after.body.total, before.body.total, 'a search is a read');
   });
 
   test("groups: extension fields, members in their own table, the users' groups, and the project grant", async () => {

@@ -69,6 +69,39 @@ async function writeValues(trx: Trx, scope: Scope, kind: ResourceKind, id: strin
       .execute();
 }
 
+// ---- Versions of derived answers
+
+/*
+ * Answers show other resources: a group's members carry each user's display name, a user's groups each
+ * group's displayName. A change there is a new version here too, so that a version (and its ETag) names
+ * one answer: If-None-Match never answers 304 for a changed answer, If-Match never lets a write pass
+ * over a change the client has not seen.
+ */
+const touched = (time: string) => ({ version: sql<number>`version + 1`, lastModified: time });
+
+/** A new version of the groups the user is a member of. */
+async function touchGroupsOf(trx: Trx, userId: string, time: string): Promise<void> {
+  await trx
+    .updateTable('scimGroups')
+    .set(touched(time))
+    .where('id', 'in', (eb) => eb.selectFrom('scimGroupMembers').select('groupId').where('userId', '=', userId))
+    .execute();
+}
+
+/** A new version of the group's members. */
+async function touchMembersOf(trx: Trx, groupId: string, time: string): Promise<void> {
+  await trx
+    .updateTable('scimUsers')
+    .set(touched(time))
+    .where('id', 'in', (eb) => eb.selectFrom('scimGroupMembers').select('userId').where('groupId', '=', groupId))
+    .execute();
+}
+
+const CHUNK = 500;
+function* chunks<T>(items: T[]): Generator<T[]> {
+  for (let i = 0; i < items.length; i += CHUNK) yield items.slice(i, i + CHUNK);
+}
+
 // ---- Users
 
 interface UserRow {
@@ -197,6 +230,8 @@ async function rewriteUser(
   passwordHash: string | null | undefined,
 ): Promise<UserRow> {
   const columns = userColumns(next.document);
+  // Nothing changed (a PATCH adding what is there): the version stays (RFC 7644 3.5.2.1).
+  if (columns.document === current.document && passwordHash === undefined) return current;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
   await uniquely(columns.userName, () =>
     trx
@@ -211,6 +246,10 @@ async function rewriteUser(
       .execute(),
   );
   await writeValues(trx, scope, USER, current.id, next.document);
+  const before = userColumns(JSON.parse(current.document) as Document);
+  if ((before.displayName ?? before.userName) !== (columns.displayName ?? columns.userName)) {
+    await touchGroupsOf(trx, current.id, updated.lastModified);
+  }
   return updated;
 }
 
@@ -268,6 +307,7 @@ export async function deleteUser(scope: Scope, id: string, ifMatch: string | und
   await scope.db.transaction().execute(async (trx) => {
     const current = await requireUserRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
+    await touchGroupsOf(trx, id, now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     // Memberships go with the user (foreign keys cascade).
     await trx.deleteFrom('scimUsers').where('id', '=', id).execute();
@@ -331,7 +371,8 @@ async function page<Row>(
           .orderBy('createdAt')
           .orderBy('id')
           .limit(count)
-          .offset(startIndex - 1)
+          // Past every row either way; a larger number is out of both stores' integer range.
+          .offset(Math.min(startIndex - 1, Number.MAX_SAFE_INTEGER))
           .execute(),
     matching()
       .select((eb) => eb.fn.countAll<number>().as('total'))
@@ -444,10 +485,14 @@ export async function getGroup(scope: Scope, id: string, projection: Projection)
   return answer;
 }
 
-/** The group's columns from its document; a projectId must name a project of the account, a role be a role. */
-async function groupColumns(db: Executor, scope: Scope, document: Document) {
+/**
+ * The group's columns from its document; a projectId must name a project of the account, a role be a
+ * role. A projectId the group already has (`kept`) is not checked again: its project may have been
+ * deleted since, and the group must stay writable (its grant is then void, see projectGrantsOf).
+ */
+async function groupColumns(db: Executor, scope: Scope, document: Document, kept: string | null = null) {
   const projectId = typeof document.projectId === 'string' ? document.projectId : null;
-  if (projectId !== null) {
+  if (projectId !== null && projectId !== kept) {
     const project = await db
       .selectFrom('projects')
       .select('id')
@@ -491,14 +536,69 @@ async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<
   return unique;
 }
 
-async function addMembers(trx: Trx, groupId: string, userIds: string[]): Promise<void> {
-  for (let i = 0; i < userIds.length; i += 500) {
+/** The ones of `userIds` that are members of the group. */
+async function membersAmong(trx: Trx, groupId: string, userIds: string[]): Promise<string[]> {
+  const rows = await trx
+    .selectFrom('scimGroupMembers')
+    .select('userId')
+    .where('groupId', '=', groupId)
+    .where('userId', 'in', userIds)
+    .execute();
+  return rows.map((row) => row.userId);
+}
+
+/**
+ * Adds users to the group, those already in it left alone; each added user is a new version (its
+ * groups changed). Answers whether any was added. Reads only the named users' rows, never the group's.
+ */
+async function addMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+  let changed = false;
+  for (const chunk of chunks(userIds)) {
+    const present = new Set(await membersAmong(trx, groupId, chunk));
+    const added = chunk.filter((id) => !present.has(id));
+    if (added.length === 0) continue;
+    await trx.updateTable('scimUsers').set(touched(time)).where('id', 'in', added).execute();
     await trx
       .insertInto('scimGroupMembers')
-      .values(userIds.slice(i, i + 500).map((userId) => ({ groupId, userId })))
-      .onConflict((oc) => oc.columns(['groupId', 'userId']).doNothing())
+      .values(added.map((userId) => ({ groupId, userId })))
       .execute();
+    changed = true;
   }
+  return changed;
+}
+
+/** Removes users from the group (those not in it ignored), each a new version; answers whether any was removed. */
+async function removeMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+  let changed = false;
+  for (const chunk of chunks(userIds)) {
+    const removed = await membersAmong(trx, groupId, chunk);
+    if (removed.length === 0) continue;
+    await trx.updateTable('scimUsers').set(touched(time)).where('id', 'in', removed).execute();
+    await trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId).where('userId', 'in', removed).execute();
+    changed = true;
+  }
+  return changed;
+}
+
+/** The group's member ids, all of them or those meeting a condition on user_id: for replace and filtered removes. */
+async function memberIdsWhere(trx: Trx, groupId: string, condition?: RawBuilder<unknown>): Promise<string[]> {
+  let query = trx.selectFrom('scimGroupMembers').select('userId').where('groupId', '=', groupId);
+  if (condition) query = query.where(condition as never);
+  return (await query.execute()).map((row) => row.userId);
+}
+
+/** The group's members become `userIds`: only the difference is written. Answers whether anything changed. */
+async function replaceMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+  const wanted = new Set(userIds);
+  const current = await memberIdsWhere(trx, groupId);
+  const removed = await removeMembers(
+    trx,
+    groupId,
+    current.filter((id) => !wanted.has(id)),
+    time,
+  );
+  const added = await addMembers(trx, groupId, userIds, time);
+  return removed || added;
 }
 
 export async function createGroup(scope: Scope, body: unknown, projection: Projection): Promise<Answer> {
@@ -513,24 +613,38 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
       .values({ ...created, accountId: scope.accountId })
       .execute();
     await writeValues(trx, scope, GROUP, id, document);
-    if (members) await addMembers(trx, id, await memberIds(trx, scope, members));
+    if (members) await addMembers(trx, id, await memberIds(trx, scope, members), time);
     return created;
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
   return answer;
 }
 
-/** Writes the group's next version (read locked); its document and searchable values only when they changed. */
-async function rewriteGroup(trx: Trx, scope: Scope, current: GroupRow, document: Document): Promise<GroupRow> {
-  const columns = await groupColumns(trx, scope, document);
+/**
+ * Writes the group's next version (read locked); its document and searchable values only when they
+ * changed. A write that changed nothing, members included, leaves the version as it was (RFC 7644 3.5.2.1).
+ */
+async function rewriteGroup(
+  trx: Trx,
+  scope: Scope,
+  current: GroupRow,
+  document: Document,
+  membersChanged: boolean,
+  time: string,
+): Promise<GroupRow> {
+  const columns = await groupColumns(trx, scope, document, current.projectId);
   const changed = columns.document !== current.document;
-  const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
+  if (!changed && !membersChanged) return current;
+  const updated = { ...current, ...columns, version: current.version + 1, lastModified: time };
   await trx
     .updateTable('scimGroups')
     .set({ ...(changed && columns), version: updated.version, lastModified: updated.lastModified })
     .where('id', '=', current.id)
     .execute();
   if (changed) await writeValues(trx, scope, GROUP, current.id, document);
+  if (columns.displayName !== (JSON.parse(current.document) as Document).displayName) {
+    await touchMembersOf(trx, current.id, time);
+  }
   return updated;
 }
 
@@ -539,38 +653,34 @@ export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMa
   const row = await scope.db.transaction().execute(async (trx) => {
     const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
-    const members = await memberIds(trx, scope, next.members ?? []);
-    await trx.deleteFrom('scimGroupMembers').where('groupId', '=', id).execute();
-    await addMembers(trx, id, members);
-    return rewriteGroup(trx, scope, current, next.document);
+    const time = now();
+    const membersChanged = await replaceMembers(trx, id, await memberIds(trx, scope, next.members ?? []), time);
+    return rewriteGroup(trx, scope, current, next.document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
   return answer;
 }
 
 /**
- * An operation on members, run as SQL on the membership table so that its cost does not grow with the
- * group: add (duplicates ignored), replace, remove all, remove those listed, or remove by value filter.
+ * An operation on members, on the membership table: add (duplicates ignored) and remove by value touch
+ * only the named users' rows, so their cost does not grow with the group; replace, remove all and
+ * remove by value filter read the group's member ids. Answers whether the members changed.
  */
-async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: PatchOperation): Promise<void> {
+async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: PatchOperation, time: string) {
   const path = operation.path!;
   if (path.sub || (path.filter && operation.op !== 'remove')) {
     throw scimError(400, 'invalidPath', `members are added and replaced whole; "${path.text}" names part of one.`);
   }
-  const members = trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId);
   if (path.filter) {
-    await members.where(membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter) as never).execute();
-  } else if (operation.op === 'remove') {
-    if (operation.value === undefined) await members.execute();
-    else {
-      const ids = await memberIds(trx, scope, operation.value);
-      if (ids.length > 0) await members.where('userId', 'in', ids).execute();
-    }
-  } else {
-    const ids = await memberIds(trx, scope, operation.value);
-    if (operation.op === 'replace') await members.execute();
-    await addMembers(trx, groupId, ids);
+    const condition = membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter);
+    return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), time);
   }
+  if (operation.op === 'remove') {
+    const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : await memberIds(trx, scope, operation.value);
+    return removeMembers(trx, groupId, ids, time);
+  }
+  const ids = await memberIds(trx, scope, operation.value);
+  return operation.op === 'replace' ? replaceMembers(trx, groupId, ids, time) : addMembers(trx, groupId, ids, time);
 }
 
 /** E25: the operations in order, in one transaction; any failure leaves the group as it was. */
@@ -580,11 +690,14 @@ export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatc
     const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
+    const time = now();
+    let membersChanged = false;
     for (const operation of operations) {
-      if (operation.path!.root.name === 'members') await patchMembers(trx, scope, id, operation);
-      else applyAtPath(document, operation, operation.path!);
+      if (operation.path!.root.name === 'members') {
+        membersChanged = (await patchMembers(trx, scope, id, operation, time)) || membersChanged;
+      } else applyAtPath(document, operation, operation.path!);
     }
-    return rewriteGroup(trx, scope, current, incoming(GROUP, document).document);
+    return rewriteGroup(trx, scope, current, incoming(GROUP, document).document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
   return answer;
@@ -594,6 +707,7 @@ export async function deleteGroup(scope: Scope, id: string, ifMatch: string | un
   await scope.db.transaction().execute(async (trx) => {
     const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
+    await touchMembersOf(trx, id, now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     await trx.deleteFrom('scimGroups').where('id', '=', id).execute();
   });

@@ -6,7 +6,7 @@ import { answerError, sendProblem, type ErrorSender } from '../../core/errors-pl
 import { notFound } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
 import { ERROR_SCHEMA, LIST_RESPONSE_SCHEMA } from './definitions.ts';
-import { etagListNames, etagOf } from './resources.ts';
+import { etagListNames, etagOf, scimError } from './resources.ts';
 import { discoveryRoutes } from './discovery.ts';
 import {
   createGroup,
@@ -72,6 +72,9 @@ const sendScimError: ErrorSender = (_request, reply, status, detail, options = {
   return reply.code(status).type(SCIM_CONTENT_TYPE).send(JSON.stringify(body));
 };
 
+/** Fastify's parser refusing a body; its message names application/json whatever was sent. */
+const NOT_JSON = new Set(['FST_ERR_CTP_INVALID_JSON_BODY', 'FST_ERR_CTP_EMPTY_JSON_BODY']);
+
 /** A request that fails its schema (the only failure with violations) is malformed: scimType invalidSyntax (RFC 7644 3.12). */
 const malformedIsInvalidSyntax =
   (send: ErrorSender): ErrorSender =>
@@ -98,7 +101,12 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
   app.setErrorHandler((error: FastifyError, request, reply) =>
-    answerError(error, request, reply, malformedIsInvalidSyntax(wantsScim(request) ? sendScimError : sendProblem)),
+    answerError(
+      NOT_JSON.has(error.code) ? scimError(400, 'invalidSyntax', 'The body is not a JSON value.') : error,
+      request,
+      reply,
+      malformedIsInvalidSyntax(wantsScim(request) ? sendScimError : sendProblem),
+    ),
   );
   app.addHook('onRoute', (route) => {
     route.config = { ...route.config, role: 'admin', directoryIntegration: true };
@@ -149,9 +157,9 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
           body: SearchBody,
           response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
         },
-        preValidation: (request, _reply, done) => {
+        config: { readOnly: true },
+        preValidation: async (request) => {
           request.body = canonicalSearchMembers(request.body) as SearchBody;
-          done();
         },
       },
       async (request, reply) => sendList(reply, await run.list(scopeOf(request), searchListQuery(request.body))),

@@ -13,6 +13,7 @@ import {
   type AttributeDefinition,
   type ResourceKind,
 } from './definitions.ts';
+import { scimError } from './resources.ts';
 
 export const SCIM_CONTENT_TYPE = 'application/scim+json';
 /** Where the SCIM service provider is served, under /dpc/v1. */
@@ -257,12 +258,25 @@ export function searchListQuery({ schemas: _schemas, attributes, excludedAttribu
 
 /**
  * SCIM member names are case-insensitive (RFC 7643 2.1): a SearchRequest's are renamed to the schema's
- * spelling before it is checked, so that "startindex" is startIndex and not an unknown member.
+ * spelling before it is checked, so that "startindex" is startIndex. An unknown member is refused
+ * rather than dropped: a misspelt "filtr" would otherwise list the whole directory.
  */
 export function canonicalSearchMembers(body: unknown): unknown {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
   const names = new Map(Object.keys(SearchBody.properties).map((name) => [name.toLowerCase(), name]));
-  return Object.fromEntries(Object.entries(body).map(([key, value]) => [names.get(key.toLowerCase()) ?? key, value]));
+  return Object.fromEntries(
+    Object.entries(body).map(([key, value]) => {
+      const name = names.get(key.toLowerCase());
+      if (!name) {
+        throw scimError(
+          400,
+          'invalidSyntax',
+          `A SearchRequest has no member "${key}"; it has ${[...names.values()].join(', ')}.`,
+        );
+      }
+      return [name, value];
+    }),
+  );
 }
 
 export function ListResponse(item: TSchema) {
