@@ -1316,5 +1316,22 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       [200, 200, 200, 200, 200, 200],
     );
     assert.equal((await scim('GET', `/Users/${one}`)).body.emails.length, 6);
+    // A user renamed while it joins and leaves a group: each write locks the other's row too (its
+    // version moves), in the opposite order; none may fail.
+    const renamed = people[1];
+    const changes = await Promise.all(
+      Array.from({ length: 15 }, (_, i) => [
+        scim('PATCH', `/Users/${renamed}`, patchOf({ op: 'replace', path: 'displayName', value: `Name ${i}` })),
+        scim(
+          'PATCH',
+          `/Groups/${target.id}`,
+          patchOf({ op: i % 2 ? 'add' : 'remove', path: 'members', value: [{ value: renamed }] }),
+        ),
+      ]).flat(),
+    );
+    assert.deepEqual(
+      changes.filter((a) => a.status !== 200).map((a) => a.text),
+      [],
+    );
   });
 });

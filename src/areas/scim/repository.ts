@@ -79,21 +79,36 @@ async function writeValues(trx: Trx, scope: Scope, kind: ResourceKind, id: strin
  */
 const touched = (time: string) => ({ version: sql<number>`version + 1`, lastModified: time });
 
-/** A new version of the groups the user is a member of. */
-async function touchGroupsOf(trx: Trx, userId: string, time: string): Promise<void> {
-  await trx
-    .updateTable('scimGroups')
-    .set(touched(time))
-    .where('id', 'in', (eb) => eb.selectFrom('scimGroupMembers').select('groupId').where('userId', '=', userId))
-    .execute();
-}
+/** The ids of a group's members, or of a user's groups. */
+const membershipIds = (trx: Trx, of: { groupId: string } | { userId: string }) =>
+  'groupId' in of
+    ? trx.selectFrom('scimGroupMembers').select('userId as id').where('groupId', '=', of.groupId)
+    : trx.selectFrom('scimGroupMembers').select('groupId as id').where('userId', '=', of.userId);
 
-/** A new version of the group's members. */
-async function touchMembersOf(trx: Trx, groupId: string, time: string): Promise<void> {
+/**
+ * Moves the version of the rows of `ids`. A user write moves its groups and a group write its members,
+ * so the two lock rows in opposite orders: on PostgreSQL a row another write holds is skipped (SKIP
+ * LOCKED) rather than waited for, which could deadlock. That write is to the row itself and moves its
+ * version, unless it changes nothing (then the row keeps a version its answer outgrew until its next
+ * change: the one race this leaves).
+ */
+async function touch(
+  trx: Trx,
+  scope: Scope,
+  table: 'scimUsers' | 'scimGroups',
+  ids: string[] | ReturnType<typeof membershipIds>,
+  time: string,
+): Promise<void> {
+  // Typed as one of the two tables: the columns used here are the same in both.
+  const rows = trx
+    .selectFrom(table as 'scimUsers')
+    .select('id')
+    .where('id', 'in', ids);
+  const locked = scope.dialect === 'postgres' ? rows.forUpdate().skipLocked() : rows;
   await trx
-    .updateTable('scimUsers')
+    .updateTable(table as 'scimUsers')
     .set(touched(time))
-    .where('id', 'in', (eb) => eb.selectFrom('scimGroupMembers').select('userId').where('groupId', '=', groupId))
+    .where('id', 'in', locked)
     .execute();
 }
 
@@ -248,7 +263,7 @@ async function rewriteUser(
   await writeValues(trx, scope, USER, current.id, next.document);
   const before = userColumns(JSON.parse(current.document) as Document);
   if ((before.displayName ?? before.userName) !== (columns.displayName ?? columns.userName)) {
-    await touchGroupsOf(trx, current.id, updated.lastModified);
+    await touch(trx, scope, 'scimGroups', membershipIds(trx, { userId: current.id }), updated.lastModified);
   }
   return updated;
 }
@@ -307,7 +322,7 @@ export async function deleteUser(scope: Scope, id: string, ifMatch: string | und
   await scope.db.transaction().execute(async (trx) => {
     const current = await requireUserRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
-    await touchGroupsOf(trx, id, now());
+    await touch(trx, scope, 'scimGroups', membershipIds(trx, { userId: id }), now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     // Memberships go with the user (foreign keys cascade).
     await trx.deleteFrom('scimUsers').where('id', '=', id).execute();
@@ -551,13 +566,13 @@ async function membersAmong(trx: Trx, groupId: string, userIds: string[]): Promi
  * Adds users to the group, those already in it left alone; each added user is a new version (its
  * groups changed). Answers whether any was added. Reads only the named users' rows, never the group's.
  */
-async function addMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function addMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
   let changed = false;
   for (const chunk of chunks(userIds)) {
     const present = new Set(await membersAmong(trx, groupId, chunk));
     const added = chunk.filter((id) => !present.has(id));
     if (added.length === 0) continue;
-    await trx.updateTable('scimUsers').set(touched(time)).where('id', 'in', added).execute();
+    await touch(trx, scope, 'scimUsers', added, time);
     await trx
       .insertInto('scimGroupMembers')
       .values(added.map((userId) => ({ groupId, userId })))
@@ -568,12 +583,12 @@ async function addMembers(trx: Trx, groupId: string, userIds: string[], time: st
 }
 
 /** Removes users from the group (those not in it ignored), each a new version; answers whether any was removed. */
-async function removeMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function removeMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
   let changed = false;
   for (const chunk of chunks(userIds)) {
     const removed = await membersAmong(trx, groupId, chunk);
     if (removed.length === 0) continue;
-    await trx.updateTable('scimUsers').set(touched(time)).where('id', 'in', removed).execute();
+    await touch(trx, scope, 'scimUsers', removed, time);
     await trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId).where('userId', 'in', removed).execute();
     changed = true;
   }
@@ -588,16 +603,17 @@ async function memberIdsWhere(trx: Trx, groupId: string, condition?: RawBuilder<
 }
 
 /** The group's members become `userIds`: only the difference is written. Answers whether anything changed. */
-async function replaceMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function replaceMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
   const wanted = new Set(userIds);
   const current = await memberIdsWhere(trx, groupId);
   const removed = await removeMembers(
     trx,
+    scope,
     groupId,
     current.filter((id) => !wanted.has(id)),
     time,
   );
-  const added = await addMembers(trx, groupId, userIds, time);
+  const added = await addMembers(trx, scope, groupId, userIds, time);
   return removed || added;
 }
 
@@ -613,7 +629,7 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
       .values({ ...created, accountId: scope.accountId })
       .execute();
     await writeValues(trx, scope, GROUP, id, document);
-    if (members) await addMembers(trx, id, await memberIds(trx, scope, members), time);
+    if (members) await addMembers(trx, scope, id, await memberIds(trx, scope, members), time);
     return created;
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -643,7 +659,7 @@ async function rewriteGroup(
     .execute();
   if (changed) await writeValues(trx, scope, GROUP, current.id, document);
   if (columns.displayName !== (JSON.parse(current.document) as Document).displayName) {
-    await touchMembersOf(trx, current.id, time);
+    await touch(trx, scope, 'scimUsers', membershipIds(trx, { groupId: current.id }), time);
   }
   return updated;
 }
@@ -654,7 +670,7 @@ export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMa
     const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
     const time = now();
-    const membersChanged = await replaceMembers(trx, id, await memberIds(trx, scope, next.members ?? []), time);
+    const membersChanged = await replaceMembers(trx, scope, id, await memberIds(trx, scope, next.members ?? []), time);
     return rewriteGroup(trx, scope, current, next.document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -673,14 +689,14 @@ async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: 
   }
   if (path.filter) {
     const condition = membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter);
-    return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), time);
+    return removeMembers(trx, scope, groupId, await memberIdsWhere(trx, groupId, condition), time);
   }
   if (operation.op === 'remove') {
     const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : await memberIds(trx, scope, operation.value);
-    return removeMembers(trx, groupId, ids, time);
+    return removeMembers(trx, scope, groupId, ids, time);
   }
   const ids = await memberIds(trx, scope, operation.value);
-  return operation.op === 'replace' ? replaceMembers(trx, groupId, ids, time) : addMembers(trx, groupId, ids, time);
+  return operation.op === 'replace' ? replaceMembers(trx, scope, groupId, ids, time) : addMembers(trx, scope, groupId, ids, time);
 }
 
 /** E25: the operations in order, in one transaction; any failure leaves the group as it was. */
@@ -707,7 +723,7 @@ export async function deleteGroup(scope: Scope, id: string, ifMatch: string | un
   await scope.db.transaction().execute(async (trx) => {
     const current = await requireGroupRow(trx, scope, id, true);
     checkPrecondition(ifMatch, current.version);
-    await touchMembersOf(trx, id, now());
+    await touch(trx, scope, 'scimUsers', membershipIds(trx, { groupId: id }), now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     await trx.deleteFrom('scimGroups').where('id', '=', id).execute();
   });
