@@ -383,6 +383,47 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     expectScimError(await list('attributes=nothing'), 400, 'invalidPath');
   });
 
+  test('co, sw and ew "" match every value of the attribute, on both stores as in the evaluator and in PATCH member filters', async () => {
+    const other = await server.newAccount('empty operands');
+    await user('ada@x.example', { title: 'countess' }, other.token);
+    await user('bob@y.example', {}, other.token);
+    const resources = (await scim('GET', '/Users', undefined, {}, other.token)).body.Resources;
+    for (const text of [
+      'userName ew ""',
+      'userName sw ""',
+      'userName co ""',
+      'title ew ""',
+      'title sw ""',
+      'title co ""',
+      'not (title ew "")',
+      'userName ew "" and userName eq "ada@x.example"',
+    ]) {
+      const expected = resources
+        .filter(referenceFilter(parseFilter(text)))
+        .map((r: { userName: string }) => r.userName)
+        .sort();
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(text)}`, undefined, {}, other.token);
+      assert.equal(answer.status, 200, answer.text);
+      assert.deepEqual(ids(answer), expected, text);
+    }
+    assert.equal(
+      (await scim('GET', `/Users?filter=${encodeURIComponent('userName ew ""')}`, undefined, {}, other.token)).body.totalResults,
+      2,
+    );
+    // The same comparison in a PATCH path's member filter: every member's value ends with "".
+    const members = resources.map((r: { id: string }) => ({ value: r.id }));
+    const created = await scim('POST', '/Groups', { displayName: 'empty', members }, {}, other.token);
+    const patched = await scim(
+      'PATCH',
+      `/Groups/${created.body.id}`,
+      patchOf({ op: 'remove', path: 'members[value ew ""]' }),
+      {},
+      other.token,
+    );
+    assert.equal(patched.status, 200, patched.text);
+    assert.deepEqual(patched.body.members, []);
+  });
+
   test('POST /.search takes the list parameters as a SearchRequest body and answers as the list does', async () => {
     const other = await server.newAccount('searching');
     for (const name of ['kilo', 'lima', 'mike', 'kite'])

@@ -84,6 +84,8 @@ const lengthOf = (text: string) => [...text].length;
 /** `column <op> value` for a text column. */
 function compared(scope: FilterScope, column: Sql, op: Compare['op'], value: string): Sql {
   const n = lengthOf(value);
+  // Every string contains, starts and ends with "" (SQLite's substr(x, -0) would be all of x, not "").
+  if (n === 0 && (op === 'co' || op === 'sw' || op === 'ew')) return sql`1 = 1`;
   switch (op) {
     case 'eq':
     case 'ne':
