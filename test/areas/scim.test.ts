@@ -424,6 +424,31 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(patched.body.members, []);
   });
 
+  test('pr on a multi-valued complex attribute matches any value, with or without its value sub-attribute', async () => {
+    const other = await server.newAccount('present');
+    await user('novalue@example.com', { emails: [{ type: 'work', display: 'Work' }] }, other.token);
+    await user('withvalue@example.com', { emails: [{ value: 'a@x.example' }] }, other.token);
+    await user('none@example.com', {}, other.token);
+    const resources = (await scim('GET', '/Users', undefined, {}, other.token)).body.Resources;
+    const query = async (text: string) => {
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(text)}`, undefined, {}, other.token);
+      assert.equal(answer.status, 200, answer.text);
+      return ids(answer);
+    };
+    assert.deepEqual(await query('emails pr'), ['novalue@example.com', 'withvalue@example.com']);
+    assert.deepEqual(await query('not (emails pr)'), ['none@example.com']);
+    assert.deepEqual(await query('emails eq null'), ['none@example.com']);
+    assert.deepEqual(await query('emails.value pr'), ['withvalue@example.com']);
+    assert.deepEqual(await query('emails[type pr]'), ['novalue@example.com']);
+    for (const text of ['emails pr', 'not (emails pr)', 'emails.value pr']) {
+      const expected = resources
+        .filter(referenceFilter(parseFilter(text)))
+        .map((r: { userName: string }) => r.userName)
+        .sort();
+      assert.deepEqual(await query(text), expected, text);
+    }
+  });
+
   test('POST /.search takes the list parameters as a SearchRequest body and answers as the list does', async () => {
     const other = await server.newAccount('searching');
     for (const name of ['kilo', 'lima', 'mike', 'kite'])

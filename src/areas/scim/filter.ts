@@ -138,13 +138,20 @@ interface Target {
   attribute: string;
 }
 
-function target(scope: FilterScope, path: string, within?: AttributeDefinition): Target {
+interface TargetOptions {
+  /** The multi-valued attribute of a value filter the path is within (`emails[type eq "work"]`). */
+  within?: AttributeDefinition;
+  /** Whether the path names the attribute as a whole (pr): `emails pr` is any email, not only one with a value. */
+  whole?: boolean;
+}
+
+function target(scope: FilterScope, path: string, { within, whole = false }: TargetOptions = {}): Target {
   const segments = within ? [within.name, path] : pathSegments(scope.kind, path);
   const root = definitionAt(scope.kind, segments.slice(0, 1));
   let leaf = definitionAt(scope.kind, segments);
   if (!root || !leaf || segments.length > 2) throw invalidFilter(`${path} is not an attribute of a ${scope.kind.type}.`);
   let names = segments.map((s) => s.toLowerCase());
-  if (leaf.type === 'complex' && segments.length === 1) {
+  if (leaf.type === 'complex' && leaf.multiValued && segments.length === 1 && !whole) {
     const value = leaf.subAttributes?.find((s) => s.name === 'value');
     if (value) {
       leaf = value;
@@ -197,7 +204,7 @@ function valueCondition(scope: FilterScope, node: Comparison, found: Target): Sq
 const isNull = (node: Comparison): boolean => node.op !== 'pr' && node.compValue === null;
 
 function comparison(scope: FilterScope, node: Comparison): Sql {
-  const found = target(scope, node.attrPath);
+  const found = target(scope, node.attrPath, { whole: node.op === 'pr' });
   if (isNull(node)) {
     if (node.op !== 'eq' && node.op !== 'ne') throw invalidFilter(`${node.attrPath}: null compares with eq or ne only.`);
     const present = comparison(scope, { op: 'pr', attrPath: node.attrPath });
@@ -207,7 +214,8 @@ function comparison(scope: FilterScope, node: Comparison): Sql {
   if (node.op === 'ne') return allBut(scope, comparison(scope, { ...node, op: 'eq' }));
   const member = membership(scope, found.root);
   if (member) {
-    if (found.leaf.name !== 'value') throw invalidFilter(`Only ${found.root.name}.value can be filtered on.`);
+    const any = node.op === 'pr' && found.leaf === found.root;
+    if (found.leaf.name !== 'value' && !any) throw invalidFilter(`Only ${found.root.name}.value can be filtered on.`);
     const column = sql.raw(`m.${member.other}`);
     return withMembership(
       scope,
@@ -245,7 +253,7 @@ function elements(scope: FilterScope, root: AttributeDefinition, node: Filter): 
         const inverse = node.op === 'ne' ? { ...node, op: 'eq' as const } : { op: 'pr' as const, attrPath: node.attrPath };
         return elements(scope, root, { op: 'not', filter: inverse });
       }
-      return valueRows(scope, valueCondition(scope, node, target(scope, node.attrPath, root)));
+      return valueRows(scope, valueCondition(scope, node, target(scope, node.attrPath, { within: root })));
     }
   }
 }
@@ -264,7 +272,7 @@ export function membershipCondition(scope: FilterScope, root: AttributeDefinitio
     case '[]':
       throw invalidFilter('A value filter cannot hold another value filter.');
     default: {
-      const found = target(scope, node.attrPath, root);
+      const found = target(scope, node.attrPath, { within: root });
       if (found.leaf.name !== 'value') throw invalidFilter(`Only ${root.name}.value can be filtered on.`);
       if (node.op === 'pr') return sql`1 = 1`;
       if (node.compValue === null) return sql`1 = ${node.op === 'eq' ? 0 : 1}`;
