@@ -424,6 +424,29 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(patched.body.members, []);
   });
 
+  test("filters and sortBy on a group's derived fields (accountId, accountName, projectName) are 400; projectId works", async () => {
+    const other = await server.newAccount('derived fields');
+    const projectId = await server.newProject(other, 'Derived');
+    const made = await scim('POST', '/Groups', { displayName: 'derived', projectId, role: 'viewer' }, {}, other.token);
+    assert.equal(made.status, 201, made.text);
+    assert.equal(made.body.accountId, other.accountId);
+    const groups = (query: string) => scim('GET', `/Groups?${query}`, undefined, {}, other.token);
+    for (const bad of [
+      `accountId eq "${other.accountId}"`,
+      'accountName pr',
+      'projectName eq "Derived"',
+      `${GROUP_EXTENSION}:accountId eq "${other.accountId}"`,
+      'displayName eq "derived" or not (projectName pr)',
+    ]) {
+      expectScimError(await groups(`filter=${encodeURIComponent(bad)}`), 400, 'invalidFilter');
+    }
+    for (const attribute of ['accountId', 'accountName', 'projectName', `${GROUP_EXTENSION}:projectName`]) {
+      expectScimError(await groups(`sortBy=${encodeURIComponent(attribute)}`), 400, 'invalidValue');
+    }
+    assert.deepEqual(ids(await groups(`filter=${encodeURIComponent(`projectId eq "${projectId}"`)}`)), ['derived']);
+    assert.equal((await groups('sortBy=projectId')).status, 200);
+  });
+
   test('pr on a multi-valued complex attribute matches any value, with or without its value sub-attribute', async () => {
     const other = await server.newAccount('present');
     await user('novalue@example.com', { emails: [{ type: 'work', display: 'Work' }] }, other.token);

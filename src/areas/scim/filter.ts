@@ -143,13 +143,15 @@ interface TargetOptions {
   within?: AttributeDefinition;
   /** Whether the path names the attribute as a whole (pr): `emails pr` is any email, not only one with a value. */
   whole?: boolean;
+  /** The error for a path that cannot be used. */
+  fail?: (detail: string) => Error;
 }
 
-function target(scope: FilterScope, path: string, { within, whole = false }: TargetOptions = {}): Target {
+function target(scope: FilterScope, path: string, { within, whole = false, fail = invalidFilter }: TargetOptions = {}): Target {
   const segments = within ? [within.name, path] : pathSegments(scope.kind, path);
   const root = definitionAt(scope.kind, segments.slice(0, 1));
   let leaf = definitionAt(scope.kind, segments);
-  if (!root || !leaf || segments.length > 2) throw invalidFilter(`${path} is not an attribute of a ${scope.kind.type}.`);
+  if (!root || !leaf || segments.length > 2) throw fail(`${path} is not an attribute of a ${scope.kind.type}.`);
   let names = segments.map((s) => s.toLowerCase());
   if (leaf.type === 'complex' && leaf.multiValued && segments.length === 1 && !whole) {
     const value = leaf.subAttributes?.find((s) => s.name === 'value');
@@ -159,7 +161,10 @@ function target(scope: FilterScope, path: string, { within, whole = false }: Tar
     }
   }
   const storedApart = root.name === 'meta' && !(names.join('.') in META_COLUMNS);
-  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart) throw invalidFilter(`${path} cannot be filtered on.`);
+  // Read-only attributes other than these are derived when answered (accountId, accountName, projectName):
+  // they are not in the stored document, so not in scim_values either.
+  const derived = root.mutability === 'readOnly' && root.name !== 'id' && root.name !== 'meta' && !membership(scope, root);
+  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart || derived) throw fail(`${path} cannot be filtered on.`);
   return { root, leaf, attribute: names.join('.') };
 }
 
@@ -315,11 +320,12 @@ export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<
   return sql<SqlBool>`${sql.raw(`${scope.table}.id`)} in (${compiled(scope, filter)})`;
 }
 
+const invalidSort = (detail: string) => scimError(400, 'invalidValue', detail);
+
 /** What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource, the least of a multi-valued one. */
 export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown> {
-  const found = target(scope, sortBy);
-  if (found.leaf.type === 'complex' || membership(scope, found.root))
-    throw scimError(400, 'invalidPath', `${sortBy} cannot be sorted by.`);
+  const found = target(scope, sortBy, { fail: invalidSort });
+  if (found.leaf.type === 'complex' || membership(scope, found.root)) throw invalidSort(`${sortBy} cannot be sorted by.`);
   const column = META_COLUMNS[found.attribute];
   if (column) return sql.raw(`${scope.table}.${column}`);
   return sql`(select min(value) from scim_values where resource_id = ${sql.raw(`${scope.table}.id`)} and attribute = ${found.attribute})`;
