@@ -472,6 +472,45 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     }
   });
 
+  test('attributes and excludedAttributes refuse unknown or too deep sub-attributes and accept schemas; sortBy failures are invalidValue', async () => {
+    const other = await server.newAccount('selection');
+    const made = await user(
+      'pick@example.com',
+      { name: { givenName: 'Pick' }, emails: [{ value: 'p@x.example', type: 'work' }] },
+      other.token,
+    );
+    const get = (query: string) => scim('GET', `/Users?${query}`, undefined, {}, other.token);
+    for (const query of [
+      'attributes=emails.nope',
+      'excludedAttributes=emails.nope',
+      'attributes=name.givenName.x',
+      'excludedAttributes=name.givenName.x',
+      'attributes=userName.x',
+      'attributes=userName,schemas.x',
+    ]) {
+      expectScimError(await get(query), 400, 'invalidPath');
+    }
+    expectScimError(
+      await scim('GET', `/Users/${made.id}?attributes=emails.nope`, undefined, {}, other.token),
+      400,
+      'invalidPath',
+    );
+    const excluded = await get('excludedAttributes=id,schemas,userName');
+    assert.equal(excluded.status, 200, excluded.text);
+    assert.deepEqual(Object.keys(excluded.body.Resources[0]).sort(), ['emails', 'id', 'meta', 'name', 'schemas']);
+    const picked = await get('attributes=schemas,id,emails.type');
+    assert.equal(picked.status, 200, picked.text);
+    assert.deepEqual(picked.body.Resources[0], {
+      schemas: ['urn:ietf:params:scim:schemas:core:2.0:User'],
+      id: made.id,
+      emails: [{ type: 'work' }],
+    });
+    for (const sortBy of ['nothing', 'password', 'meta.version', 'meta.location', 'name', 'groups', 'x509Certificates.value']) {
+      expectScimError(await get(`sortBy=${sortBy}`), 400, 'invalidValue');
+    }
+    expectScimError(await scim('GET', '/Groups?sortBy=members', undefined, {}, other.token), 400, 'invalidValue');
+  });
+
   test('POST /.search takes the list parameters as a SearchRequest body and answers as the list does', async () => {
     const other = await server.newAccount('searching');
     for (const name of ['kilo', 'lima', 'mike', 'kite'])

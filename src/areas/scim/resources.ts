@@ -228,8 +228,12 @@ function pathTree(kind: ResourceKind, list: string): Map<string, Set<string>> {
       }
       continue;
     }
-    const [root, sub] = pathSegments(kind, path).map((s) => s.toLowerCase());
-    if (!definitionAt(kind, [root])) throw scimError(400, 'invalidPath', `${path} is not an attribute of a ${kind.type}.`);
+    const [root, sub, ...deeper] = pathSegments(kind, path).map((s) => s.toLowerCase());
+    // schemas is answered always, as id is: naming it changes nothing.
+    if (root === 'schemas' && sub === undefined) continue;
+    if (!definitionAt(kind, sub === undefined ? [root] : [root, sub]) || deeper.length > 0) {
+      throw scimError(400, 'invalidPath', `${path} is not an attribute of a ${kind.type}.`);
+    }
     const named = tree.get(root);
     if (!sub) tree.set(root, new Set());
     else if (!named) tree.set(root, new Set([sub]));
