@@ -472,6 +472,35 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     }
   });
 
+  test('sortBy a multi-valued attribute sorts by its primary value, else its first (RFC 7644 3.4.2.3)', async () => {
+    const other = await server.newAccount('sorting values');
+    // Primary-else-first keys: z, m, c, none. The least values would be a, b, c.
+    await user('one@example.com', { emails: [{ value: 'a@x.example' }, { value: 'z@x.example', primary: true }] }, other.token);
+    await user('two@example.com', { emails: [{ value: 'm@x.example' }, { value: 'b@x.example' }] }, other.token);
+    await user('three@example.com', { emails: [{ value: 'c@x.example', primary: false }] }, other.token);
+    await user('four@example.com', {}, other.token);
+    const sorted = async (query: string) => {
+      const answer = await scim('GET', `/Users?${query}`, undefined, {}, other.token);
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body.Resources.map((r: { userName: string }) => r.userName.split('@')[0]);
+    };
+    assert.deepEqual(await sorted('sortBy=emails.value'), ['three', 'two', 'one', 'four']);
+    assert.deepEqual(await sorted('sortBy=emails&sortOrder=descending'), ['one', 'two', 'three', 'four']);
+    // The primary element without the sorted sub-attribute: the first element that has it.
+    await user(
+      'five@example.com',
+      {
+        emails: [
+          { value: 'b@x.example', type: 'home' },
+          { value: 'y@x.example', primary: true },
+        ],
+      },
+      other.token,
+    );
+    assert.deepEqual(await sorted('sortBy=emails.type&count=1'), ['five']);
+    assert.deepEqual(await sorted('sortBy=emails.value&count=2'), ['three', 'two']);
+  });
+
   test('attributes and excludedAttributes refuse unknown or too deep sub-attributes and accept schemas; sortBy failures are invalidValue', async () => {
     const other = await server.newAccount('selection');
     const made = await user(

@@ -322,11 +322,25 @@ export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<
 
 const invalidSort = (detail: string) => scimError(400, 'invalidValue', detail);
 
-/** What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource, the least of a multi-valued one. */
+/**
+ * What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource. For a multi-valued attribute,
+ * the value of its primary element if that has one, else of its first element that has one (scim_values keeps
+ * each value's element, the position in the stored array, and the element's `primary` as a row of its own).
+ */
 export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown> {
   const found = target(scope, sortBy, { fail: invalidSort });
   if (found.leaf.type === 'complex' || membership(scope, found.root)) throw invalidSort(`${sortBy} cannot be sorted by.`);
   const column = META_COLUMNS[found.attribute];
   if (column) return sql.raw(`${scope.table}.${column}`);
-  return sql`(select min(value) from scim_values where resource_id = ${sql.raw(`${scope.table}.id`)} and attribute = ${found.attribute})`;
+  const id = sql.raw(`${scope.table}.id`);
+  if (!found.root.multiValued) {
+    return sql`(select min(value) from scim_values where resource_id = ${id} and attribute = ${found.attribute})`;
+  }
+  const primary = found.root.subAttributes?.some((s) => s.name === 'primary')
+    ? `${found.root.name.toLowerCase()}.primary`
+    : undefined;
+  if (!primary) {
+    return sql`(select value from scim_values where resource_id = ${id} and attribute = ${found.attribute} order by element limit 1)`;
+  }
+  return sql`(select v.value from scim_values v left join scim_values p on p.resource_id = v.resource_id and p.attribute = ${primary} and p.element = v.element and p.value = 'true' where v.resource_id = ${id} and v.attribute = ${found.attribute} order by p.value is null, v.element limit 1)`;
 }
