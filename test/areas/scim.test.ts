@@ -501,6 +501,69 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(await sorted('sortBy=emails.value&count=2'), ['three', 'two']);
   });
 
+  test('date-times in filters: RFC 3339 only (any offset, fractional seconds optional), compared as instants', async () => {
+    const other = await server.newAccount('date filters');
+    const first = await user('first@example.com', {}, other.token);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    await user('second@example.com', {}, other.token);
+    const query = async (text: string) => {
+      const answer = await scim('GET', `/Users?filter=${encodeURIComponent(text)}`, undefined, {}, other.token);
+      assert.equal(answer.status, 200, `${text}: ${answer.text}`);
+      return ids(answer);
+    };
+    const both = ['first@example.com', 'second@example.com'];
+    const created: string = first.meta.created;
+    const ms = Date.parse(created);
+    // The same instant in other spellings: another offset, lower-case t and z, more digits.
+    const shifted = new Date(ms + 330 * 60_000).toISOString().replace('Z', '+05:30');
+    for (const spelling of [created, shifted, created.toLowerCase(), created.replace('Z', '000Z')]) {
+      assert.deepEqual(await query(`meta.created eq "${spelling}"`), ['first@example.com'], spelling);
+    }
+    const seconds = created.replace(/\.\d+Z$/, 'Z');
+    if (seconds !== created) assert.deepEqual(await query(`meta.created eq "${seconds}"`), []);
+    // A hundred nanoseconds after the first user's creation: after it, and equal to no stored time.
+    const later = created.replace('Z', '0001Z');
+    assert.deepEqual(await query(`meta.created eq "${later}"`), []);
+    assert.deepEqual(await query(`meta.created ge "${later}"`), ['second@example.com']);
+    assert.deepEqual(await query(`meta.created gt "${later}"`), ['second@example.com']);
+    assert.deepEqual(await query(`meta.created le "${later}"`), ['first@example.com']);
+    assert.deepEqual(await query(`meta.created lt "${later}"`), ['first@example.com']);
+    assert.deepEqual(await query(`not (meta.created eq "${later}")`), both);
+    // Instants beyond the years ISO text holds in order, and leap seconds.
+    assert.deepEqual(await query('meta.created lt "9999-12-31T23:30:00-01:00"'), both);
+    assert.deepEqual(await query('meta.created gt "9999-12-31T23:30:00-01:00"'), []);
+    assert.deepEqual(await query('meta.created gt "0000-01-01T00:00:00+01:00"'), both);
+    assert.deepEqual(await query('meta.created le "0000-01-01T00:00:00+01:00"'), []);
+    assert.deepEqual(await query('meta.created gt "2016-12-31T23:59:60Z"'), both);
+    assert.deepEqual(await query('meta.lastModified lt "1990-12-31T15:59:60.5-08:00"'), []);
+    assert.deepEqual(await query('meta.created gt "2000-02-29T00:00:00Z"'), both);
+    for (const bad of [
+      '1',
+      'March 7 2000',
+      '2000-01-01',
+      '2000-01-01T00:00:00',
+      '2000-01-01 00:00:00Z',
+      '2000-1-01T00:00:00Z',
+      '2000-02-30T00:00:00Z',
+      '1900-02-29T00:00:00Z',
+      '2000-01-01T24:00:00Z',
+      '2000-01-01T00:00:00+24:00',
+      '2000-01-01T12:00:60Z',
+      '+010000-01-01T00:00:00Z',
+      ' 2000-01-01T00:00:00Z',
+      '2000-01-01T00:00:00.Z',
+    ]) {
+      const answer = await scim(
+        'GET',
+        `/Users?filter=${encodeURIComponent(`meta.created lt "${bad}"`)}`,
+        undefined,
+        {},
+        other.token,
+      );
+      expectScimError(answer, 400, 'invalidFilter');
+    }
+  });
+
   test('attributes and excludedAttributes refuse unknown or too deep sub-attributes and accept schemas; sortBy failures are invalidValue', async () => {
     const other = await server.newAccount('selection');
     const made = await user(

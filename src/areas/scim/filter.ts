@@ -117,13 +117,84 @@ function operand(definition: AttributeDefinition, node: Compare): string {
     return String(compValue);
   }
   if (typeof compValue !== 'string') throw invalidFilter(`${attrPath} must be compared with a string.`);
-  if (definition.type === 'dateTime') {
-    const time = new Date(compValue);
-    if (Number.isNaN(time.getTime())) throw invalidFilter(`${compValue} is not a date-time.`);
-    if (['co', 'sw', 'ew'].includes(op)) throw invalidFilter(`${attrPath} is a date-time: use eq, ne, gt, ge, lt or le.`);
-    return time.toISOString();
-  }
   return comparable(definition, compValue);
+}
+
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|([+-])(\d{2}):(\d{2}))$/i;
+
+/** An instant to the millisecond at or below the date-time, and whether the date-time is exactly that instant. */
+interface Instant {
+  ms: number;
+  exact: boolean;
+}
+
+/**
+ * An RFC 3339 date-time (section 5.6: full-date "T" full-time, any offset, fractional seconds optional), as an
+ * instant; undefined for anything else (a date alone, another format, a day or time out of range). A leap second
+ * (23:59:60 UTC) is the instant just after 23:59:59.999.
+ */
+function rfc3339Instant(text: string): Instant | undefined {
+  const match = RFC3339.exec(text);
+  if (!match) return undefined;
+  const [, year, month, day, hour, minute, second, fraction = '', zone, sign, offsetHours, offsetMinutes] = match;
+  const [y, mo, d, h, mi, s] = [year, month, day, hour, minute, second].map(Number);
+  const date = new Date(0);
+  date.setUTCFullYear(y, mo - 1, d);
+  if (date.getUTCFullYear() !== y || date.getUTCMonth() !== mo - 1 || date.getUTCDate() !== d) return undefined;
+  if (h > 23 || mi > 59 || s > 60) return undefined;
+  let offset = 0;
+  if (zone.toUpperCase() !== 'Z') {
+    if (Number(offsetHours) > 23 || Number(offsetMinutes) > 59) return undefined;
+    offset = (sign === '-' ? -1 : 1) * (Number(offsetHours) * 60 + Number(offsetMinutes)) * 60_000;
+  }
+  date.setUTCHours(h, mi, Math.min(s, 59), Number(fraction.slice(0, 3).padEnd(3, '0')));
+  let ms = date.getTime() - offset;
+  let exact = /^0*$/.test(fraction.slice(3));
+  if (s === 60) {
+    const utc = new Date(ms);
+    if (utc.getUTCHours() !== 23 || utc.getUTCMinutes() !== 59) return undefined;
+    ms = ms - utc.getUTCMilliseconds() + 999;
+    exact = false;
+  }
+  return { ms, exact };
+}
+
+/** The times ISO text holds in order (toISOString's four-digit years): 0000-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z. */
+const EARLIEST = -62_167_219_200_000;
+const LATEST = 253_402_300_799_999;
+
+/** As in `compared`, ne is eq here: callers negate it. */
+const SQL_OPERATORS: Record<string, string> = { eq: '=', ne: '=', gt: '>', ge: '>=', lt: '<', le: '<=' };
+
+/**
+ * `column <op> date-time` for a column of ISO times (toISOString: UTC, milliseconds), compared as instants: a
+ * date-time between two milliseconds, or beyond the years the column can hold, is compared as what it is.
+ */
+function comparedInstant(column: Sql, node: Compare): Sql {
+  const { op, compValue, attrPath } = node;
+  if (['co', 'sw', 'ew'].includes(op)) throw invalidFilter(`${attrPath} is a date-time: use eq, ne, gt, ge, lt or le.`);
+  if (typeof compValue !== 'string') throw invalidFilter(`${attrPath} must be compared with an RFC 3339 date-time string.`);
+  const instant = rfc3339Instant(compValue);
+  if (!instant) throw invalidFilter(`${compValue} is not an RFC 3339 date-time (such as 2024-05-01T12:00:00Z).`);
+  const always = sql`1 = 1`;
+  const never = sql`1 = 0`;
+  const after = op === 'gt' || op === 'ge';
+  const before = op === 'lt' || op === 'le';
+  // Below every time held, or above.
+  if (instant.ms < EARLIEST) return after ? always : never;
+  if (instant.ms > LATEST || (instant.ms === LATEST && !instant.exact)) return before ? always : never;
+  const time = new Date(instant.ms).toISOString();
+  if (instant.exact) return sql`${column} ${sql.raw(SQL_OPERATORS[op])} ${time}`;
+  // Strictly between `time` and the next millisecond: no time held equals it.
+  if (after) return sql`${column} > ${time}`;
+  if (before) return sql`${column} <= ${time}`;
+  return never;
+}
+
+/** `column <op> value`, the value checked against the attribute and in stored form. */
+function comparedWith(scope: FilterScope, column: Sql, definition: AttributeDefinition, node: Compare): Sql {
+  if (definition.type === 'dateTime' && node.compValue !== null) return comparedInstant(column, node);
+  return compared(scope, column, node.op, operand(definition, node));
 }
 
 /** Columns of the resource table that stand for meta's times. */
@@ -201,8 +272,7 @@ function valueCondition(scope: FilterScope, node: Comparison, found: Target): Sq
     return sql`substr(attribute, 1, ${lengthOf(prefix)}) = ${prefix}`;
   }
   if (found.leaf.type === 'complex') throw invalidFilter(`${node.attrPath} is complex: compare one of its sub-attributes.`);
-  const value = operand(found.leaf, node);
-  return sql`attribute = ${found.attribute} and ${compared(scope, sql.ref('value'), node.op, value)}`;
+  return sql`attribute = ${found.attribute} and ${comparedWith(scope, sql.ref('value'), found.leaf, node)}`;
 }
 
 /** Whether the value is null, which SCIM reads as "not present". */
@@ -222,16 +292,12 @@ function comparison(scope: FilterScope, node: Comparison): Sql {
     const any = node.op === 'pr' && found.leaf === found.root;
     if (found.leaf.name !== 'value' && !any) throw invalidFilter(`Only ${found.root.name}.value can be filtered on.`);
     const column = sql.raw(`m.${member.other}`);
-    return withMembership(
-      scope,
-      member,
-      node.op === 'pr' ? sql`1 = 1` : compared(scope, column, node.op, operand(found.leaf, node)),
-    );
+    return withMembership(scope, member, node.op === 'pr' ? sql`1 = 1` : comparedWith(scope, column, found.leaf, node));
   }
   const column = META_COLUMNS[found.attribute];
   if (column) {
     if (node.op === 'pr') return everyone(scope);
-    return sql`${everyone(scope)} and ${compared(scope, sql.raw(column), node.op, operand(found.leaf, node))}`;
+    return sql`${everyone(scope)} and ${comparedWith(scope, sql.raw(column), found.leaf, node)}`;
   }
   return sql`select resource_id as id from scim_values where account_id = ${scope.accountId} and resource_type = ${scope.kind.type} and ${valueCondition(scope, node, found)}`;
 }
@@ -281,7 +347,7 @@ export function membershipCondition(scope: FilterScope, root: AttributeDefinitio
       if (found.leaf.name !== 'value') throw invalidFilter(`Only ${root.name}.value can be filtered on.`);
       if (node.op === 'pr') return sql`1 = 1`;
       if (node.compValue === null) return sql`1 = ${node.op === 'eq' ? 0 : 1}`;
-      const matched = compared(scope, sql.raw(column), node.op, operand(found.leaf, node));
+      const matched = comparedWith(scope, sql.raw(column), found.leaf, node);
       return node.op === 'ne' ? sql`not (${matched})` : matched;
     }
   }
