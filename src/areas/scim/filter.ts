@@ -12,6 +12,7 @@ import { definitionAt, pathSegments, type AttributeDefinition, type ResourceKind
 import { comparable, scimError } from './resources.ts';
 
 const invalidFilter = (detail: string) => scimError(400, 'invalidFilter', detail);
+const invalidSort = (detail: string) => scimError(400, 'invalidValue', detail);
 
 type Sql = RawBuilder<unknown>;
 type Compare = Extract<Filter, { compValue: unknown }>;
@@ -214,11 +215,12 @@ interface TargetOptions {
   within?: AttributeDefinition;
   /** Whether the path names the attribute as a whole (pr): `emails pr` is any email, not only one with a value. */
   whole?: boolean;
-  /** The error for a path that cannot be used. */
-  fail?: (detail: string) => Error;
+  /** Whether the path is a sortBy: one that cannot be used is then invalidValue (there is no filter), not invalidFilter. */
+  sorting?: boolean;
 }
 
-function target(scope: FilterScope, path: string, { within, whole = false, fail = invalidFilter }: TargetOptions = {}): Target {
+function target(scope: FilterScope, path: string, { within, whole = false, sorting = false }: TargetOptions = {}): Target {
+  const fail = sorting ? invalidSort : invalidFilter;
   const segments = within ? [within.name, path] : pathSegments(scope.kind, path);
   const root = definitionAt(scope.kind, segments.slice(0, 1));
   let leaf = definitionAt(scope.kind, segments);
@@ -235,7 +237,8 @@ function target(scope: FilterScope, path: string, { within, whole = false, fail 
   // Read-only attributes other than these are derived when answered (accountId, accountName, projectName):
   // they are not in the stored document, so not in scim_values either.
   const derived = root.mutability === 'readOnly' && root.name !== 'id' && root.name !== 'meta' && !membership(scope, root);
-  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart || derived) throw fail(`${path} cannot be filtered on.`);
+  if (leaf.returned === 'never' || leaf.type === 'binary' || storedApart || derived)
+    throw fail(`${path} cannot be ${sorting ? 'sorted by' : 'filtered on'}.`);
   return { root, leaf, attribute: names.join('.') };
 }
 
@@ -386,15 +389,13 @@ export function filterCondition(scope: FilterScope, filter: Filter): RawBuilder<
   return sql<SqlBool>`${sql.raw(`${scope.table}.id`)} in (${compiled(scope, filter)})`;
 }
 
-const invalidSort = (detail: string) => scimError(400, 'invalidValue', detail);
-
 /**
  * What a list is sorted by (RFC 7644 3.4.2.3): one stored value per resource. For a multi-valued attribute,
  * the value of its primary element if that has one, else of its first element that has one (scim_values keeps
  * each value's element, the position in the stored array, and the element's `primary` as a row of its own).
  */
 export function sortKey(scope: FilterScope, sortBy: string): RawBuilder<unknown> {
-  const found = target(scope, sortBy, { fail: invalidSort });
+  const found = target(scope, sortBy, { sorting: true });
   if (found.leaf.type === 'complex' || membership(scope, found.root)) throw invalidSort(`${sortBy} cannot be sorted by.`);
   const column = META_COLUMNS[found.attribute];
   if (column) return sql.raw(`${scope.table}.${column}`);
