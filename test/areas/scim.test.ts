@@ -950,6 +950,17 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       const error = expectScimError(answer, 400, 'invalidSyntax');
       assert.doesNotMatch(error.detail, /application\/json/);
     }
+    // A write asking to see an attribute that does not exist is refused before it writes.
+    const untouched = await user('projection.first@example.com', { title: 'Before' });
+    const refused = await scim(
+      'PATCH',
+      `/Users/${untouched.id}?attributes=emails.nope`,
+      patchOf({ op: 'replace', path: 'title', value: 'After' }),
+    );
+    expectScimError(refused, 400, 'invalidPath');
+    expectScimError(await scim('POST', '/Users?excludedAttributes=nope', { userName: 'projection.second@example.com' }), 400);
+    assert.equal((await scim('GET', `/Users/${untouched.id}`)).body.title, 'Before');
+    assert.equal((await find('userName eq "projection.second@example.com"')).body.totalResults, 0);
     const before = await server.api('GET', '/events', { token: caller.token });
     await scim('POST', '/Groups/.search', { schemas: [SEARCH] });
     const after = await server.api('GET', '/events', { token: caller.token });

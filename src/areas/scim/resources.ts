@@ -250,6 +250,15 @@ function pick(value: unknown, subs: Set<string>, keep: boolean): unknown {
 }
 
 /** Which attributes are answered (RFC 7644 3.9): `attributes` keeps only those named, `excludedAttributes` drops them; schemas and id always stay. */
+/** Checks the attributes a write asks to see before it writes: a bad list must not fail after the write committed. */
+export function checkProjection(
+  kind: ResourceKind,
+  { attributes, excludedAttributes }: { attributes?: string; excludedAttributes?: string },
+) {
+  const list = attributes || excludedAttributes;
+  if (list) pathTree(kind, list);
+}
+
 export function projected(kind: ResourceKind, resource: Document, attributes?: string, excluded?: string): Document {
   const list = attributes || excluded;
   if (!list) return resource;

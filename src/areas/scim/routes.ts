@@ -5,8 +5,8 @@ import { noContent, problems } from '../../core/openapi.ts';
 import { answerError, sendProblem, type ErrorSender } from '../../core/errors-plugin.ts';
 import { notFound } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
-import { ERROR_SCHEMA, LIST_RESPONSE_SCHEMA } from './definitions.ts';
-import { etagListNames, etagOf, scimError } from './resources.ts';
+import { ERROR_SCHEMA, GROUP, LIST_RESPONSE_SCHEMA, USER } from './definitions.ts';
+import { checkProjection, etagListNames, etagOf, scimError } from './resources.ts';
 import { discoveryRoutes } from './discovery.ts';
 import {
   createGroup,
@@ -134,6 +134,10 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   for (const { name, path, resource, body, tags } of resources) {
     const run = operations[name];
     const ifMatch = (request: FastifyRequest) => request.headers['if-match'];
+    const checked = <Q extends { attributes?: string; excludedAttributes?: string }>(query: Q) => {
+      checkProjection(name === 'User' ? USER : GROUP, query);
+      return query;
+    };
 
     app.get(
       path,
@@ -177,7 +181,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
         },
       },
       async (request, reply) => {
-        const answer = await run.create(scopeOf(request), request.body, request.query);
+        const answer = await run.create(scopeOf(request), request.body, checked(request.query));
         request.auditIds.id = answer.resource.id as string;
         return sendResource(reply, answer, 201);
       },
@@ -222,7 +226,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       async (request, reply) =>
         sendResource(
           reply,
-          await run.replace(scopeOf(request), request.params.id, request.body, ifMatch(request), request.query),
+          await run.replace(scopeOf(request), request.params.id, request.body, ifMatch(request), checked(request.query)),
         ),
     );
 
@@ -242,7 +246,10 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
         },
       },
       async (request, reply) =>
-        sendResource(reply, await run.patch(scopeOf(request), request.params.id, request.body, ifMatch(request), request.query)),
+        sendResource(
+          reply,
+          await run.patch(scopeOf(request), request.params.id, request.body, ifMatch(request), checked(request.query)),
+        ),
     );
 
     app.delete(
