@@ -1566,4 +1566,50 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       [],
     );
   });
+
+  test('D12 an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
+    const [ann] = [await user('ann.ext@example.com')];
+    const created = await group('Real', {
+      [GROUP_EXTENSION]: { displayName: 'Overridden', members: [{ value: ann.id }], environment: 'production' },
+    });
+    assert.equal(created.displayName, 'Real');
+    assert.equal(created.environment, 'production');
+    assert.equal(created[GROUP_EXTENSION].displayName, undefined);
+    assert.deepEqual(created.members, [], 'members inside the extension object are not members');
+    const first = await scim('POST', '/Groups', { [GROUP_EXTENSION]: { displayName: 'Overridden' }, displayName: 'Real' });
+    assert.equal(first.body.displayName, 'Real', 'whatever the order of the keys');
+    expectScimError(await scim('POST', '/Groups', { [GROUP_EXTENSION]: { displayName: 'Only here' } }), 400, 'invalidValue');
+    const prefixed = await scim('POST', '/Groups', { displayName: 'Real', [`${GROUP_EXTENSION}:displayName`]: 'Overridden' });
+    assert.equal(prefixed.body.displayName, 'Real', "an extension's URN prefix names that extension's attributes only");
+    const path = `/Groups/${created.id}`;
+    const put = await scim('PUT', path, { displayName: 'Put', [GROUP_EXTENSION]: { displayName: 'Overridden', role: 'viewer' } });
+    assert.equal(put.status, 200, put.text);
+    assert.equal(put.body.displayName, 'Put');
+    assert.equal(put.body.role, 'viewer');
+    expectScimError(
+      await scim('PATCH', path, patchOf({ op: 'replace', path: `${GROUP_EXTENSION}:displayName`, value: 'Overridden' })),
+      400,
+      'invalidPath',
+    );
+    let answer = await scim(
+      'PATCH',
+      path,
+      patchOf(
+        { op: 'replace', path: `${GROUP_EXTENSION}:environment`, value: 'staging' },
+        { op: 'replace', value: { [GROUP_EXTENSION]: { displayName: 'Overridden', role: 'developer' } } },
+        { op: 'replace', value: { [`${GROUP_EXTENSION}:displayName`]: 'Overridden' } },
+      ),
+    );
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.body.displayName, 'Put');
+    assert.equal(answer.body.environment, 'staging');
+    assert.equal(answer.body.role, 'developer');
+    answer = await scim(
+      'PATCH',
+      path,
+      patchOf({ op: 'replace', path: 'urn:ietf:params:scim:schemas:core:2.0:Group:displayName', value: 'Core' }),
+    );
+    assert.equal(answer.body.displayName, 'Core', 'the core URN prefix names core attributes');
+    assert.deepEqual(ids(await find('displayName eq "Overridden"', 'Groups')), []);
+  });
 });

@@ -260,6 +260,32 @@ export function definitionAt(kind: ResourceKind, path: string[]): AttributeDefin
 }
 
 /**
+ * The attributes a schema URN prefix may name ("urn:...:dpc:2.0:Group:role"): an extension's own, or the core
+ * schema's (with id, externalId and meta) for the core URN. An extension never names a core attribute.
+ */
+export function attributesOfSchema(kind: ResourceKind, urn: string): AttributeDefinition[] {
+  const lower = urn.toLowerCase();
+  const ofExtension = (u: string) => SCHEMAS.find((s) => s.id === u)?.attributes ?? [];
+  const extension = kind.extensions.find((u) => u.toLowerCase() === lower);
+  if (extension) return ofExtension(extension);
+  if (kind.schema.toLowerCase() !== lower) return [];
+  const extensionAttributes = new Set(kind.extensions.flatMap(ofExtension));
+  return kind.attributes.filter((a) => !extensionAttributes.has(a));
+}
+
+/**
+ * The top-level attribute a name gives ("displayName", or with the URN of a schema of the kind,
+ * "urn:ietf:params:scim:schemas:core:2.0:Group:displayName"), case-insensitively; undefined for a name that
+ * is no attribute of the kind, or an attribute the URN's schema does not hold.
+ */
+export function attributeNamed(kind: ResourceKind, name: string): AttributeDefinition | undefined {
+  const lower = name.toLowerCase();
+  const urn = [kind.schema, ...kind.extensions].find((u) => lower.startsWith(`${u.toLowerCase()}:`));
+  const rest = urn ? name.slice(urn.length + 1).toLowerCase() : lower;
+  return (urn ? attributesOfSchema(kind, urn) : kind.attributes).find((a) => a.name.toLowerCase() === rest);
+}
+
+/**
  * An attribute path as clients write it, less any schema URN prefix of the kind
  * ("urn:ietf:params:scim:schemas:core:2.0:User:name.familyName" is "name.familyName").
  */

@@ -4,7 +4,7 @@
  * copy; the caller checks the result as a whole and writes it, or nothing when any operation fails.
  */
 import type { Filter } from 'scim2-parse-filter';
-import { PATCH_OP_SCHEMA, definitionAt, type AttributeDefinition, type ResourceKind } from './definitions.ts';
+import { PATCH_OP_SCHEMA, attributesOfSchema, definitionAt, type AttributeDefinition, type ResourceKind } from './definitions.ts';
 import { parseFilter } from './filter.ts';
 import { comparable, scimError, type Document } from './resources.ts';
 
@@ -45,7 +45,10 @@ export function parsePath(kind: ResourceKind, text: string): PatchPath | null {
   if (!match) throw invalidPath(`"${text}" is not a valid attribute path.`);
   const [, rootName, filterText, subName] = match;
   const root = definitionAt(kind, [rootName]);
-  if (!root) throw invalidPath(`"${rootName}" is not an attribute of a ${kind.type}.`);
+  // A schema URN prefix names an attribute of that schema only: the extension's URN never reaches a core attribute.
+  if (!root || (urn && !attributesOfSchema(kind, urn).includes(root))) {
+    throw invalidPath(`"${rootName}" is not an attribute of ${urn ?? `a ${kind.type}`}.`);
+  }
   if (root.mutability === 'readOnly') throw scimError(400, 'mutability', `${root.name} is read-only.`);
   if (filterText !== undefined && !(root.multiValued && root.type === 'complex')) {
     throw invalidPath(`${root.name} is not multi-valued: it takes no value filter.`);
@@ -213,19 +216,20 @@ export function applyAtPath(document: Document, operation: PatchOperation, path:
  * The operations of a path-less add or replace: one per attribute of the value object (its keys may be
  * attribute paths, and an extension's attributes may sit in their extension object).
  */
-export function expandedWithoutPath(kind: ResourceKind, operation: PatchOperation): PatchOperation[] {
+export function expandedWithoutPath(kind: ResourceKind, operation: PatchOperation, extension?: string): PatchOperation[] {
   if (!isObject(operation.value)) throw scimError(400, 'invalidValue', `A ${operation.op} without a path needs an object value.`);
   const result: PatchOperation[] = [];
   for (const [key, value] of Object.entries(operation.value)) {
-    if (key === 'schemas') continue;
-    const extension = kind.extensions.find((urn) => urn.toLowerCase() === key.toLowerCase());
-    if (extension && isObject(value)) {
-      result.push(...expandedWithoutPath(kind, { op: operation.op, value }));
+    if (key === 'schemas' && !extension) continue;
+    const inner = extension ? undefined : kind.extensions.find((urn) => urn.toLowerCase() === key.toLowerCase());
+    if (inner && isObject(value)) {
+      result.push(...expandedWithoutPath(kind, { op: operation.op, value }, inner));
       continue;
     }
     let path: PatchPath | null;
     try {
-      path = parsePath(kind, key);
+      // Within an extension object a key names that extension's attributes only, as its URN prefix would.
+      path = parsePath(kind, extension ? `${extension}:${key}` : key);
     } catch {
       // Keys that are no attribute of ours are ignored, as unknown attributes are on POST and PUT.
       continue;

@@ -6,6 +6,8 @@
 import { ProblemError } from '../../core/problems.ts';
 import {
   GROUP_EXTENSION_SCHEMA,
+  attributeNamed,
+  attributesOfSchema,
   definitionAt,
   groupExtensionAttributes,
   pathSegments,
@@ -92,25 +94,33 @@ export interface Incoming {
 /**
  * A resource as a client sent it (POST, PUT, or the result of a PATCH), reduced to the attributes this
  * server keeps: names in canonical case, values checked, read-only and unknown attributes ignored (RFC 7643
- * 2.2 and 7), extension attributes taken from their extension object or from the top level.
+ * 2.2 and 7), extension attributes taken from their extension object or from the top level. An extension
+ * object holds only that extension's attributes: any other name in it is ignored, so it never sets a core
+ * attribute; where it and the top level both give an extension attribute, the extension object's wins.
  */
 export function incoming(kind: ResourceKind, body: unknown): Incoming {
   if (!isObject(body)) throw scimError(400, 'invalidSyntax', 'The resource must be a JSON object.');
-  const flat: Record<string, unknown> = {};
+  const given = new Map<AttributeDefinition, unknown>();
+  const fromExtension = new Set<AttributeDefinition>();
   for (const [key, value] of Object.entries(body)) {
     const extension = kind.extensions.find((urn) => urn.toLowerCase() === key.toLowerCase());
     if (extension) {
       if (!isObject(value)) throw invalidValue(`${extension} must be an object.`);
-      Object.assign(flat, value);
-    } else if (!(key in flat)) {
-      flat[key] = value;
+      const own = attributesOfSchema(kind, extension);
+      for (const [name, item] of Object.entries(value)) {
+        const definition = find(own, name);
+        if (!definition) continue;
+        given.set(definition, item);
+        fromExtension.add(definition);
+      }
+    } else {
+      const definition = attributeNamed(kind, key);
+      if (definition && !fromExtension.has(definition)) given.set(definition, value);
     }
   }
   const result: Incoming = { document: {} };
-  for (const [key, value] of Object.entries(flat)) {
-    const segments = pathSegments(kind, key);
-    const definition = segments.length === 1 ? definitionAt(kind, segments) : undefined;
-    if (!definition || definition.mutability === 'readOnly' || definition.name === 'meta') continue;
+  for (const [definition, value] of given) {
+    if (definition.mutability === 'readOnly' || definition.name === 'meta') continue;
     if (definition.name === 'password') {
       if (value === null || value === undefined) continue;
       if (typeof value !== 'string' || value.length === 0 || value.length > 256) {
