@@ -1612,4 +1612,27 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal(answer.body.displayName, 'Core', 'the core URN prefix names core attributes');
     assert.deepEqual(ids(await find('displayName eq "Overridden"', 'Groups')), []);
   });
+
+  test('D18 a group role is taken in any case and kept in its canonical lower case, as /Schemas says it is not case-exact', async () => {
+    const projectId = await server.newProject(caller, 'Roles');
+    const member = await user('role.case@example.com');
+    const declared = (await scim('GET', `/Schemas/${GROUP_EXTENSION}`)).body.attributes.find(
+      (a: { name: string }) => a.name === 'role',
+    );
+    assert.equal(declared.caseExact, false);
+    const created = await group('Role case', { projectId, role: 'ADMIN', members: [{ value: member.id }] });
+    assert.equal(created.role, 'admin');
+    assert.equal(created[GROUP_EXTENSION].role, 'admin');
+    assert.deepEqual(ids(await find('role eq "Admin"', 'Groups')), ['Role case']);
+    const patched = await scim('PATCH', `/Groups/${created.id}`, patchOf({ op: 'replace', path: 'role', value: 'Developer' }));
+    assert.equal(patched.status, 200, patched.text);
+    assert.equal(patched.body.role, 'developer');
+    const row = await server.db.selectFrom('scimGroups').select('role').where('id', '=', created.id).executeTakeFirstOrThrow();
+    assert.equal(row.role, 'developer');
+    const grants = await server.api('GET', `/directory-integration/users/${member.id}/project-grants`, { token: caller.token });
+    assert.deepEqual(grants.body, [{ projectId, projectName: 'Roles', role: 'developer', groupId: created.id }]);
+    const put = await scim('PUT', `/Groups/${created.id}`, { displayName: 'Role case', [GROUP_EXTENSION]: { role: 'Viewer' } });
+    assert.equal(put.body.role, 'viewer');
+    expectScimError(await scim('POST', '/Groups', { displayName: 'x', role: 'Owner' }), 400, 'invalidValue');
+  });
 });

@@ -39,6 +39,12 @@ function find(definitions: AttributeDefinition[], name: string): AttributeDefini
   return definitions.find((d) => d.name.toLowerCase() === lower);
 }
 
+/**
+ * Attributes whose canonical values are the only ones taken (a group's role): matched in any case and kept
+ * as the canonical value, so `"ADMIN"` is stored `"admin"`. Other canonical values (emails' type) are hints.
+ */
+const closedValues = new Set(groupExtensionAttributes.filter((a) => a.name === 'role'));
+
 /** One value of `definition`, checked and in canonical form; undefined for null (unassigned). */
 function checkedValue(definition: AttributeDefinition, value: unknown, at: string): unknown {
   if (value === null || value === undefined) return undefined;
@@ -68,6 +74,11 @@ function checkedValue(definition: AttributeDefinition, value: unknown, at: strin
       if (typeof value !== 'string') throw invalidValue(`${at} must be a string.`);
       const limit = definition.type === 'binary' ? MAX_BINARY : MAX_TEXT;
       if (value.length > limit) throw invalidValue(`${at} must be at most ${limit} characters.`);
+      if (closedValues.has(definition)) {
+        const canonical = definition.canonicalValues?.find((c) => c.toLowerCase() === value.toLowerCase());
+        if (canonical === undefined) throw invalidValue(`${at} must be one of ${definition.canonicalValues?.join(', ')}.`);
+        return canonical;
+      }
       return value;
     }
   }
