@@ -1567,6 +1567,55 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     );
   });
 
+  test('D3 PATCH add or replace of a complex value sets the sub-attributes sent and leaves the others (RFC 7644 3.5.2.3)', async () => {
+    const created = await user('sem.antic@example.com', {
+      name: { givenName: 'Sem', familyName: 'Antic' },
+      emails: [
+        { value: 'sem@work.example', type: 'work', primary: true, display: 'Work' },
+        { value: 'sem@home.example', type: 'home' },
+      ],
+    });
+    const path = `/Users/${created.id}`;
+    const patch = async (...operations: unknown[]) => {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body;
+    };
+    let body = await patch({ op: 'replace', path: 'name', value: { givenName: 'Semi' } });
+    assert.deepEqual(body.name, { givenName: 'Semi', familyName: 'Antic' });
+    body = await patch({ op: 'replace', value: { name: { familyName: 'Other' } } });
+    assert.deepEqual(body.name, { givenName: 'Semi', familyName: 'Other' }, 'the path-less form too');
+    body = await patch({ op: 'Replace', value: { NAME: { FamilyName: 'Antic', formatted: 'Semi Antic' } } });
+    assert.deepEqual(body.name, { givenName: 'Semi', familyName: 'Antic', formatted: 'Semi Antic' }, 'names in any case');
+    body = await patch({ op: 'replace', path: 'name', value: { formatted: null, middleName: 'Q' } });
+    assert.deepEqual(
+      body.name,
+      { givenName: 'Semi', familyName: 'Antic', middleName: 'Q' },
+      'a sub-attribute sent null is removed',
+    );
+    body = await patch({ op: 'replace', path: 'name.middleName', value: null });
+    assert.deepEqual(body.name, { givenName: 'Semi', familyName: 'Antic' });
+    // A value filter: the matching values' sub-attributes sent are replaced, their others and the other values kept.
+    body = await patch({ op: 'replace', path: 'emails[type eq "work"]', value: { value: 'semi@work.example' } });
+    assert.deepEqual(body.emails, [
+      { value: 'semi@work.example', type: 'work', primary: true, display: 'Work' },
+      { value: 'sem@home.example', type: 'home' },
+    ]);
+    body = await patch({ op: 'replace', path: 'emails[type eq "home"]', value: { Display: 'Home', primary: 'False' } });
+    assert.deepEqual(body.emails[1], { value: 'sem@home.example', type: 'home', display: 'Home', primary: false });
+    expectScimError(
+      await scim('PATCH', path, patchOf({ op: 'replace', path: 'emails[type eq "work"]', value: 'x' })),
+      400,
+      'invalidValue',
+    );
+    // Without a filter, replace of a multi-valued attribute replaces the whole list.
+    body = await patch({ op: 'replace', path: 'emails', value: [{ value: 'only@example.com' }] });
+    assert.deepEqual(body.emails, [{ value: 'only@example.com' }]);
+    const read = await scim('GET', path);
+    assert.deepEqual(read.body.name, { givenName: 'Semi', familyName: 'Antic' });
+    assert.deepEqual(read.body.emails, [{ value: 'only@example.com' }]);
+  });
+
   test('D12 an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
     const [ann] = [await user('ann.ext@example.com')];
     const created = await group('Real', {

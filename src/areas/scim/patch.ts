@@ -6,7 +6,7 @@
 import type { Filter } from 'scim2-parse-filter';
 import { PATCH_OP_SCHEMA, attributesOfSchema, definitionAt, type AttributeDefinition, type ResourceKind } from './definitions.ts';
 import { parseFilter } from './filter.ts';
-import { comparable, scimError, type Document } from './resources.ts';
+import { checkedValue, comparable, invalidValue, scimError, type Document } from './resources.ts';
 
 export type PatchOpName = 'add' | 'remove' | 'replace';
 
@@ -151,10 +151,51 @@ function pinned(filter: Filter): Record<string, unknown> | undefined {
 const asList = (value: unknown): unknown[] => (Array.isArray(value) ? value : [value]);
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
+/** What an add or replace writes into a complex value: sub-attributes set (checked, canonical names) and removed (sent as null). */
+interface SubPatch {
+  set: Document;
+  unset: string[];
+}
+
+/** The sub-attributes of a complex value sent for `definition` (RFC 7644 3.5.2.3: those not named are left unchanged). */
+function subPatch(definition: AttributeDefinition, value: unknown, at: string): SubPatch {
+  if (!isObject(value)) throw invalidValue(`The value for ${at} must be an object.`);
+  const set = (checkedValue(definition, value, at) as Document | undefined) ?? {};
+  const unset = Object.entries(value)
+    .filter(([, item]) => item === null)
+    .flatMap(([key]) => definition.subAttributes?.filter((s) => s.name.toLowerCase() === key.toLowerCase()) ?? [])
+    .map((s) => s.name);
+  return { set, unset };
+}
+
+/** One sub-attribute's new value as a patch: set, or removed when the value is null. */
+function onePatch(sub: AttributeDefinition, value: unknown, at: string): SubPatch {
+  const checked = checkedValue(sub, value, at);
+  return checked === undefined ? { set: {}, unset: [sub.name] } : { set: { [sub.name]: checked }, unset: [] };
+}
+
+/** `base` with a patch applied: sub-attributes set in place (their order kept), new ones last, those unset gone. */
+function merged(base: unknown, { set, unset }: SubPatch): Document {
+  const removed = new Set(unset.map((name) => name.toLowerCase()));
+  const pending = new Map(Object.keys(set).map((name) => [name.toLowerCase(), name]));
+  const result: Document = {};
+  for (const [key, value] of Object.entries(isObject(base) ? base : {})) {
+    const lower = key.toLowerCase();
+    const name = pending.get(lower);
+    if (name !== undefined) {
+      result[name] = set[name];
+      pending.delete(lower);
+    } else if (!removed.has(lower)) result[key] = value;
+  }
+  for (const name of pending.values()) result[name] = set[name];
+  return result;
+}
+
 function applyToList(operation: PatchOperation, path: PatchPath, current: unknown[]): unknown[] | undefined {
   const { op, value } = operation;
   const { root, filter, sub } = path;
   if (!filter && !sub) {
+    // A replace of the whole attribute: the list becomes what was sent (checked as a whole by the caller).
     if (op === 'replace') return asList(value);
     if (op === 'add') return [...current, ...asList(value).filter((item) => !current.some((c) => same(c, item)))];
     if (value === undefined) return undefined;
@@ -165,17 +206,16 @@ function applyToList(operation: PatchOperation, path: PatchPath, current: unknow
     if (!sub) return current.filter((_, i) => !matches[i]);
     return current.map((item, i) => (matches[i] && isObject(item) ? withoutKey(item, sub.name) : item));
   }
-  const write = (item: unknown) =>
-    sub
-      ? { ...(isObject(item) ? item : {}), [sub.name]: value }
-      : { ...(isObject(item) ? item : {}), ...(isObject(value) ? value : {}) };
+  // Only the sub-attributes named change; the others of each matching value are left as they were.
+  const patch = sub ? onePatch(sub, value, `${root.name}.${sub.name}`) : subPatch(root, value, path.text);
   if (!matches.some(Boolean)) {
     const seed = filter ? pinned(filter) : {};
     if (!seed) throw noTarget(`No value of ${root.name} matches "${path.text}".`);
-    if (!sub && !isObject(value)) throw scimError(400, 'invalidValue', `The value for "${path.text}" must be an object.`);
-    return [...current, write(seed)];
+    const created = merged(checkedValue(root, seed, path.text), patch);
+    return [...current, created];
   }
-  return current.map((item, i) => (matches[i] ? write(item) : item));
+  const next = current.map((item, i) => (matches[i] ? merged(item, patch) : item));
+  return next;
 }
 
 function withoutKey(object: Record<string, unknown>, key: string): Record<string, unknown> {
@@ -195,16 +235,14 @@ export function applyAtPath(document: Document, operation: PatchOperation, path:
   }
   const existing = document[root.name];
   if (root.type === 'complex') {
-    const base = isObject(existing) ? existing : {};
     if (op === 'remove') {
-      if (sub) document[root.name] = withoutKey(base, sub.name);
-      else delete document[root.name];
-    } else if (sub) {
-      document[root.name] = { ...base, [sub.name]: value };
-    } else {
-      if (!isObject(value)) throw scimError(400, 'invalidValue', `The value for ${root.name} must be an object.`);
-      document[root.name] = op === 'add' ? { ...base, ...value } : { ...value };
+      if (sub && isObject(existing)) document[root.name] = withoutKey(existing, sub.name);
+      else if (!sub) delete document[root.name];
+      return;
     }
+    // add and replace alike set the sub-attributes sent and leave the others (RFC 7644 3.5.2.1, 3.5.2.3).
+    const patch = sub ? onePatch(sub, value, `${root.name}.${sub.name}`) : subPatch(root, value, root.name);
+    document[root.name] = merged(existing, patch);
     return;
   }
   if (sub) throw invalidPath(`${root.name} has no sub-attributes.`);

@@ -45,8 +45,8 @@ function find(definitions: AttributeDefinition[], name: string): AttributeDefini
  */
 const closedValues = new Set(groupExtensionAttributes.filter((a) => a.name === 'role'));
 
-/** One value of `definition`, checked and in canonical form; undefined for null (unassigned). */
-function checkedValue(definition: AttributeDefinition, value: unknown, at: string): unknown {
+/** One value of `definition` (one element of a multi-valued one), checked and in canonical form; undefined for null (unassigned). */
+export function checkedValue(definition: AttributeDefinition, value: unknown, at: string): unknown {
   if (value === null || value === undefined) return undefined;
   switch (definition.type) {
     case 'boolean':
