@@ -1616,6 +1616,36 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(read.body.emails, [{ value: 'only@example.com' }]);
   });
 
+  test('D6 PATCH add and remove recognise a value already there whatever its key order, case and boolean form', async () => {
+    const created = await user('dup.values@example.com', {
+      emails: [{ value: 'pat@work.com', type: 'work', primary: true }],
+      photos: [{ value: 'https://photos.example.com/A.png' }],
+    });
+    const path = `/Users/${created.id}`;
+    const patch = async (...operations: unknown[]) => {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body;
+    };
+    const only = [{ value: 'pat@work.com', type: 'work', primary: true }];
+    let body = await patch({ op: 'add', path: 'emails', value: [{ type: 'work', value: 'pat@work.com', primary: true }] });
+    assert.deepEqual(body.emails, only, 'keys in another order');
+    body = await patch({ op: 'add', path: 'emails', value: [{ value: 'pat@work.com', type: 'work', primary: 'True' }] });
+    assert.deepEqual(body.emails, only, "Entra's string boolean");
+    body = await patch({ op: 'add', value: { emails: [{ Primary: true, TYPE: 'Work', Value: 'PAT@work.com' }] } });
+    assert.deepEqual(body.emails, only, 'names in any case; values as their caseExact says (emails are not case-exact)');
+    body = await patch({ op: 'add', path: 'photos', value: [{ value: 'https://photos.example.com/a.png' }] });
+    assert.equal(body.photos.length, 2, 'a photo URL is case-exact: another value');
+    body = await patch({ op: 'add', path: 'emails', value: [{ value: 'pat@home.com', type: 'home', primary: false }] });
+    body = await patch({ op: 'add', path: 'emails', value: [{ type: 'home', value: 'pat@home.com' }] });
+    assert.equal(body.emails.length, 2, 'an unassigned primary is false');
+    body = await patch({ op: 'remove', path: 'emails', value: [{ primary: false, type: 'home', value: 'pat@home.com' }] });
+    assert.deepEqual(body.emails, only, 'remove with a value list in another key order');
+    body = await patch({ op: 'remove', path: 'emails', value: [{ primary: 'true', TYPE: 'work', Value: 'Pat@Work.com' }] });
+    assert.equal(body.emails, undefined);
+    assert.equal((await scim('GET', path)).body.emails, undefined);
+  });
+
   test('D12 an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
     const [ann] = [await user('ann.ext@example.com')];
     const created = await group('Real', {

@@ -149,7 +149,31 @@ function pinned(filter: Filter): Record<string, unknown> | undefined {
 }
 
 const asList = (value: unknown): unknown[] => (Array.isArray(value) ? value : [value]);
-const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Two values of one (sub-)attribute compared as stored: strings as its caseExact says; an unassigned boolean is false. */
+function sameLeaf(definition: AttributeDefinition, a: unknown, b: unknown): boolean {
+  if (definition.type === 'boolean') return (a ?? false) === (b ?? false);
+  if (a === undefined || a === null || b === undefined || b === null) return (a ?? null) === (b ?? null);
+  if (typeof a === 'string' && typeof b === 'string') return comparable(definition, a) === comparable(definition, b);
+  return a === b;
+}
+
+/**
+ * Whether two values of a multi-valued attribute are the same value ("if the value already exists", RFC 7644
+ * 3.5.2.1): every sub-attribute equal, whatever the order or case of the names; both are in stored form.
+ */
+function sameElement(root: AttributeDefinition, a: unknown, b: unknown): boolean {
+  if (root.type !== 'complex') return sameLeaf(root, a, b);
+  if (!isObject(a) || !isObject(b)) return false;
+  return (root.subAttributes ?? []).every((sub) => sameLeaf(sub, field(a, sub), field(b, sub)));
+}
+
+/** The values of a multi-valued attribute an operation sends, checked and in stored form (names canonical, "True" a boolean). */
+function storedElements(root: AttributeDefinition, value: unknown): unknown[] {
+  return asList(value)
+    .map((item, i) => checkedValue(root, item, `${root.name}[${i}]`))
+    .filter((item) => item !== undefined);
+}
 
 /** What an add or replace writes into a complex value: sub-attributes set (checked, canonical names) and removed (sent as null). */
 interface SubPatch {
@@ -197,9 +221,12 @@ function applyToList(operation: PatchOperation, path: PatchPath, current: unknow
   if (!filter && !sub) {
     // A replace of the whole attribute: the list becomes what was sent (checked as a whole by the caller).
     if (op === 'replace') return asList(value);
-    if (op === 'add') return [...current, ...asList(value).filter((item) => !current.some((c) => same(c, item)))];
-    if (value === undefined) return undefined;
-    return current.filter((item) => !asList(value).some((v) => same(v, item)));
+    if (op === 'remove' && value === undefined) return undefined;
+    const values = storedElements(root, value);
+    if (op === 'remove') return current.filter((item) => !values.some((v) => sameElement(root, item, v)));
+    const next = [...current];
+    for (const item of values) if (!next.some((existing) => sameElement(root, existing, item))) next.push(item);
+    return next;
   }
   const matches = filter ? current.map((item) => elementMatches(root, item, filter)) : current.map(() => true);
   if (op === 'remove') {
