@@ -1646,6 +1646,64 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal((await scim('GET', path)).body.emails, undefined);
   });
 
+  test('D7 primary is true on one value at most: 400 on POST and PUT; a PATCH that makes a value primary demotes the others', async () => {
+    const twice = [
+      { value: 'a@primary.example', primary: true },
+      { value: 'b@primary.example', primary: 'True' },
+    ];
+    const refused = expectScimError(
+      await scim('POST', '/Users', { userName: 'two.primaries@example.com', emails: twice }),
+      400,
+      'invalidValue',
+    );
+    assert.match(refused.detail, /emails/);
+    assert.equal((await find('userName eq "two.primaries@example.com"')).body.totalResults, 0);
+    const created = await user('one.primary@example.com', {
+      emails: [{ value: 'a@primary.example', primary: true }, { value: 'b@primary.example' }],
+    });
+    const path = `/Users/${created.id}`;
+    expectScimError(await scim('PUT', path, { userName: 'one.primary@example.com', emails: twice }), 400, 'invalidValue');
+    const primaries = (body: { emails: { value: string; primary?: boolean }[] }) =>
+      body.emails.filter((e) => e.primary === true).map((e) => e.value);
+    const patch = async (...operations: unknown[]) => {
+      const answer = await scim('PATCH', path, patchOf(...operations));
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body;
+    };
+    let body = await patch({ op: 'add', path: 'emails', value: [{ value: 'c@primary.example', primary: true }] });
+    assert.deepEqual(primaries(body), ['c@primary.example']);
+    assert.equal(body.emails[0].primary, false, 'the former primary is set false');
+    body = await patch({ op: 'replace', path: 'emails[value eq "b@primary.example"].primary', value: true });
+    assert.deepEqual(primaries(body), ['b@primary.example']);
+    body = await patch({ op: 'replace', path: 'emails[value eq "a@primary.example"]', value: { primary: 'True' } });
+    assert.deepEqual(primaries(body), ['a@primary.example']);
+    body = await patch({ op: 'replace', path: 'phoneNumbers[type eq "work"].value', value: '+1 555 0100' });
+    body = await patch({ op: 'add', path: 'emails', value: [{ value: 'a@primary.example', primary: true }] });
+    assert.deepEqual(primaries(body), ['a@primary.example'], 'adding the primary value again changes nothing');
+    const version = body.meta.version;
+    // Two values made primary at once: refused, nothing changed.
+    for (const operation of [
+      {
+        op: 'add',
+        path: 'emails',
+        value: [
+          { value: 'd@primary.example', primary: true },
+          { value: 'e@primary.example', primary: true },
+        ],
+      },
+      { op: 'replace', path: 'emails', value: twice },
+      { op: 'replace', path: 'emails[value ew "primary.example"].primary', value: true },
+      { op: 'replace', path: 'emails.primary', value: true },
+    ]) {
+      const answer = await scim('PATCH', path, patchOf({ op: 'replace', path: 'title', value: 'changed' }, operation));
+      assert.match(expectScimError(answer, 400, 'invalidValue').detail, /emails/, JSON.stringify(operation));
+    }
+    const read = await scim('GET', path);
+    assert.equal(read.body.meta.version, version);
+    assert.equal(read.body.title, undefined);
+    assert.deepEqual(primaries(read.body), ['a@primary.example']);
+  });
+
   test('D12 an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
     const [ann] = [await user('ann.ext@example.com')];
     const created = await group('Real', {

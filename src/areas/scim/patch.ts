@@ -215,6 +215,19 @@ function merged(base: unknown, { set, unset }: SubPatch): Document {
   return result;
 }
 
+const isPrimary = (item: unknown) => isObject(item) && item.primary === true;
+
+/**
+ * RFC 7644 3.5.2: when an add or replace makes a value primary, the server sets primary false on the others.
+ * `touched` are the indexes of the values the operation wrote; two of them primary are left for the check
+ * of the whole attribute to refuse.
+ */
+function demoted(root: AttributeDefinition, list: unknown[], touched: Set<number>): unknown[] {
+  if (!root.subAttributes?.some((s) => s.name === 'primary')) return list;
+  if (![...touched].some((i) => isPrimary(list[i]))) return list;
+  return list.map((item, i) => (!touched.has(i) && isPrimary(item) ? { ...(item as Document), primary: false } : item));
+}
+
 function applyToList(operation: PatchOperation, path: PatchPath, current: unknown[]): unknown[] | undefined {
   const { op, value } = operation;
   const { root, filter, sub } = path;
@@ -225,8 +238,13 @@ function applyToList(operation: PatchOperation, path: PatchPath, current: unknow
     const values = storedElements(root, value);
     if (op === 'remove') return current.filter((item) => !values.some((v) => sameElement(root, item, v)));
     const next = [...current];
-    for (const item of values) if (!next.some((existing) => sameElement(root, existing, item))) next.push(item);
-    return next;
+    const touched = new Set<number>();
+    for (const item of values) {
+      let index = next.findIndex((existing) => sameElement(root, existing, item));
+      if (index < 0) index = next.push(item) - 1;
+      touched.add(index);
+    }
+    return demoted(root, next, touched);
   }
   const matches = filter ? current.map((item) => elementMatches(root, item, filter)) : current.map(() => true);
   if (op === 'remove') {
@@ -239,10 +257,10 @@ function applyToList(operation: PatchOperation, path: PatchPath, current: unknow
     const seed = filter ? pinned(filter) : {};
     if (!seed) throw noTarget(`No value of ${root.name} matches "${path.text}".`);
     const created = merged(checkedValue(root, seed, path.text), patch);
-    return [...current, created];
+    return demoted(root, [...current, created], new Set([current.length]));
   }
   const next = current.map((item, i) => (matches[i] ? merged(item, patch) : item));
-  return next;
+  return demoted(root, next, new Set(matches.flatMap((m, i) => (m ? [i] : []))));
 }
 
 function withoutKey(object: Record<string, unknown>, key: string): Record<string, unknown> {

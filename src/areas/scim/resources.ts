@@ -91,6 +91,9 @@ export function checkedAttribute(definition: AttributeDefinition, value: unknown
   if (!Array.isArray(value)) throw invalidValue(`${at} must be an array.`);
   if (value.length > MAX_VALUES) throw invalidValue(`${at} may hold at most ${MAX_VALUES} values.`);
   const items = value.map((item, i) => checkedValue(definition, item, `${at}[${i}]`)).filter((item) => item !== undefined);
+  // RFC 7643 2.4: the primary attribute value true MUST appear no more than once.
+  const primaries = items.filter((item) => isObject(item) && item.primary === true).length;
+  if (primaries > 1) throw invalidValue(`${at}: at most one value may be primary, ${primaries} are.`);
   return items.length > 0 ? items : undefined;
 }
 
