@@ -1567,7 +1567,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     );
   });
 
-  test('D3 PATCH add or replace of a complex value sets the sub-attributes sent and leaves the others (RFC 7644 3.5.2.3)', async () => {
+  test('PATCH add or replace of a complex value sets the sub-attributes sent and leaves the others (RFC 7644 3.5.2.3)', async () => {
     const created = await user('sem.antic@example.com', {
       name: { givenName: 'Sem', familyName: 'Antic' },
       emails: [
@@ -1616,7 +1616,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(read.body.emails, [{ value: 'only@example.com' }]);
   });
 
-  test('D6 PATCH add and remove recognise a value already there whatever its key order, case and boolean form', async () => {
+  test('PATCH add and remove recognise a value already there whatever its key order, case and boolean form', async () => {
     const created = await user('dup.values@example.com', {
       emails: [{ value: 'pat@work.com', type: 'work', primary: true }],
       photos: [{ value: 'https://photos.example.com/A.png' }],
@@ -1646,7 +1646,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal((await scim('GET', path)).body.emails, undefined);
   });
 
-  test('D7 primary is true on one value at most: 400 on POST and PUT; a PATCH that makes a value primary demotes the others', async () => {
+  test('primary is true on one value at most: 400 on POST and PUT; a PATCH that makes a value primary demotes the others', async () => {
     const twice = [
       { value: 'a@primary.example', primary: true },
       { value: 'b@primary.example', primary: 'True' },
@@ -1704,7 +1704,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(primaries(read.body), ['a@primary.example']);
   });
 
-  test('D12 an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
+  test('an extension object holds only its own attributes: a core attribute in it is ignored, on POST, PUT and PATCH', async () => {
     const [ann] = [await user('ann.ext@example.com')];
     const created = await group('Real', {
       [GROUP_EXTENSION]: { displayName: 'Overridden', members: [{ value: ann.id }], environment: 'production' },
@@ -1750,7 +1750,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.deepEqual(ids(await find('displayName eq "Overridden"', 'Groups')), []);
   });
 
-  test('D18 a group role is taken in any case and kept in its canonical lower case, as /Schemas says it is not case-exact', async () => {
+  test('a group role is taken in any case and kept in its canonical lower case, as /Schemas says it is not case-exact', async () => {
     const projectId = await server.newProject(caller, 'Roles');
     const member = await user('role.case@example.com');
     const declared = (await scim('GET', `/Schemas/${GROUP_EXTENSION}`)).body.attributes.find(
