@@ -904,6 +904,93 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal((await scim('GET', `/Users/${ben.id}`)).body.groups, undefined);
   });
 
+  test('a GET answered back as PUT changes nothing; odd but valid inputs are taken, unclear ones refused', async () => {
+    const made = await user('roundtrip@example.com', {
+      externalId: 'ext-1',
+      name: { givenName: 'Round', familyName: 'Trip' },
+      emails: [{ value: 'rt@example.com', type: 'work' }],
+    });
+    const path = `/Users/${made.id}`;
+    const read = await scim('GET', path);
+    const put = await scim('PUT', path, read.body);
+    assert.equal(put.headers.get('etag'), read.headers.get('etag'), 'a GET sent back as PUT');
+    const reordered = await scim('PUT', path, {
+      ...read.body,
+      name: { familyName: 'Trip', givenName: 'Round' },
+      emails: [{ type: 'work', value: 'rt@example.com' }],
+    });
+    assert.equal(reordered.headers.get('etag'), read.headers.get('etag'), 'keys in another order');
+    const noPassword = await scim('PATCH', path, patchOf({ op: 'remove', path: 'password' }));
+    assert.equal(noPassword.headers.get('etag'), read.headers.get('etag'), 'removing a password never set');
+    // A create that does not ask to see meta still answers its Location.
+    for (const query of ['attributes=userName', 'excludedAttributes=meta']) {
+      const created = await scim('POST', `/Users?${query}`, { userName: `located.${query.length}@example.com` });
+      assert.equal(created.status, 201, created.text);
+      assert.equal(created.body.meta, undefined);
+      assert.match(created.headers.get('location') ?? '', new RegExp(`/Users/${created.body.id}$`));
+    }
+    const groupCreated = await scim('POST', '/Groups?attributes=displayName', { displayName: 'Located' });
+    assert.match(groupCreated.headers.get('location') ?? '', new RegExp(`/Groups/${groupCreated.body.id}$`));
+    // A null extension object is an unassigned one.
+    const nulled = await scim('PUT', `/Groups/${groupCreated.body.id}`, { displayName: 'Located', [GROUP_EXTENSION]: null });
+    assert.equal(nulled.status, 200, nulled.text);
+    // Refused: a bare schema URN as a PATCH path, a URN prefix naming another schema's attribute, a bad
+    // excludedAttributes beside attributes, a SearchRequest member given twice.
+    expectScimError(
+      await scim(
+        'PATCH',
+        `/Groups/${groupCreated.body.id}`,
+        patchOf({ op: 'replace', path: GROUP_EXTENSION, value: { role: 'admin' } }),
+      ),
+      400,
+      'invalidPath',
+    );
+    expectScimError(await find(`${GROUP_EXTENSION}:displayName eq "Located"`, 'Groups'), 400, 'invalidFilter');
+    expectScimError(await scim('GET', '/Users?attributes=userName&excludedAttributes=bogus'), 400, 'invalidPath');
+    const SEARCH = 'urn:ietf:params:scim:api:messages:2.0:SearchRequest';
+    expectScimError(
+      await scim('POST', '/Users/.search', { schemas: [SEARCH], filter: 'userName eq "nobody"', FILTER: 'id pr' }),
+      400,
+      'invalidSyntax',
+    );
+    const far = await scim('POST', '/Users/.search', { schemas: [SEARCH], startIndex: 1e300 });
+    assert.match(far.text, /"startIndex":9007199254740991/);
+  });
+
+  test('writes to a user and its groups at once: every change moves the version, none is refused or lost', async () => {
+    const person = await user('busy@example.com');
+    const team = await group('Busy');
+    const rounds = 8;
+    for (let i = 0; i < rounds; i += 1) {
+      const answers = await Promise.all([
+        scim('PATCH', `/Users/${person.id}`, patchOf({ op: 'replace', path: 'title', value: `title ${i}` })),
+        scim(
+          'PATCH',
+          `/Groups/${team.id}`,
+          patchOf({ op: i % 2 ? 'remove' : 'add', path: 'members', value: [{ value: person.id }] }),
+        ),
+      ]);
+      assert.deepEqual(
+        answers.map((a) => a.status),
+        [200, 200],
+        answers.map((a) => a.text).join(),
+      );
+    }
+    // Each of the 2 x rounds writes changed the user's answer (its title, or its groups).
+    assert.equal((await scim('GET', `/Users/${person.id}`)).body.meta.version, `W/"${1 + 2 * rounds}"`);
+    // A member added while that user is deleted: the add answers 200 or 400 (no such user), never 404.
+    for (let i = 0; i < 6; i += 1) {
+      const doomed = await user(`doomed${i}@example.com`);
+      const [deleted, added] = await Promise.all([
+        scim('DELETE', `/Users/${doomed.id}`),
+        scim('PATCH', `/Groups/${team.id}`, patchOf({ op: 'add', path: 'members', value: [{ value: doomed.id }] })),
+      ]);
+      assert.equal(deleted.status, 204);
+      assert.ok([200, 400].includes(added.status), added.text);
+    }
+    assert.deepEqual((await scim('GET', `/Groups/${team.id}`)).body.members, []);
+  });
+
   test('a group whose project was deleted stays writable; its members and name still change', async () => {
     const projectId = await server.newProject(caller, 'Short-lived');
     const member = await user('orphan.member@example.com');

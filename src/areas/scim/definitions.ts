@@ -292,7 +292,11 @@ export function attributeNamed(kind: ResourceKind, name: string): AttributeDefin
 export function pathSegments(kind: ResourceKind, path: string): string[] {
   const lower = path.toLowerCase();
   for (const urn of [kind.schema, ...kind.extensions]) {
-    if (lower.startsWith(`${urn.toLowerCase()}:`)) return path.slice(urn.length + 1).split('.');
+    if (!lower.startsWith(`${urn.toLowerCase()}:`)) continue;
+    const segments = path.slice(urn.length + 1).split('.');
+    // A URN prefix names an attribute of that schema only; another schema's attribute is left whole, naming nothing.
+    const own = attributesOfSchema(kind, urn).some((a) => a.name.toLowerCase() === segments[0].toLowerCase());
+    return own ? segments : [path];
   }
   return path.split('.');
 }

@@ -38,6 +38,9 @@ const PATH_SHAPE = /^([A-Za-z$][\w$-]*)(?:\[(.*)\])?(?:\.([A-Za-z$][\w$-]*))?$/s
 export function parsePath(kind: ResourceKind, text: string): PatchPath | null {
   let rest = text.trim();
   const urn = [kind.schema, ...kind.extensions].find((u) => rest.toLowerCase().startsWith(`${u.toLowerCase()}:`));
+  if ([kind.schema, ...kind.extensions].some((u) => u.toLowerCase() === rest.toLowerCase())) {
+    throw invalidPath(`"${text}" names a schema, not an attribute: send its attributes in an operation without a path.`);
+  }
   if (urn) rest = rest.slice(urn.length + 1);
   // An attribute of an extension this server does not implement (say the enterprise User) is ignored, as on POST.
   else if (/^urn:/i.test(rest)) return null;

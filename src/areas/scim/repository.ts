@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
 import type { RawBuilder, SelectQueryBuilder } from 'kysely';
 import type { Db, Dialect, Executor, Trx } from '../../core/db/database.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
@@ -85,31 +86,35 @@ const membershipIds = (trx: Trx, of: { groupId: string } | { userId: string }) =
     ? trx.selectFrom('scimGroupMembers').select('userId as id').where('groupId', '=', of.groupId)
     : trx.selectFrom('scimGroupMembers').select('groupId as id').where('userId', '=', of.userId);
 
-/**
- * Moves the version of the rows of `ids`. A user write moves its groups and a group write its members,
- * so the two lock rows in opposite orders: on PostgreSQL a row another write holds is skipped (SKIP
- * LOCKED) rather than waited for, which could deadlock. That write is to the row itself and moves its
- * version, unless it changes nothing (then the row keeps a version its answer outgrew until its next
- * change: the one race this leaves).
- */
+/** Moves the version of the rows of `ids` (see directoryWrite for why this cannot deadlock). */
 async function touch(
   trx: Trx,
-  scope: Scope,
   table: 'scimUsers' | 'scimGroups',
   ids: string[] | ReturnType<typeof membershipIds>,
   time: string,
 ): Promise<void> {
   // Typed as one of the two tables: the columns used here are the same in both.
-  const rows = trx
-    .selectFrom(table as 'scimUsers')
-    .select('id')
-    .where('id', 'in', ids);
-  const locked = scope.dialect === 'postgres' ? rows.forUpdate().skipLocked() : rows;
   await trx
     .updateTable(table as 'scimUsers')
     .set(touched(time))
-    .where('id', 'in', locked)
+    .where('id', 'in', ids)
     .execute();
+}
+
+/**
+ * A write to the account's directory, in one transaction. On PostgreSQL the writes of one account go one
+ * at a time (an advisory lock per account), as all writes do on SQLite: a write moves the versions of the
+ * resources whose answers show what it changed (a user's groups, a group's members), so two writes lock
+ * each other's rows in opposite orders and, run side by side, would deadlock or, skipping locked rows,
+ * leave a version behind its answer. Identity providers write a directory at a few requests a second.
+ */
+function directoryWrite<T>(scope: Scope, work: (trx: Trx) => Promise<T>): Promise<T> {
+  return scope.db.transaction().execute(async (trx) => {
+    if (scope.dialect === 'postgres') {
+      await sql`select pg_advisory_xact_lock(hashtext(${`dpc-directory:${scope.accountId}`}))`.execute(trx);
+    }
+    return work(trx);
+  });
 }
 
 const CHUNK = 500;
@@ -169,22 +174,13 @@ async function renderUsers(db: Executor, scope: Scope, rows: UserRow[], projecti
   });
 }
 
-/**
- * A write reads its resource locked: PostgreSQL holds the row until the transaction ends, and SQLite's
- * transactions here take the one write lock at BEGIN. So writes to one resource happen one after another
- * and none is lost, whether or not the client sent If-Match.
- */
-function locked<Q extends SelectQueryBuilder<any, any, any>>(scope: Scope, query: Q, lock: boolean): Q {
-  return lock && scope.dialect === 'postgres' ? (query.forUpdate() as Q) : query;
-}
-
-async function requireUserRow(db: Executor, scope: Scope, id: string, lock = false): Promise<UserRow> {
+async function requireUserRow(db: Executor, scope: Scope, id: string): Promise<UserRow> {
   const query = db
     .selectFrom('scimUsers')
     .select(['id', 'document', 'version', 'createdAt', 'lastModified'])
     .where('accountId', '=', scope.accountId)
     .where('id', '=', id);
-  const row = await locked(scope, query, lock).executeTakeFirst();
+  const row = await query.executeTakeFirst();
   if (!row) throw notFound(USER, id);
   return row;
 }
@@ -224,7 +220,7 @@ export async function createUser(scope: Scope, body: unknown, projection: Projec
   const time = now();
   const row = { id, version: 1, createdAt: time, lastModified: time, ...userColumns(document) };
   await uniquely(row.userName, () =>
-    scope.db.transaction().execute(async (trx) => {
+    directoryWrite(scope, async (trx) => {
       await trx
         .insertInto('scimUsers')
         .values({ ...row, accountId: scope.accountId, passwordHash })
@@ -237,6 +233,16 @@ export async function createUser(scope: Scope, body: unknown, projection: Projec
 }
 
 /** Writes a user's new document (PUT, PATCH), read locked, as its next version. */
+/** Whether a stored document and a new one hold the same (the order of an object's keys aside). */
+function sameDocument(stored: string, next: Document): boolean {
+  return isDeepStrictEqual(JSON.parse(stored), next);
+}
+
+async function hasPassword(trx: Trx, userId: string): Promise<boolean> {
+  const row = await trx.selectFrom('scimUsers').select('passwordHash').where('id', '=', userId).executeTakeFirstOrThrow();
+  return row.passwordHash !== null;
+}
+
 async function rewriteUser(
   trx: Trx,
   scope: Scope,
@@ -245,8 +251,10 @@ async function rewriteUser(
   passwordHash: string | null | undefined,
 ): Promise<UserRow> {
   const columns = userColumns(next.document);
-  // Nothing changed (a PATCH adding what is there): the version stays (RFC 7644 3.5.2.1).
-  if (columns.document === current.document && passwordHash === undefined) return current;
+  // Nothing changed (a PATCH adding what is there, a PUT of what a GET answered): the version stays
+  // (RFC 7644 3.5.2.1). Removing a password that was never set changes nothing either.
+  const passwordChanged = passwordHash !== undefined && (passwordHash !== null || (await hasPassword(trx, current.id)));
+  if (sameDocument(current.document, next.document) && !passwordChanged) return current;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
   await uniquely(columns.userName, () =>
     trx
@@ -263,7 +271,7 @@ async function rewriteUser(
   await writeValues(trx, scope, USER, current.id, next.document);
   const before = userColumns(JSON.parse(current.document) as Document);
   if ((before.displayName ?? before.userName) !== (columns.displayName ?? columns.userName)) {
-    await touch(trx, scope, 'scimGroups', membershipIds(trx, { userId: current.id }), updated.lastModified);
+    await touch(trx, 'scimGroups', membershipIds(trx, { userId: current.id }), updated.lastModified);
   }
   return updated;
 }
@@ -272,8 +280,8 @@ async function rewriteUser(
 export async function replaceUser(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
   const next = incoming(USER, body);
   const passwordHash = next.password === undefined ? undefined : await hashSecret(next.password);
-  const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id, true);
+  const row = await directoryWrite(scope, async (trx) => {
+    const current = await requireUserRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
     return rewriteUser(trx, scope, current, next, passwordHash);
   });
@@ -305,8 +313,8 @@ export async function patchUser(scope: Scope, id: string, body: unknown, ifMatch
   const operations = withPaths(USER, patchOperations(USER, body));
   const password = patchedPassword(operations);
   const passwordHash = typeof password === 'string' ? await hashSecret(password) : password;
-  const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id, true);
+  const row = await directoryWrite(scope, async (trx) => {
+    const current = await requireUserRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
     for (const operation of operations) {
@@ -319,10 +327,10 @@ export async function patchUser(scope: Scope, id: string, body: unknown, ifMatch
 }
 
 export async function deleteUser(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
-  await scope.db.transaction().execute(async (trx) => {
-    const current = await requireUserRow(trx, scope, id, true);
+  await directoryWrite(scope, async (trx) => {
+    const current = await requireUserRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
-    await touch(trx, scope, 'scimGroups', membershipIds(trx, { userId: id }), now());
+    await touch(trx, 'scimGroups', membershipIds(trx, { userId: id }), now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     // Memberships go with the user (foreign keys cascade).
     await trx.deleteFrom('scimUsers').where('id', '=', id).execute();
@@ -396,7 +404,8 @@ async function page<Row>(
   const answers = await render(rows as unknown as Row[]);
   return {
     totalResults: Number(total.total),
-    startIndex,
+    // As asked, within what JSON prints as an integer (1e300 would print as 1e+300).
+    startIndex: Math.min(startIndex, Number.MAX_SAFE_INTEGER),
     itemsPerPage: answers.length,
     Resources: answers.map((a) => a.resource),
   };
@@ -484,13 +493,13 @@ async function renderGroups(db: Executor, scope: Scope, rows: GroupRow[], projec
   });
 }
 
-async function requireGroupRow(db: Executor, scope: Scope, id: string, lock = false): Promise<GroupRow> {
+async function requireGroupRow(db: Executor, scope: Scope, id: string): Promise<GroupRow> {
   const query = db
     .selectFrom('scimGroups')
     .select(['id', 'document', 'projectId', 'version', 'createdAt', 'lastModified'])
     .where('accountId', '=', scope.accountId)
     .where('id', '=', id);
-  const row = await locked(scope, query, lock).executeTakeFirst();
+  const row = await query.executeTakeFirst();
   if (!row) throw notFound(GROUP, id);
   return row;
 }
@@ -566,13 +575,13 @@ async function membersAmong(trx: Trx, groupId: string, userIds: string[]): Promi
  * Adds users to the group, those already in it left alone; each added user is a new version (its
  * groups changed). Answers whether any was added. Reads only the named users' rows, never the group's.
  */
-async function addMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function addMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
   let changed = false;
   for (const chunk of chunks(userIds)) {
     const present = new Set(await membersAmong(trx, groupId, chunk));
     const added = chunk.filter((id) => !present.has(id));
     if (added.length === 0) continue;
-    await touch(trx, scope, 'scimUsers', added, time);
+    await touch(trx, 'scimUsers', added, time);
     await trx
       .insertInto('scimGroupMembers')
       .values(added.map((userId) => ({ groupId, userId })))
@@ -583,12 +592,12 @@ async function addMembers(trx: Trx, scope: Scope, groupId: string, userIds: stri
 }
 
 /** Removes users from the group (those not in it ignored), each a new version; answers whether any was removed. */
-async function removeMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function removeMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
   let changed = false;
   for (const chunk of chunks(userIds)) {
     const removed = await membersAmong(trx, groupId, chunk);
     if (removed.length === 0) continue;
-    await touch(trx, scope, 'scimUsers', removed, time);
+    await touch(trx, 'scimUsers', removed, time);
     await trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId).where('userId', 'in', removed).execute();
     changed = true;
   }
@@ -603,17 +612,16 @@ async function memberIdsWhere(trx: Trx, groupId: string, condition?: RawBuilder<
 }
 
 /** The group's members become `userIds`: only the difference is written. Answers whether anything changed. */
-async function replaceMembers(trx: Trx, scope: Scope, groupId: string, userIds: string[], time: string): Promise<boolean> {
+async function replaceMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
   const wanted = new Set(userIds);
   const current = await memberIdsWhere(trx, groupId);
   const removed = await removeMembers(
     trx,
-    scope,
     groupId,
     current.filter((id) => !wanted.has(id)),
     time,
   );
-  const added = await addMembers(trx, scope, groupId, userIds, time);
+  const added = await addMembers(trx, groupId, userIds, time);
   return removed || added;
 }
 
@@ -621,7 +629,7 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
   const { document, members } = incoming(GROUP, body);
   const id = randomUUID();
   const time = now();
-  const row = await scope.db.transaction().execute(async (trx) => {
+  const row = await directoryWrite(scope, async (trx) => {
     const columns = await groupColumns(trx, scope, document);
     const created = { id, ...columns, version: 1, createdAt: time, lastModified: time };
     await trx
@@ -629,7 +637,7 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
       .values({ ...created, accountId: scope.accountId })
       .execute();
     await writeValues(trx, scope, GROUP, id, document);
-    if (members) await addMembers(trx, scope, id, await memberIds(trx, scope, members), time);
+    if (members) await addMembers(trx, id, await memberIds(trx, scope, members), time);
     return created;
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -649,7 +657,7 @@ async function rewriteGroup(
   time: string,
 ): Promise<GroupRow> {
   const columns = await groupColumns(trx, scope, document, current.projectId);
-  const changed = columns.document !== current.document;
+  const changed = !sameDocument(current.document, document);
   if (!changed && !membersChanged) return current;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: time };
   await trx
@@ -659,18 +667,18 @@ async function rewriteGroup(
     .execute();
   if (changed) await writeValues(trx, scope, GROUP, current.id, document);
   if (columns.displayName !== (JSON.parse(current.document) as Document).displayName) {
-    await touch(trx, scope, 'scimUsers', membershipIds(trx, { groupId: current.id }), time);
+    await touch(trx, 'scimUsers', membershipIds(trx, { groupId: current.id }), time);
   }
   return updated;
 }
 
 export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
   const next = incoming(GROUP, body);
-  const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id, true);
+  const row = await directoryWrite(scope, async (trx) => {
+    const current = await requireGroupRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
     const time = now();
-    const membersChanged = await replaceMembers(trx, scope, id, await memberIds(trx, scope, next.members ?? []), time);
+    const membersChanged = await replaceMembers(trx, id, await memberIds(trx, scope, next.members ?? []), time);
     return rewriteGroup(trx, scope, current, next.document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -689,21 +697,21 @@ async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: 
   }
   if (path.filter) {
     const condition = membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter);
-    return removeMembers(trx, scope, groupId, await memberIdsWhere(trx, groupId, condition), time);
+    return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), time);
   }
   if (operation.op === 'remove') {
     const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : await memberIds(trx, scope, operation.value);
-    return removeMembers(trx, scope, groupId, ids, time);
+    return removeMembers(trx, groupId, ids, time);
   }
   const ids = await memberIds(trx, scope, operation.value);
-  return operation.op === 'replace' ? replaceMembers(trx, scope, groupId, ids, time) : addMembers(trx, scope, groupId, ids, time);
+  return operation.op === 'replace' ? replaceMembers(trx, groupId, ids, time) : addMembers(trx, groupId, ids, time);
 }
 
 /** E25: the operations in order, in one transaction; any failure leaves the group as it was. */
 export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatch: string | undefined, projection: Projection) {
   const operations = withPaths(GROUP, patchOperations(GROUP, body));
-  const row = await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id, true);
+  const row = await directoryWrite(scope, async (trx) => {
+    const current = await requireGroupRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
     const time = now();
@@ -720,10 +728,10 @@ export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatc
 }
 
 export async function deleteGroup(scope: Scope, id: string, ifMatch: string | undefined): Promise<void> {
-  await scope.db.transaction().execute(async (trx) => {
-    const current = await requireGroupRow(trx, scope, id, true);
+  await directoryWrite(scope, async (trx) => {
+    const current = await requireGroupRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
-    await touch(trx, scope, 'scimUsers', membershipIds(trx, { groupId: id }), now());
+    await touch(trx, 'scimUsers', membershipIds(trx, { groupId: id }), now());
     await trx.deleteFrom('scimValues').where('resourceId', '=', id).execute();
     await trx.deleteFrom('scimGroups').where('id', '=', id).execute();
   });

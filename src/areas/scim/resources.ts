@@ -119,6 +119,7 @@ export function incoming(kind: ResourceKind, body: unknown): Incoming {
   for (const [key, value] of Object.entries(body)) {
     const extension = kind.extensions.find((urn) => urn.toLowerCase() === key.toLowerCase());
     if (extension) {
+      if (value === null) continue; // unassigned (RFC 7643 2.5)
       if (!isObject(value)) throw invalidValue(`${extension} must be an object.`);
       const own = attributesOfSchema(kind, extension);
       for (const [name, item] of Object.entries(value)) {
@@ -279,13 +280,14 @@ export function checkProjection(
   kind: ResourceKind,
   { attributes, excludedAttributes }: { attributes?: string; excludedAttributes?: string },
 ) {
-  const list = attributes || excludedAttributes;
-  if (list) pathTree(kind, list);
+  for (const list of [attributes, excludedAttributes]) if (list) pathTree(kind, list);
 }
 
 export function projected(kind: ResourceKind, resource: Document, attributes?: string, excluded?: string): Document {
   const list = attributes || excluded;
   if (!list) return resource;
+  // attributes wins over excludedAttributes (RFC 7644 3.9), but a bad path in either is refused.
+  if (attributes && excluded) pathTree(kind, excluded);
   const keep = Boolean(attributes);
   const tree = pathTree(kind, list);
   const cut = (object: Document): Document => {

@@ -86,9 +86,13 @@ function scopeOf(request: FastifyRequest): Scope {
   return { db, dialect, accountId: request.principal.accountId, base: serviceUrl(request) };
 }
 
-function sendResource(reply: FastifyReply, answer: Answer, status = 200) {
-  reply.code(status).type(SCIM_CONTENT_TYPE).header('etag', etagOf(answer.version));
-  if (status === 201) reply.header('location', (answer.resource.meta as { location: string }).location);
+/** A resource's answer; `created` is the URL of a new one (its meta may not be answered: attributes=userName). */
+function sendResource(reply: FastifyReply, answer: Answer, created?: string) {
+  reply
+    .code(created ? 201 : 200)
+    .type(SCIM_CONTENT_TYPE)
+    .header('etag', etagOf(answer.version));
+  if (created) reply.header('location', created);
   return reply.send(answer.resource);
 }
 
@@ -183,7 +187,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       async (request, reply) => {
         const answer = await run.create(scopeOf(request), request.body, checked(request.query));
         request.auditIds.id = answer.resource.id as string;
-        return sendResource(reply, answer, 201);
+        return sendResource(reply, answer, `${serviceUrl(request)}${path}/${answer.resource.id}`);
       },
     );
 

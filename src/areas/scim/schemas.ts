@@ -264,19 +264,17 @@ export function searchListQuery({ schemas: _schemas, attributes, excludedAttribu
 export function canonicalSearchMembers(body: unknown): unknown {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return body;
   const names = new Map(Object.keys(SearchBody.properties).map((name) => [name.toLowerCase(), name]));
-  return Object.fromEntries(
-    Object.entries(body).map(([key, value]) => {
-      const name = names.get(key.toLowerCase());
-      if (!name) {
-        throw scimError(
-          400,
-          'invalidSyntax',
-          `A SearchRequest has no member "${key}"; it has ${[...names.values()].join(', ')}.`,
-        );
-      }
-      return [name, value];
-    }),
-  );
+  const canonical: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(body)) {
+    const name = names.get(key.toLowerCase());
+    if (!name) {
+      throw scimError(400, 'invalidSyntax', `A SearchRequest has no member "${key}"; it has ${[...names.values()].join(', ')}.`);
+    }
+    // "filter" and "FILTER" both sent: which one was meant cannot be told.
+    if (name in canonical) throw scimError(400, 'invalidSyntax', `The SearchRequest gives ${name} twice.`);
+    canonical[name] = value;
+  }
+  return canonical;
 }
 
 export function ListResponse(item: TSchema) {
