@@ -997,6 +997,11 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     const made = await group('Orphaned', { projectId, role: 'viewer' });
     assert.equal((await server.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
     const path = `/Groups/${made.id}`;
+    // Its answer lost the projectName: a new version.
+    const after = await scim('GET', path, undefined, { 'if-none-match': made.meta.version });
+    assert.equal(after.status, 200);
+    assert.equal(after.body.projectName, undefined);
+    assert.notEqual(after.body.meta.version, made.meta.version);
     const added = await scim('PATCH', path, patchOf({ op: 'add', path: 'members', value: [{ value: member.id }] }));
     assert.equal(added.status, 200, added.text);
     const renamed = await scim('PATCH', path, patchOf({ op: 'replace', path: 'displayName', value: 'Still here' }));

@@ -6,6 +6,7 @@ import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
 import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
 import { removeHostedRepository } from '../repositories/hosting.ts';
+import { projectLeavesGroups } from '../scim/repository.ts';
 
 const tags = ['Projects'];
 
@@ -56,9 +57,10 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      await app.store.db
-        .transaction()
-        .execute((trx) => deleteProject(trx, request.principal.accountId, request.params.projectId));
+      await app.store.db.transaction().execute(async (trx) => {
+        await deleteProject(trx, request.principal.accountId, request.params.projectId);
+        await projectLeavesGroups(trx, request.principal.accountId, request.params.projectId);
+      });
       // Its rows are gone with the commit; its hosted Git repository goes after them.
       await removeHostedRepository(app.config, request.params.projectId);
       return reply.code(204).send(null);

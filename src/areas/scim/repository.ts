@@ -742,6 +742,19 @@ export function listGroups(scope: Scope, query: ListQuery): Promise<ListAnswer> 
 }
 
 /**
+ * A new version of the account's groups that name the project, which is being deleted (in `trx`): their
+ * answers lose its projectName, and their grants (projectGrantsOf) lapse.
+ */
+export async function projectLeavesGroups(trx: Trx, accountId: string, projectId: string): Promise<void> {
+  await trx
+    .updateTable('scimGroups')
+    .set(touched(now()))
+    .where('accountId', '=', accountId)
+    .where('projectId', '=', projectId)
+    .execute();
+}
+
+/**
  * The project roles a user holds through groups with a projectId and a role: exposed, not enforced, as
  * this server authorizes API clients, not directory users (see the README).
  */
