@@ -922,6 +922,13 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.equal(reordered.headers.get('etag'), read.headers.get('etag'), 'keys in another order');
     const noPassword = await scim('PATCH', path, patchOf({ op: 'remove', path: 'password' }));
     assert.equal(noPassword.headers.get('etag'), read.headers.get('etag'), 'removing a password never set');
+    // Adding a value that is there, now as primary, makes it primary rather than adding a copy.
+    const primary = await scim(
+      'PATCH',
+      path,
+      patchOf({ op: 'add', path: 'emails', value: [{ value: 'RT@example.com', type: 'work', primary: true }] }),
+    );
+    assert.deepEqual(primary.body.emails, [{ value: 'rt@example.com', type: 'work', primary: true }]);
     // A create that does not ask to see meta still answers its Location.
     for (const query of ['attributes=userName', 'excludedAttributes=meta']) {
       const created = await scim('POST', `/Users?${query}`, { userName: `located.${query.length}@example.com` });

@@ -244,6 +244,11 @@ function applyToList(operation: PatchOperation, path: PatchPath, current: unknow
     const touched = new Set<number>();
     for (const item of values) {
       let index = next.findIndex((existing) => sameElement(root, existing, item));
+      // The same value sent as primary: the one there becomes primary rather than having a copy beside it.
+      if (index < 0 && isPrimary(item)) {
+        index = next.findIndex((existing) => sameElement(root, existing, { ...(item as Document), primary: false }));
+        if (index >= 0) next[index] = { ...(next[index] as Document), primary: true };
+      }
       if (index < 0) index = next.push(item) - 1;
       touched.add(index);
     }
