@@ -884,6 +884,19 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       assert.equal(same.body.meta.lastModified, joined.body.meta.lastModified);
     }
     await unchanged(`/Users/${ben.id}`, benTag);
+    // Adding and removing one user in one request leaves the members, and every version, as they were.
+    const [carl] = [await user('v.carl@example.com')];
+    const carlTag = await versionOf(`/Users/${carl.id}`);
+    const net = await scim(
+      'PATCH',
+      path,
+      patchOf(
+        { op: 'add', path: 'members', value: [{ value: carl.id }] },
+        { op: 'remove', path: `members[value eq "${carl.id}"]` },
+      ),
+    );
+    assert.equal(net.headers.get('etag'), groupTag);
+    await unchanged(`/Users/${carl.id}`, carlTag);
     const put = await scim('PUT', path, { displayName: 'Versioned', members: [{ value: ann.id }, { value: ben.id }] });
     assert.equal(put.headers.get('etag'), groupTag, 'a PUT of the same group changes nothing');
     // Renaming the group changes its members' groups.display.

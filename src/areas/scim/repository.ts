@@ -572,36 +572,50 @@ async function membersAmong(trx: Trx, groupId: string, userIds: string[]): Promi
 }
 
 /**
- * Adds users to the group, those already in it left alone; each added user is a new version (its
- * groups changed). Answers whether any was added. Reads only the named users' rows, never the group's.
+ * The users whose membership of a group a write changed, net: one added and removed again by the same
+ * request changed nothing. Their versions move once, when the write is done (their groups changed).
  */
-async function addMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
-  let changed = false;
+class MembershipChanges {
+  private readonly before = new Map<string, boolean>();
+  private readonly after = new Map<string, boolean>();
+
+  record(userIds: string[], member: boolean): void {
+    for (const id of userIds) {
+      if (!this.before.has(id)) this.before.set(id, !member);
+      this.after.set(id, member);
+    }
+  }
+
+  /** Moves the changed users' versions; answers whether the members changed at all. */
+  async touchChanged(trx: Trx, time: string): Promise<boolean> {
+    const changed = [...this.after].filter(([id, member]) => this.before.get(id) !== member).map(([id]) => id);
+    for (const chunk of chunks(changed)) await touch(trx, 'scimUsers', chunk, time);
+    return changed.length > 0;
+  }
+}
+
+/** Adds users to the group, those already in it left alone. Reads only the named users' rows, never the group's. */
+async function addMembers(trx: Trx, groupId: string, userIds: string[], changes: MembershipChanges): Promise<void> {
   for (const chunk of chunks(userIds)) {
     const present = new Set(await membersAmong(trx, groupId, chunk));
     const added = chunk.filter((id) => !present.has(id));
     if (added.length === 0) continue;
-    await touch(trx, 'scimUsers', added, time);
     await trx
       .insertInto('scimGroupMembers')
       .values(added.map((userId) => ({ groupId, userId })))
       .execute();
-    changed = true;
+    changes.record(added, true);
   }
-  return changed;
 }
 
-/** Removes users from the group (those not in it ignored), each a new version; answers whether any was removed. */
-async function removeMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
-  let changed = false;
+/** Removes users from the group, those not in it ignored. */
+async function removeMembers(trx: Trx, groupId: string, userIds: string[], changes: MembershipChanges): Promise<void> {
   for (const chunk of chunks(userIds)) {
     const removed = await membersAmong(trx, groupId, chunk);
     if (removed.length === 0) continue;
-    await touch(trx, 'scimUsers', removed, time);
     await trx.deleteFrom('scimGroupMembers').where('groupId', '=', groupId).where('userId', 'in', removed).execute();
-    changed = true;
+    changes.record(removed, false);
   }
-  return changed;
 }
 
 /** The group's member ids, all of them or those meeting a condition on user_id: for replace and filtered removes. */
@@ -611,18 +625,17 @@ async function memberIdsWhere(trx: Trx, groupId: string, condition?: RawBuilder<
   return (await query.execute()).map((row) => row.userId);
 }
 
-/** The group's members become `userIds`: only the difference is written. Answers whether anything changed. */
-async function replaceMembers(trx: Trx, groupId: string, userIds: string[], time: string): Promise<boolean> {
+/** The group's members become `userIds`: only the difference is written. */
+async function replaceMembers(trx: Trx, groupId: string, userIds: string[], changes: MembershipChanges): Promise<void> {
   const wanted = new Set(userIds);
   const current = await memberIdsWhere(trx, groupId);
-  const removed = await removeMembers(
+  await removeMembers(
     trx,
     groupId,
     current.filter((id) => !wanted.has(id)),
-    time,
+    changes,
   );
-  const added = await addMembers(trx, groupId, userIds, time);
-  return removed || added;
+  await addMembers(trx, groupId, userIds, changes);
 }
 
 export async function createGroup(scope: Scope, body: unknown, projection: Projection): Promise<Answer> {
@@ -637,7 +650,11 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
       .values({ ...created, accountId: scope.accountId })
       .execute();
     await writeValues(trx, scope, GROUP, id, document);
-    if (members) await addMembers(trx, id, await memberIds(trx, scope, members), time);
+    if (members) {
+      const changes = new MembershipChanges();
+      await addMembers(trx, id, await memberIds(trx, scope, members), changes);
+      await changes.touchChanged(trx, time);
+    }
     return created;
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -678,7 +695,9 @@ export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMa
     const current = await requireGroupRow(trx, scope, id);
     checkPrecondition(ifMatch, current.version);
     const time = now();
-    const membersChanged = await replaceMembers(trx, id, await memberIds(trx, scope, next.members ?? []), time);
+    const changes = new MembershipChanges();
+    await replaceMembers(trx, id, await memberIds(trx, scope, next.members ?? []), changes);
+    const membersChanged = await changes.touchChanged(trx, time);
     return rewriteGroup(trx, scope, current, next.document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
@@ -688,23 +707,29 @@ export async function replaceGroup(scope: Scope, id: string, body: unknown, ifMa
 /**
  * An operation on members, on the membership table: add (duplicates ignored) and remove by value touch
  * only the named users' rows, so their cost does not grow with the group; replace, remove all and
- * remove by value filter read the group's member ids. Answers whether the members changed.
+ * remove by value filter read the group's member ids.
  */
-async function patchMembers(trx: Trx, scope: Scope, groupId: string, operation: PatchOperation, time: string) {
+async function patchMembers(
+  trx: Trx,
+  scope: Scope,
+  groupId: string,
+  operation: PatchOperation,
+  changes: MembershipChanges,
+): Promise<void> {
   const path = operation.path!;
   if (path.sub || (path.filter && operation.op !== 'remove')) {
     throw scimError(400, 'invalidPath', `members are added and replaced whole; "${path.text}" names part of one.`);
   }
   if (path.filter) {
     const condition = membershipCondition(filterScope(scope, GROUP), path.root, 'user_id', path.filter);
-    return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), time);
+    return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), changes);
   }
   if (operation.op === 'remove') {
     const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : await memberIds(trx, scope, operation.value);
-    return removeMembers(trx, groupId, ids, time);
+    return removeMembers(trx, groupId, ids, changes);
   }
   const ids = await memberIds(trx, scope, operation.value);
-  return operation.op === 'replace' ? replaceMembers(trx, groupId, ids, time) : addMembers(trx, groupId, ids, time);
+  return operation.op === 'replace' ? replaceMembers(trx, groupId, ids, changes) : addMembers(trx, groupId, ids, changes);
 }
 
 /** E25: the operations in order, in one transaction; any failure leaves the group as it was. */
@@ -715,12 +740,12 @@ export async function patchGroup(scope: Scope, id: string, body: unknown, ifMatc
     checkPrecondition(ifMatch, current.version);
     const document = JSON.parse(current.document) as Document;
     const time = now();
-    let membersChanged = false;
+    const changes = new MembershipChanges();
     for (const operation of operations) {
-      if (operation.path!.root.name === 'members') {
-        membersChanged = (await patchMembers(trx, scope, id, operation, time)) || membersChanged;
-      } else applyAtPath(document, operation, operation.path!);
+      if (operation.path!.root.name === 'members') await patchMembers(trx, scope, id, operation, changes);
+      else applyAtPath(document, operation, operation.path!);
     }
+    const membersChanged = await changes.touchChanged(trx, time);
     return rewriteGroup(trx, scope, current, incoming(GROUP, document).document, membersChanged, time);
   });
   const [answer] = await renderGroups(scope.db, scope, [row], projection);
