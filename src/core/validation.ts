@@ -29,37 +29,48 @@ function lowerCaseNames(schema: ObjectSchema): ObjectSchema {
   };
 }
 
-/** Where in `value` a string holds a NUL character (as a JSON pointer), or undefined when none does. */
-function nulCharacterAt(value: unknown): string | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? '' : undefined;
+/** Deeper than any request of this API nests; a body nested past it is refused rather than walked. */
+const MAX_DEPTH = 64;
+
+interface BodyIssue {
+  /** JSON pointer to where it is, built on the way back, only when something was found */
+  at: string;
+  message: string;
+}
+
+/** A string holding a NUL character, or nesting past MAX_DEPTH, where `value` has one; undefined when none. */
+function bodyIssueIn(value: unknown, depth = 0): BodyIssue | undefined {
+  if (typeof value === 'string')
+    return value.includes('\u0000') ? { at: '', message: 'must not contain a NUL character' } : undefined;
   if (typeof value !== 'object' || value === null) return undefined;
+  if (depth >= MAX_DEPTH) return { at: '', message: `must not be nested more than ${MAX_DEPTH} levels deep` };
   for (const key in value) {
-    // The pointer is built on the way back, only when something was found.
-    const found = nulCharacterAt((value as Record<string, unknown>)[key]);
-    if (found !== undefined) return `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}${found}`;
+    const found = bodyIssueIn((value as Record<string, unknown>)[key], depth + 1);
+    if (found) return { ...found, at: `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}${found.at}` };
   }
   return undefined;
 }
 
 /**
- * `validate`, and no string anywhere in the value may hold a NUL character: PostgreSQL's text cannot
- * store one, and the API answers the same on either store.
+ * `validate`, and no string anywhere in the value may hold a NUL character (PostgreSQL's text cannot
+ * store one, and the API answers the same on either store), nor may it nest past MAX_DEPTH (code that
+ * walks a value must not run out of stack).
  */
-function refusingNulCharacters(validate: ValidateFunction): ValidateFunction {
+function refusingUnsafeValues(validate: ValidateFunction): ValidateFunction {
   const wrapped = ((data: unknown) => {
     wrapped.errors = null;
     if (!validate(data)) {
       wrapped.errors = validate.errors;
       return false;
     }
-    const at = nulCharacterAt(data);
-    if (at === undefined) return true;
+    const found = bodyIssueIn(data);
+    if (!found) return true;
     const issue: ErrorObject = {
-      instancePath: at,
+      instancePath: found.at,
       schemaPath: '',
-      keyword: 'nulCharacter',
+      keyword: 'bodyShape',
       params: {},
-      message: 'must not contain a NUL character',
+      message: found.message,
     };
     wrapped.errors = [issue];
     return false;
@@ -68,8 +79,8 @@ function refusingNulCharacters(validate: ValidateFunction): ValidateFunction {
 }
 
 export const validatorCompiler: FastifySchemaCompiler<unknown> = ({ schema, httpPart }) => {
-  if (httpPart === 'body') return refusingNulCharacters(exact.compile(schema as object));
-  return refusingNulCharacters(
+  if (httpPart === 'body') return refusingUnsafeValues(exact.compile(schema as object));
+  return refusingUnsafeValues(
     coercing.compile(httpPart === 'headers' ? lowerCaseNames(schema as ObjectSchema) : (schema as object)),
   );
 };

@@ -3,6 +3,7 @@ import { randomUUID as randomUuid } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import SCIMMY from 'scimmy';
+import { sql } from 'kysely';
 import { filter as referenceFilter, parse as parseFilter } from 'scim2-parse-filter';
 import { describeEachStore, expectProblem, TestServer, type Answer, type Caller } from '../helpers/harness.ts';
 
@@ -1009,6 +1010,69 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       assert.ok([200, 400].includes(added.status), added.text);
     }
     assert.deepEqual((await scim('GET', `/Groups/${team.id}`)).body.members, []);
+  });
+
+  test('hostile shapes are 400, not 500: deep or wide filters, deep bodies, lone surrogates; long ids are 404', async () => {
+    const deep = `${'not ('.repeat(40)}userName pr${')'.repeat(40)}`;
+    expectScimError(await find(deep), 400, 'invalidFilter');
+    const wide = Array.from({ length: 300 }, () => 'id pr').join(' or ');
+    expectScimError(await find(wide), 400, 'invalidFilter');
+    assert.equal((await find(Array.from({ length: 100 }, () => 'id pr').join(' or '))).status, 200);
+    const nested = `{"userName":"deep@example.com","title":${'['.repeat(20000)}${']'.repeat(20000)}}`;
+    const deepBody = await server.api('POST', `${BASE}/Users`, {
+      token,
+      body: nested,
+      headers: { accept: SCIM, 'content-type': SCIM },
+    });
+    expectScimError(deepBody, 400, 'invalidSyntax');
+    expectScimError(await scim('POST', '/Users', { userName: 'x\ud800' }), 400, 'invalidValue');
+    expectScimError(await scim('GET', `/Users/${'a'.repeat(65)}`), 404);
+  });
+
+  test('removing a member by value after the user was deleted is 200 and changes nothing else (as Entra sends it)', async () => {
+    const [gone, stays] = [await user('gone.member@example.com'), await user('stays.member@example.com')];
+    const team = await group('Entra removals', { members: [{ value: gone.id }, { value: stays.id }] });
+    assert.equal((await scim('DELETE', `/Users/${gone.id}`)).status, 204);
+    const removed = await scim(
+      'PATCH',
+      `/Groups/${team.id}`,
+      patchOf({ op: 'Remove', path: 'members', value: [{ $ref: null, value: gone.id }] }),
+    );
+    assert.equal(removed.status, 200, removed.text);
+    assert.deepEqual(
+      removed.body.members.map((m: { value: string }) => m.value),
+      [stays.id],
+    );
+  });
+
+  test('a busy directory holds up only its own account: another account reads and writes meanwhile', async () => {
+    if (kind !== 'postgres') return; // SQLite has one writer for every account by design
+    const busy = await server.newAccount('busy-directory');
+    const busyToken = (await server.api('POST', '/directory-integration/tokens', { token: busy.token, body: { name: 'idp' } }))
+      .body.token;
+    const busyUsers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => scim('POST', '/Users', { userName: `busy${i}@example.com` }, {}, busyToken)),
+    );
+    const mine = await user('calm@example.com');
+    // Hold the busy account's directory lock, as a long write would, and queue a dozen writes behind it.
+    const held = server.db.transaction().execute(async (trx) => {
+      await sql`select pg_advisory_xact_lock(hashtext(${`dpc-directory:${busy.accountId}`}))`.execute(trx);
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const queued = busyUsers.map((answer) =>
+      scim('PATCH', `/Users/${answer.body.id}`, patchOf({ op: 'replace', path: 'title', value: 't' }), {}, busyToken),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const started = Date.now();
+    assert.equal((await scim('GET', `/Users/${mine.id}`)).status, 200);
+    assert.equal((await scim('PATCH', `/Users/${mine.id}`, patchOf({ op: 'replace', path: 'title', value: 'x' }))).status, 200);
+    assert.ok(Date.now() - started < 1000, `another account waited ${Date.now() - started} ms`);
+    await held;
+    assert.deepEqual(
+      (await Promise.all(queued)).map((a) => a.status),
+      busyUsers.map(() => 200),
+    );
   });
 
   test('a group whose project was deleted stays writable; its members and name still change', async () => {

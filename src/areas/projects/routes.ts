@@ -58,8 +58,8 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       await app.store.db.transaction().execute(async (trx) => {
+        await projectLeavesGroups(trx, app.store.dialect, request.principal.accountId, request.params.projectId);
         await deleteProject(trx, request.principal.accountId, request.params.projectId);
-        await projectLeavesGroups(trx, request.principal.accountId, request.params.projectId);
       });
       // Its rows are gone with the commit; its hosted Git repository goes after them.
       await removeHostedRepository(app.config, request.params.projectId);

@@ -64,10 +64,32 @@ function correlated(text: string): string {
 
 export function parseFilter(text: string): Filter {
   if (text.length > 4096) throw invalidFilter('The filter is longer than 4096 characters.');
+  let filter: Filter;
   try {
-    return parse(correlated(text));
+    filter = parse(correlated(text));
   } catch (error) {
     throw invalidFilter(`The filter is not valid: ${error instanceof Error ? error.message : 'unparsable'}.`);
+  }
+  checkSize(filter);
+  return filter;
+}
+
+/** Deeper or wider than any filter a provider sends; past these the SQL it compiles to is refused by SQLite. */
+const MAX_FILTER_DEPTH = 32;
+const MAX_OPERANDS = 200;
+
+function checkSize(node: Filter, depth = 1): void {
+  if (depth > MAX_FILTER_DEPTH) throw invalidFilter(`The filter nests more than ${MAX_FILTER_DEPTH} levels deep.`);
+  switch (node.op) {
+    case 'and':
+    case 'or':
+      if (node.filters.length > MAX_OPERANDS) throw invalidFilter(`An ${node.op} joins more than ${MAX_OPERANDS} comparisons.`);
+      for (const operand of node.filters) checkSize(operand, depth + 1);
+      return;
+    case 'not':
+      return checkSize(node.filter, depth + 1);
+    case '[]':
+      return checkSize(node.valFilter, depth + 1);
   }
 }
 

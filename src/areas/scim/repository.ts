@@ -102,19 +102,36 @@ async function touch(
 }
 
 /**
- * A write to the account's directory, in one transaction. On PostgreSQL the writes of one account go one
- * at a time (an advisory lock per account), as all writes do on SQLite: a write moves the versions of the
- * resources whose answers show what it changed (a user's groups, a group's members), so two writes lock
- * each other's rows in opposite orders and, run side by side, would deadlock or, skipping locked rows,
- * leave a version behind its answer. Identity providers write a directory at a few requests a second.
+ * The writes to one account's directory go one at a time, as all writes do on SQLite: a write moves the
+ * versions of the resources whose answers show what it changed (a user's groups, a group's members), so
+ * two writes side by side would lock each other's rows in opposite orders and deadlock on PostgreSQL, or,
+ * skipping locked rows, leave a version behind its answer. Across processes an advisory lock per account
+ * (PostgreSQL) orders them; within a process they queue here first, without holding a store connection,
+ * so that one busy account cannot take every connection of the pool from the others.
  */
+const directoryQueues = new Map<string, Promise<unknown>>();
+
 function directoryWrite<T>(scope: Scope, work: (trx: Trx) => Promise<T>): Promise<T> {
-  return scope.db.transaction().execute(async (trx) => {
-    if (scope.dialect === 'postgres') {
-      await sql`select pg_advisory_xact_lock(hashtext(${`dpc-directory:${scope.accountId}`}))`.execute(trx);
-    }
-    return work(trx);
+  const before = directoryQueues.get(scope.accountId) ?? Promise.resolve();
+  const run = before.then(() =>
+    scope.db.transaction().execute(async (trx) => {
+      await lockDirectory(trx, scope);
+      return work(trx);
+    }),
+  );
+  const done = run.catch(() => undefined);
+  directoryQueues.set(scope.accountId, done);
+  void done.then(() => {
+    if (directoryQueues.get(scope.accountId) === done) directoryQueues.delete(scope.accountId);
   });
+  return run;
+}
+
+/** Takes the account's directory lock for the rest of the transaction (PostgreSQL; SQLite has one writer). */
+async function lockDirectory(trx: Trx, scope: Pick<Scope, 'dialect' | 'accountId'>): Promise<void> {
+  if (scope.dialect === 'postgres') {
+    await sql`select pg_advisory_xact_lock(hashtext(${`dpc-directory:${scope.accountId}`}))`.execute(trx);
+  }
 }
 
 const CHUNK = 500;
@@ -530,8 +547,8 @@ async function groupColumns(db: Executor, scope: Scope, document: Document, kept
   return { displayName: document.displayName as string, document: JSON.stringify(document), projectId, role };
 }
 
-/** The user ids of members as sent ([{value}]); each must be a user of the account (400 otherwise). */
-async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<string[]> {
+/** The user ids of members as sent ([{value}]), checked in shape only, each once. */
+function memberValues(members: unknown): string[] {
   const list = Array.isArray(members) ? members : [members];
   const ids = list.map((member, i) => {
     const value = typeof member === 'object' && member !== null ? (member as Record<string, unknown>).value : undefined;
@@ -544,7 +561,12 @@ async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<
     }
     return value;
   });
-  const unique = [...new Set(ids)];
+  return [...new Set(ids)];
+}
+
+/** The user ids of members as sent ([{value}]); each must be a user of the account (400 otherwise). */
+async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<string[]> {
+  const unique = memberValues(members);
   const known = new Set<string>();
   for (let i = 0; i < unique.length; i += 500) {
     const rows = await db
@@ -725,7 +747,8 @@ async function patchMembers(
     return removeMembers(trx, groupId, await memberIdsWhere(trx, groupId, condition), changes);
   }
   if (operation.op === 'remove') {
-    const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : await memberIds(trx, scope, operation.value);
+    // A user deleted since is still removed by its id (as Entra sends, after the fact): nothing to check but the shape.
+    const ids = operation.value === undefined ? await memberIdsWhere(trx, groupId) : memberValues(operation.value);
     return removeMembers(trx, groupId, ids, changes);
   }
   const ids = await memberIds(trx, scope, operation.value);
@@ -770,7 +793,9 @@ export function listGroups(scope: Scope, query: ListQuery): Promise<ListAnswer> 
  * A new version of the account's groups that name the project, which is being deleted (in `trx`): their
  * answers lose its projectName, and their grants (projectGrantsOf) lapse.
  */
-export async function projectLeavesGroups(trx: Trx, accountId: string, projectId: string): Promise<void> {
+export async function projectLeavesGroups(trx: Trx, dialect: Dialect, accountId: string, projectId: string): Promise<void> {
+  // A directory write too: no group write of the account may read the version this one moves.
+  await lockDirectory(trx, { dialect, accountId });
   await trx
     .updateTable('scimGroups')
     .set(touched(now()))

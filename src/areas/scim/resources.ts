@@ -72,6 +72,8 @@ export function checkedValue(definition: AttributeDefinition, value: unknown, at
     }
     default: {
       if (typeof value !== 'string') throw invalidValue(`${at} must be a string.`);
+      // A lone surrogate is no character: PostgreSQL would store it as U+FFFD and SQLite as it is.
+      if (/\p{Cs}/u.test(value)) throw invalidValue(`${at} holds a lone surrogate (not well-formed Unicode).`);
       const limit = definition.type === 'binary' ? MAX_BINARY : MAX_TEXT;
       if (value.length > limit) throw invalidValue(`${at} must be at most ${limit} characters.`);
       if (closedValues.has(definition)) {

@@ -204,7 +204,8 @@ export const PatchBody = Type.Object(
   },
 );
 
-export const ResourceParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 64 }) });
+// Ids are UUIDs; a longer one names no resource (404), it is not malformed.
+export const ResourceParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 1024 }) });
 
 export const Projection = {
   attributes: Type.Optional(
