@@ -148,6 +148,18 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.deepEqual(nul.violations, ['body.description: must not contain a NUL character']);
     const listed = await server.api('GET', '/projects?size=100', { token: caller.token });
     assert.ok(!listed.body.results.some((p: { name: string }) => p.name === 'nul'), 'nothing was stored');
+    // A body nested deeper than any operation takes is refused, not walked until the stack runs out.
+    for (const depth of [65, 1500]) {
+      const deep = expectProblem(
+        await server.api('POST', '/directory-integration/scim/v2/Users', {
+          token: caller.token,
+          body: `{"userName":"deep","title":${'['.repeat(depth)}${']'.repeat(depth)}}`,
+          headers: { 'content-type': 'application/json' },
+        }),
+        400,
+      );
+      assert.match(deep.violations?.[0] ?? '', /^body\.title(\.0)+: must not be nested more than 64 levels deep$/);
+    }
     // The same for query strings, path parameters and headers, with or without a pattern of their own.
     const validateQuery = validatorCompiler({
       schema: Type.Object({ q: Type.String(), list: Type.Array(Type.String()) }),
