@@ -1027,6 +1027,21 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     expectScimError(deepBody, 400, 'invalidSyntax');
     expectScimError(await scim('POST', '/Users', { userName: 'x\ud800' }), 400, 'invalidValue');
     expectScimError(await scim('GET', `/Users/${'a'.repeat(65)}`), 404);
+    // If-None-Match: * writes only what does not exist: a PUT of an existing user is 412, of a missing one 404.
+    const existing = await user('exists@example.com');
+    expectScimError(
+      await scim('PUT', `/Users/${existing.id}`, { userName: 'exists@example.com', title: 'x' }, { 'if-none-match': '*' }),
+      412,
+    );
+    expectScimError(
+      await scim('PUT', `/Users/${randomUuid()}`, { userName: 'nobody@example.com' }, { 'if-none-match': '*' }),
+      404,
+    );
+    assert.equal((await scim('GET', `/Users/${existing.id}`)).body.title, undefined);
+    // Discovery documents take no filter (RFC 7644 4).
+    for (const document of ['/ServiceProviderConfig', '/ResourceTypes', '/Schemas']) {
+      expectScimError(await scim('GET', `${document}?filter=${encodeURIComponent('id eq "x"')}`), 403);
+    }
   });
 
   test('removing a member by value after the user was deleted is 200 and changes nothing else (as Entra sends it)', async () => {

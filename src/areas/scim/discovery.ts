@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { GROUP, LIST_RESPONSE_SCHEMA, MAX_RESULTS, SCHEMAS, USER, type ResourceKind } from './definitions.ts';
+import { problems } from '../../core/openapi.ts';
 import { scimError } from './resources.ts';
 import { DiscoveryDocument, SCIM_CONTENT_TYPE, scimContent, serviceUrl } from './schemas.ts';
 
@@ -43,7 +44,13 @@ const listOf = (resources: unknown[]) => ({
 export async function discoveryRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const tags = ['Directory integration (SCIM discovery)'];
-  const document = (description: string) => ({ 200: scimContent(DiscoveryDocument, description) });
+  const document = (description: string) => ({ 200: scimContent(DiscoveryDocument, description), ...problems(403) });
+  // RFC 7644 4: discovery endpoints take no filter, and a server that is given one should answer 403.
+  app.addHook('preHandler', async (request) => {
+    if ((request.query as Record<string, unknown>).filter !== undefined) {
+      throw scimError(403, undefined, 'Discovery documents take no filter (RFC 7644 4).');
+    }
+  });
 
   app.get(
     '/ServiceProviderConfig',

@@ -227,11 +227,17 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
           response: { 200: scimContent(resource, `the ${name} as replaced`), ...problems(409, 412) },
         },
       },
-      async (request, reply) =>
-        sendResource(
+      async (request, reply) => {
+        // If-None-Match: * asks to write only a resource that does not exist yet (RFC 7232 3.2); this one does.
+        if (request.headers['if-none-match'] === '*') {
+          await run.get(scopeOf(request), request.params.id, {});
+          throw scimError(412, undefined, `${name} ${request.params.id} exists; If-None-Match: * refuses to replace it.`);
+        }
+        return sendResource(
           reply,
           await run.replace(scopeOf(request), request.params.id, request.body, ifMatch(request), checked(request.query)),
-        ),
+        );
+      },
     );
 
     app.patch(
