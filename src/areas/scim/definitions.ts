@@ -279,10 +279,8 @@ export function attributesOfSchema(kind: ResourceKind, urn: string): AttributeDe
  * is no attribute of the kind, or an attribute the URN's schema does not hold.
  */
 export function attributeNamed(kind: ResourceKind, name: string): AttributeDefinition | undefined {
-  const lower = name.toLowerCase();
-  const urn = [kind.schema, ...kind.extensions].find((u) => lower.startsWith(`${u.toLowerCase()}:`));
-  const rest = urn ? name.slice(urn.length + 1).toLowerCase() : lower;
-  return (urn ? attributesOfSchema(kind, urn) : kind.attributes).find((a) => a.name.toLowerCase() === rest);
+  const segments = pathSegments(kind, name);
+  return segments.length === 1 ? definitionAt(kind, segments) : undefined;
 }
 
 /**

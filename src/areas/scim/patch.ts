@@ -37,8 +37,9 @@ const PATH_SHAPE = /^([A-Za-z$][\w$-]*)(?:\[(.*)\])?(?:\.([A-Za-z$][\w$-]*))?$/s
 /** A PATCH path: attribute, optional value filter, optional sub-attribute; null for another schema's attribute. */
 export function parsePath(kind: ResourceKind, text: string): PatchPath | null {
   let rest = text.trim();
-  const urn = [kind.schema, ...kind.extensions].find((u) => rest.toLowerCase().startsWith(`${u.toLowerCase()}:`));
-  if ([kind.schema, ...kind.extensions].some((u) => u.toLowerCase() === rest.toLowerCase())) {
+  const urns = [kind.schema, ...kind.extensions];
+  const urn = urns.find((u) => rest.toLowerCase().startsWith(`${u.toLowerCase()}:`));
+  if (urns.some((u) => u.toLowerCase() === rest.toLowerCase())) {
     throw invalidPath(`"${text}" names a schema, not an attribute: send its attributes in an operation without a path.`);
   }
   if (urn) rest = rest.slice(urn.length + 1);

@@ -249,17 +249,15 @@ export async function createUser(scope: Scope, body: unknown, projection: Projec
   return answer;
 }
 
-/** Writes a user's new document (PUT, PATCH), read locked, as its next version. */
 /** Whether a stored document and a new one hold the same (the order of an object's keys aside). */
-function sameDocument(stored: string, next: Document): boolean {
-  return isDeepStrictEqual(JSON.parse(stored), next);
-}
+const sameDocument = (stored: Document, next: Document): boolean => isDeepStrictEqual(stored, next);
 
 async function hasPassword(trx: Trx, userId: string): Promise<boolean> {
   const row = await trx.selectFrom('scimUsers').select('passwordHash').where('id', '=', userId).executeTakeFirstOrThrow();
   return row.passwordHash !== null;
 }
 
+/** Writes a user's new document (PUT, PATCH) as its next version, unless nothing changed. */
 async function rewriteUser(
   trx: Trx,
   scope: Scope,
@@ -268,10 +266,11 @@ async function rewriteUser(
   passwordHash: string | null | undefined,
 ): Promise<UserRow> {
   const columns = userColumns(next.document);
+  const stored = JSON.parse(current.document) as Document;
   // Nothing changed (a PATCH adding what is there, a PUT of what a GET answered): the version stays
   // (RFC 7644 3.5.2.1). Removing a password that was never set changes nothing either.
   const passwordChanged = passwordHash !== undefined && (passwordHash !== null || (await hasPassword(trx, current.id)));
-  if (sameDocument(current.document, next.document) && !passwordChanged) return current;
+  if (sameDocument(stored, next.document) && !passwordChanged) return current;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: now() };
   await uniquely(columns.userName, () =>
     trx
@@ -286,7 +285,7 @@ async function rewriteUser(
       .execute(),
   );
   await writeValues(trx, scope, USER, current.id, next.document);
-  const before = userColumns(JSON.parse(current.document) as Document);
+  const before = userColumns(stored);
   if ((before.displayName ?? before.userName) !== (columns.displayName ?? columns.userName)) {
     await touch(trx, 'scimGroups', membershipIds(trx, { userId: current.id }), updated.lastModified);
   }
@@ -568,12 +567,12 @@ function memberValues(members: unknown): string[] {
 async function memberIds(db: Executor, scope: Scope, members: unknown): Promise<string[]> {
   const unique = memberValues(members);
   const known = new Set<string>();
-  for (let i = 0; i < unique.length; i += 500) {
+  for (const chunk of chunks(unique)) {
     const rows = await db
       .selectFrom('scimUsers')
       .select('id')
       .where('accountId', '=', scope.accountId)
-      .where('id', 'in', unique.slice(i, i + 500))
+      .where('id', 'in', chunk)
       .execute();
     for (const row of rows) known.add(row.id);
   }
@@ -684,7 +683,7 @@ export async function createGroup(scope: Scope, body: unknown, projection: Proje
 }
 
 /**
- * Writes the group's next version (read locked); its document and searchable values only when they
+ * Writes the group's next version; its document and searchable values only when they
  * changed. A write that changed nothing, members included, leaves the version as it was (RFC 7644 3.5.2.1).
  */
 async function rewriteGroup(
@@ -696,7 +695,8 @@ async function rewriteGroup(
   time: string,
 ): Promise<GroupRow> {
   const columns = await groupColumns(trx, scope, document, current.projectId);
-  const changed = !sameDocument(current.document, document);
+  const stored = JSON.parse(current.document) as Document;
+  const changed = !sameDocument(stored, document);
   if (!changed && !membersChanged) return current;
   const updated = { ...current, ...columns, version: current.version + 1, lastModified: time };
   await trx
@@ -705,7 +705,7 @@ async function rewriteGroup(
     .where('id', '=', current.id)
     .execute();
   if (changed) await writeValues(trx, scope, GROUP, current.id, document);
-  if (columns.displayName !== (JSON.parse(current.document) as Document).displayName) {
+  if (columns.displayName !== stored.displayName) {
     await touch(trx, 'scimUsers', membershipIds(trx, { groupId: current.id }), time);
   }
   return updated;

@@ -276,7 +276,6 @@ function pick(value: unknown, subs: Set<string>, keep: boolean): unknown {
   return Array.isArray(value) ? value.map(cut) : cut(value);
 }
 
-/** Which attributes are answered (RFC 7644 3.9): `attributes` keeps only those named, `excludedAttributes` drops them; schemas and id always stay. */
 /** Checks the attributes a write asks to see before it writes: a bad list must not fail after the write committed. */
 export function checkProjection(
   kind: ResourceKind,
@@ -285,6 +284,7 @@ export function checkProjection(
   for (const list of [attributes, excludedAttributes]) if (list) pathTree(kind, list);
 }
 
+/** Which attributes are answered (RFC 7644 3.9): `attributes` keeps only those named, `excludedAttributes` drops them; schemas and id always stay. */
 export function projected(kind: ResourceKind, resource: Document, attributes?: string, excluded?: string): Document {
   const list = attributes || excluded;
   if (!list) return resource;
