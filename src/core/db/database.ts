@@ -58,6 +58,7 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
       client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined);
     });
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }), plugins, log });
+    if (config.rememberReads !== false) readVersions.set(db, snapshotVersions(db));
     const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
     // Without a listener, an idle client's error would be thrown and end the process.
     pool.on('error', (error) => store.onConnectionLost?.(error));
@@ -130,16 +131,40 @@ export function statementsAreRoundTrips(db: Executor): boolean {
   return db.getExecutor().adapter instanceof PostgresAdapter;
 }
 
-const readVersions = new WeakMap<Executor, () => string>();
+const readVersions = new WeakMap<Executor, () => string | Promise<string | undefined>>();
 
 /**
  * A token that changes whenever the store may have changed since it was last taken, by this process
- * or any other: a read answered while the token stays the same is still the answer. Undefined where
- * that cannot be known without asking the store (PostgreSQL) and inside a transaction (which sees its
- * own writes), so there nothing may be reused.
+ * or any other: a read answered while the token stays the same is still the answer. Undefined inside a
+ * transaction (which sees its own writes), where remembering is turned off, and when PostgreSQL could
+ * not be asked, so there nothing may be reused.
  */
-export function readVersion(db: Executor): string | undefined {
+export function readVersion(db: Executor): string | Promise<string | undefined> | undefined {
   return readVersions.get(db)?.();
+}
+
+const SNAPSHOT_QUERY = 'select pg_current_snapshot()::text as version';
+
+/**
+ * PostgreSQL's read version: its current snapshot (xmin:xmax:in-progress ids), which stays the same
+ * until a transaction that wrote ends, on any connection of the server: one that commits either was in
+ * progress (listed) or began after (moves xmax). A round trip, so one query answers every read that
+ * asked for the version in one turn of the event loop. A read never takes the answer of a query sent
+ * before it asked: that snapshot could miss a commit the client already knows of.
+ */
+function snapshotVersions(db: Db): () => Promise<string | undefined> {
+  nameOnServer(SNAPSHOT_QUERY);
+  let unsent: Promise<string | undefined> | undefined;
+  return () =>
+    (unsent ??= new Promise((resolve) => {
+      setImmediate(() => {
+        unsent = undefined;
+        db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
+          (result) => resolve(result.rows[0].version),
+          () => resolve(undefined), // the read itself then asks the store, and meets the failure there
+        );
+      });
+    }));
 }
 
 /**

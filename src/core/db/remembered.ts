@@ -48,8 +48,8 @@ class Answers<T> {
 /**
  * `read`, with its answers remembered per arguments and given again without asking the store for as
  * long as the store's read version (see readVersion) stays what it was before the answer was read: a
- * write by any process changes it. Where the store has no read version (PostgreSQL, a transaction),
- * `read` simply runs. The arguments after `db` must be JSON and decide the answer; a rejection is not
+ * write by any process changes it. Where the store has no read version (a transaction, remembering
+ * turned off), `read` simply runs. The arguments after `db` must be JSON and decide the answer; a rejection is not
  * remembered. Answers are frozen, since several requests may share one.
  */
 export function rememberedRead<A extends unknown[], T>(
@@ -57,7 +57,7 @@ export function rememberedRead<A extends unknown[], T>(
 ): (db: Executor, ...args: A) => Promise<T> {
   const perStore = new WeakMap<Executor, Answers<T>>();
   return async (db, ...args) => {
-    const version = readVersion(db);
+    const version = await readVersion(db);
     if (version === undefined) return read(db, ...args);
     let answers = perStore.get(db);
     if (!answers) perStore.set(db, (answers = new Answers()));
