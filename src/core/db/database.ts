@@ -131,7 +131,7 @@ export function statementsAreRoundTrips(db: Executor): boolean {
   return db.getExecutor().adapter instanceof PostgresAdapter;
 }
 
-const readVersions = new WeakMap<Executor, () => string | Promise<string | undefined>>();
+const readVersions = new WeakMap<Executor, () => string | Promise<string | undefined> | undefined>();
 
 /**
  * A token that changes whenever the store may have changed since it was last taken, by this process
@@ -152,19 +152,25 @@ const SNAPSHOT_QUERY = 'select pg_current_snapshot()::text as version';
  * asked for the version in one turn of the event loop. A read never takes the answer of a query sent
  * before it asked: that snapshot could miss a commit the client already knows of.
  */
-function snapshotVersions(db: Db): () => Promise<string | undefined> {
+function snapshotVersions(db: Db): () => Promise<string | undefined> | undefined {
   nameOnServer(SNAPSHOT_QUERY);
   let unsent: Promise<string | undefined> | undefined;
+  let known = true; // PostgreSQL before 13 has no pg_current_snapshot(): nothing is remembered there
   return () =>
-    (unsent ??= new Promise((resolve) => {
-      setImmediate(() => {
-        unsent = undefined;
-        db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
-          (result) => resolve(result.rows[0].version),
-          () => resolve(undefined), // the read itself then asks the store, and meets the failure there
-        );
-      });
-    }));
+    known
+      ? (unsent ??= new Promise((resolve) => {
+          setImmediate(() => {
+            unsent = undefined;
+            db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
+              (result) => resolve(result.rows[0].version),
+              (error: { code?: string }) => {
+                if (error.code === '42883') known = false;
+                resolve(undefined); // the read itself then asks the store, and meets any failure there
+              },
+            );
+          });
+        }))
+      : undefined;
 }
 
 /**
