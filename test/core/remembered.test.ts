@@ -115,6 +115,7 @@ describeEachStore('rememberedRead: answers given again only while the store is u
       await new Promise(setImmediate); // the first version's query is now on its way
       const second = readVersion(mine);
       assert.notEqual(second, first, 'asked after the query was sent: a query of its own');
+      assert.equal(readVersion(mine), second, 'reads asking while one query is on its way share the next');
       assert.match(String(await second), /^\d+:\d+:/);
       // A commit between two versions (one that a client may know of before it asks) changes the version.
       const before = await readVersion(mine);

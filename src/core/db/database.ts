@@ -148,29 +148,43 @@ const SNAPSHOT_QUERY = 'select pg_current_snapshot()::text as version';
 /**
  * PostgreSQL's read version: its current snapshot (xmin:xmax:in-progress ids), which stays the same
  * until a transaction that wrote ends, on any connection of the server: one that commits either was in
- * progress (listed) or began after (moves xmax). A round trip, so one query answers every read that
- * asked for the version in one turn of the event loop. A read never takes the answer of a query sent
- * before it asked: that snapshot could miss a commit the client already knows of.
+ * progress (listed) or began after (moves xmax). Asking is a round trip, so reads share one: those that
+ * ask while a query is on its way wait together for the next, sent when it returns (at most one on its
+ * way: under load, a query per round trip rather than per request). A read never takes the answer of a
+ * query sent before it asked: that snapshot could miss a commit the client already knows of.
  */
 function snapshotVersions(db: Db): () => Promise<string | undefined> | undefined {
   nameOnServer(SNAPSHOT_QUERY);
-  let unsent: Promise<string | undefined> | undefined;
   let known = true; // PostgreSQL before 13 has no pg_current_snapshot(): nothing is remembered there
-  return () =>
-    known
-      ? (unsent ??= new Promise((resolve) => {
-          setImmediate(() => {
-            unsent = undefined;
-            db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
-              (result) => resolve(result.rows[0].version),
-              (error: { code?: string }) => {
-                if (error.code === '42883') known = false;
-                resolve(undefined); // the read itself then asks the store, and meets any failure there
-              },
-            );
-          });
-        }))
-      : undefined;
+  let asking = false;
+  let waiting: { version: Promise<string | undefined>; answer: (version: string | undefined) => void } | undefined;
+  const ask = () => {
+    const { answer } = waiting!;
+    waiting = undefined;
+    asking = true;
+    db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY))
+      .then(
+        (result) => answer(result.rows[0].version),
+        (error: { code?: string }) => {
+          if (error.code === '42883') known = false;
+          answer(undefined); // the read itself then asks the store, and meets any failure there
+        },
+      )
+      .finally(() => {
+        asking = false;
+        if (waiting) ask();
+      });
+  };
+  return () => {
+    if (!known) return undefined;
+    if (!waiting) {
+      let answer!: (version: string | undefined) => void;
+      waiting = { version: new Promise((resolve) => (answer = resolve)), answer };
+      // The reads of this turn of the event loop ask together.
+      if (!asking) setImmediate(() => waiting && !asking && ask());
+    }
+    return waiting.version;
+  };
 }
 
 /**
