@@ -16,7 +16,7 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
   try {
     await migrate(store);
     const app = await buildApp({ config, store, logger });
-    store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost an idle PostgreSQL connection; the pool replaces it');
+    store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost a PostgreSQL connection; the pool replaces it');
     const stagingDir = stagingDirOf(config);
     const swept = await sweepStaging(stagingDir);
     if (swept > 0) app.log.warn({ swept, stagingDir }, 'removed uploads left staged by a process that ended');

@@ -117,6 +117,27 @@ describeOnPostgres('named statements: a stale plan and connection options', () =
     }
   });
 
+  test('a connection lost while lent out (between two statements of a transaction) fails that transaction, not the process', async () => {
+    const lost: Error[] = [];
+    const other = openStore({ ...loadConfig({}), ...settings });
+    other.onConnectionLost = (error) => lost.push(error);
+    try {
+      await assert.rejects(
+        other.db.transaction().execute(async (trx) => {
+          const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx);
+          await sql`select pg_terminate_backend(${rows[0].pid})`.execute(store.db);
+          // The connection's error arrives while no statement of it runs: with no listener it was thrown.
+          for (let i = 0; i < 100 && lost.length === 0; i += 1) await new Promise((resolve) => setTimeout(resolve, 10));
+          await sql`select 1`.execute(trx);
+        }),
+      );
+      assert.ok(lost.length > 0, 'the loss was told');
+      assert.equal((await sql<{ one: number }>`select 1 as one`.execute(other.db)).rows[0].one, 1, 'the pool answers again');
+    } finally {
+      await other.close();
+    }
+  });
+
   test("the operator's PGOPTIONS still apply (as before named statements)", async () => {
     const saved = process.env.PGOPTIONS;
     process.env.PGOPTIONS = '-c statement_timeout=7000';

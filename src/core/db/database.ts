@@ -35,7 +35,7 @@ export interface Store {
   close(): Promise<void>;
   /** Told the duration of every query (for metrics). */
   onQuery?: (durationMs: number, failed: boolean) => void;
-  /** Told when PostgreSQL drops an idle pooled connection (a restart, a failover); the pool replaces it. */
+  /** Told when PostgreSQL drops a pooled connection (a restart, a failover); the pool replaces it. */
   onConnectionLost?: (error: Error) => void;
 }
 
@@ -57,11 +57,12 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
     pool.on('connect', (client) => {
       client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined);
     });
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool) }), plugins, log });
+    // Without a listener, a lost connection's error would be thrown and end the process.
+    const lost = (error: Error) => store.onConnectionLost?.(error);
+    pool.on('error', lost);
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool, lost) }), plugins, log });
     if (config.rememberReads !== false) readVersions.set(db, snapshotVersions(db));
     const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
-    // Without a listener, an idle client's error would be thrown and end the process.
-    pool.on('error', (error) => store.onConnectionLost?.(error));
     return store;
   }
   fs.mkdirSync(config.dataDir, { recursive: true });
@@ -95,13 +96,20 @@ export function nameOnServer(sql: string): void {
  * must not change result type"): it is run again unnamed, its connection is closed when released, and
  * every name changes, so that the other connections prepare afresh rather than fail once each.
  */
-function withNamedStatements(pool: pg.Pool): PostgresPool {
+function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): PostgresPool {
   let generation = 0;
   return {
     async connect() {
       const client = await pool.connect();
       let stale = false;
       let inTransaction = false;
+      // The pool listens for errors of idle connections only: one lost while lent out between two
+      // statements (in a transaction) would be thrown and end the process. Its next statement fails instead.
+      const lost = (error: Error) => {
+        stale = true;
+        onLost(error);
+      };
+      client.on('error', lost);
       const query = async (text: string, values: unknown[]) => {
         // Kysely's own transaction statements (savepoints keep the transaction open).
         if (text === 'begin' || text.startsWith('start transaction')) inTransaction = true;
@@ -117,7 +125,11 @@ function withNamedStatements(pool: pg.Pool): PostgresPool {
           return client.query(text, values);
         }
       };
-      return { query, release: () => client.release(stale) } as unknown as PostgresPoolClient;
+      const release = () => {
+        client.off('error', lost);
+        client.release(stale);
+      };
+      return { query, release } as unknown as PostgresPoolClient;
     },
     end: () => pool.end(),
   };
@@ -143,12 +155,14 @@ export function readVersion(db: Executor): string | Promise<string | undefined> 
   return readVersions.get(db)?.();
 }
 
-const SNAPSHOT_QUERY = 'select pg_current_snapshot()::text as version';
+const SNAPSHOT_QUERY = `select pg_postmaster_start_time()::text || ' ' || pg_current_snapshot()::text as version`;
 
 /**
  * PostgreSQL's read version: its current snapshot (xmin:xmax:in-progress ids), which stays the same
  * until a transaction that wrote ends, on any connection of the server: one that commits either was in
- * progress (listed) or began after (moves xmax). Asking is a round trip, so reads share one: those that
+ * progress (listed) or began after (moves xmax). Transaction ids count forward only while one server
+ * runs: a restore from a backup or a promoted standby hands the same ids out again over other data, so
+ * the server's start time is part of the version. Asking is a round trip, so reads share one: those that
  * ask while a query is on its way wait together for the next, sent when it returns (at most one on its
  * way: under load, a query per round trip rather than per request). A read never takes the answer of a
  * query sent before it asked: that snapshot could miss a commit the client already knows of.
