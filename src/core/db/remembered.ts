@@ -65,7 +65,8 @@ export function rememberedRead<A extends unknown[], T>(
     const remembered = answers.get(key, version);
     if (remembered !== undefined) return remembered;
     const value = await read(db, ...args);
-    answers.set(key, version, value);
+    // Nothing found is not kept: it would not be given again, and a flood of unknown ids would push out what is.
+    if (value !== undefined) answers.set(key, version, value);
     return value;
   };
 }
