@@ -6,7 +6,7 @@ import { createAccount } from '../../src/core/auth/accounts.ts';
 import { createProject } from '../../src/areas/projects/repository.ts';
 import { createEnvironment, listEnvironments } from '../../src/areas/environments/repository.ts';
 import { rememberedRead } from '../../src/core/db/remembered.ts';
-import { describeEachStore, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
+import { describeEachStore, describeOnPostgres, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
 
 describeEachStore('rememberedRead: answers given again only while the store is unchanged', (kind) => {
   let stores: [Store, Store];
@@ -125,6 +125,39 @@ describeEachStore('rememberedRead: answers given again only while the store is u
       // (shown by a reviewer on a private cluster): the server's start, new after either, is part of the version.
       const { rows } = await sql<{ started: string }>`select pg_postmaster_start_time()::text as started`.execute(mine);
       assert.ok(String(await readVersion(mine)).startsWith(`${rows[0].started} `));
+    },
+  );
+});
+
+describeOnPostgres('remembered reads: a snapshot query that does not answer', () => {
+  let store: Store;
+  let drop: () => Promise<void>;
+  before(async () => {
+    const scratch = await scratchStore('postgres');
+    drop = scratch.drop;
+    store = openStore({ ...loadConfig({}), ...scratch.settings });
+  });
+  after(async () => {
+    await store.close();
+    await drop();
+  });
+
+  test(
+    'holds reads up for about a second, then they ask the store themselves; later reads get versions again',
+    { timeout: 10_000 },
+    async () => {
+      // Every pooled connection (10) held by a transaction: the snapshot query waits for one, as on a dead connection.
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const holders = Array.from({ length: 10 }, () => store.db.transaction().execute(() => gate));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const started = Date.now();
+      assert.equal(await readVersion(store.db), undefined);
+      const waited = Date.now() - started;
+      assert.ok(waited >= 900 && waited < 5000, `waited ${waited} ms`);
+      release();
+      await Promise.all(holders);
+      assert.match(String(await readVersion(store.db)), / \d+:\d+:/);
     },
   );
 });

@@ -155,6 +155,8 @@ export function readVersion(db: Executor): string | Promise<string | undefined> 
   return readVersions.get(db)?.();
 }
 
+/** How long reads wait for a snapshot query before they ask the store themselves. */
+const SNAPSHOT_PATIENCE_MS = 1000;
 const SNAPSHOT_QUERY = `select pg_postmaster_start_time()::text || ' ' || pg_current_snapshot()::text as version`;
 
 /**
@@ -176,18 +178,25 @@ function snapshotVersions(db: Db): () => Promise<string | undefined> | undefined
     const { answer } = waiting!;
     waiting = undefined;
     asking = true;
-    db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY))
-      .then(
-        (result) => answer(result.rows[0].version),
-        (error: { code?: string }) => {
-          if (error.code === '42883') known = false;
-          answer(undefined); // the read itself then asks the store, and meets any failure there
-        },
-      )
-      .finally(() => {
-        asking = false;
-        if (waiting) ask();
-      });
+    let answered = false;
+    // Undefined: the reads themselves then ask the store, and meet any failure there.
+    const finish = (version: string | undefined) => {
+      if (answered) return;
+      answered = true;
+      clearTimeout(patience);
+      answer(version);
+      asking = false;
+      if (waiting) ask();
+    };
+    // A query lost on a dead connection would otherwise hold up every remembered read of the process.
+    const patience = setTimeout(() => finish(undefined), SNAPSHOT_PATIENCE_MS);
+    db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
+      (result) => finish(result.rows[0].version),
+      (error: { code?: string }) => {
+        if (error.code === '42883') known = false;
+        finish(undefined);
+      },
+    );
   };
   return () => {
     if (!known) return undefined;
