@@ -61,8 +61,13 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
     const lost = (error: Error) => store.onConnectionLost?.(error);
     pool.on('error', lost);
     const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool, lost) }), plugins, log });
-    if (config.rememberReads !== false) readVersions.set(db, snapshotVersions(db));
-    const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close: () => db.destroy() });
+    const snapshots = config.rememberReads !== false ? snapshotVersions(config.databaseUrl, lost) : undefined;
+    if (snapshots) readVersions.set(db, snapshots.version);
+    const close = async () => {
+      await snapshots?.close();
+      await db.destroy();
+    };
+    const store: Store = Object.assign(observed, { db, dialect: 'postgres' as const, close });
     return store;
   }
   fs.mkdirSync(config.dataDir, { recursive: true });
@@ -125,7 +130,11 @@ function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): Pos
           return client.query(text, values);
         }
       };
+      let released = false;
       const release = () => {
+        // Once only: pg-pool gives the client a new release at each loan, so a second call would end another's.
+        if (released) return;
+        released = true;
         client.off('error', lost);
         client.release(stale);
       };
@@ -155,58 +164,102 @@ export function readVersion(db: Executor): string | Promise<string | undefined> 
   return readVersions.get(db)?.();
 }
 
-/** How long reads wait for a snapshot query before they ask the store themselves. */
+/** How long a read waits for the store's snapshot before it asks the store itself. */
 const SNAPSHOT_PATIENCE_MS = 1000;
 const SNAPSHOT_QUERY = `select pg_postmaster_start_time()::text || ' ' || pg_current_snapshot()::text as version`;
+
+interface SnapshotBatch {
+  version: Promise<string | undefined>;
+  /** Answers the batch's reads; only the first answer counts. */
+  answer(version: string | undefined): void;
+}
 
 /**
  * PostgreSQL's read version: its current snapshot (xmin:xmax:in-progress ids), which stays the same
  * until a transaction that wrote ends, on any connection of the server: one that commits either was in
  * progress (listed) or began after (moves xmax). Transaction ids count forward only while one server
  * runs: a restore from a backup or a promoted standby hands the same ids out again over other data, so
- * the server's start time is part of the version. Asking is a round trip, so reads share one: those that
- * ask while a query is on its way wait together for the next, sent when it returns (at most one on its
- * way: under load, a query per round trip rather than per request). A read never takes the answer of a
- * query sent before it asked: that snapshot could miss a commit the client already knows of.
+ * the server's start time is part of the version.
+ *
+ * Asking is a round trip, so reads share it: at most one query is on its way, and the reads that ask
+ * meanwhile wait together for the next, sent when it returns. A read never takes the answer of a query
+ * sent before it asked: that snapshot could miss a commit the client already knows of. The queries run
+ * on a connection of their own, not the pool's, so that they never wait behind the work they would
+ * save. A read waits at most SNAPSHOT_PATIENCE_MS, then asks the store itself (undefined); a query past
+ * that is given up with its connection (a dead one would hold every read up), and the next gets a new one.
  */
-function snapshotVersions(db: Db): () => Promise<string | undefined> | undefined {
-  nameOnServer(SNAPSHOT_QUERY);
+function snapshotVersions(connectionString: string, onLost: (error: Error) => void) {
   let known = true; // PostgreSQL before 13 has no pg_current_snapshot(): nothing is remembered there
-  let asking = false;
-  let waiting: { version: Promise<string | undefined>; answer: (version: string | undefined) => void } | undefined;
-  const ask = () => {
-    const { answer } = waiting!;
-    waiting = undefined;
-    asking = true;
-    let answered = false;
-    // Undefined: the reads themselves then ask the store, and meet any failure there.
-    const finish = (version: string | undefined) => {
-      if (answered) return;
-      answered = true;
-      clearTimeout(patience);
-      answer(version);
-      asking = false;
-      if (waiting) ask();
-    };
-    // A query lost on a dead connection would otherwise hold up every remembered read of the process.
-    const patience = setTimeout(() => finish(undefined), SNAPSHOT_PATIENCE_MS);
-    db.executeQuery<{ version: string }>(CompiledQuery.raw(SNAPSHOT_QUERY)).then(
-      (result) => finish(result.rows[0].version),
-      (error: { code?: string }) => {
-        if (error.code === '42883') known = false;
-        finish(undefined);
-      },
-    );
+  let closed = false;
+  let connection: { client: pg.Client; ready: Promise<unknown> } | undefined;
+  let waiting: SnapshotBatch | undefined;
+  let asking: SnapshotBatch | undefined;
+
+  const connect = () => {
+    const client = new pg.Client({ connectionString });
+    client.on('error', (error) => {
+      forget(client);
+      onLost(error);
+    });
+    return { client, ready: client.connect() };
   };
-  return () => {
-    if (!known) return undefined;
-    if (!waiting) {
-      let answer!: (version: string | undefined) => void;
-      waiting = { version: new Promise((resolve) => (answer = resolve)), answer };
-      // The reads of this turn of the event loop ask together.
-      if (!asking) setImmediate(() => waiting && !asking && ask());
+  const forget = (client: pg.Client) => {
+    if (connection?.client === client) connection = undefined;
+    client.end().catch(() => undefined);
+  };
+  const ask = async (batch: SnapshotBatch) => {
+    asking = batch;
+    const { client, ready } = (connection ??= connect());
+    try {
+      await ready;
+      const result = await client.query<{ version: string }>({ name: 'dpc_snapshot', text: SNAPSHOT_QUERY });
+      batch.answer(result.rows[0].version);
+    } catch (error) {
+      if ((error as { code?: string }).code === '42883') known = false;
+      forget(client);
+      batch.answer(undefined);
     }
-    return waiting.version;
+    if (asking === batch) next();
+  };
+  const next = () => {
+    asking = undefined;
+    const batch = waiting;
+    waiting = undefined;
+    if (batch) void ask(batch);
+  };
+
+  return {
+    version(): Promise<string | undefined> | undefined {
+      if (!known || closed) return undefined;
+      if (!waiting) {
+        let answer!: (version: string | undefined) => void;
+        const batch: SnapshotBatch = {
+          version: new Promise((resolve) => (answer = resolve)),
+          answer: (version) => {
+            clearTimeout(patience);
+            answer(version);
+          },
+        };
+        const patience = setTimeout(() => {
+          batch.answer(undefined);
+          // Still on its way: the query is given up with its connection, and the next batch goes out on a new one.
+          if (asking === batch) {
+            if (connection) forget(connection.client);
+            next();
+          }
+        }, SNAPSHOT_PATIENCE_MS).unref();
+        waiting = batch;
+        // The reads of this turn of the event loop ask together.
+        if (!asking) setImmediate(() => !asking && next());
+      }
+      return waiting.version;
+    },
+    async close() {
+      closed = true;
+      const client = connection?.client;
+      connection = undefined;
+      await client?.end().catch(() => undefined);
+    },
   };
 }
 
