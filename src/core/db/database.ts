@@ -225,7 +225,8 @@ function snapshotVersions(connectionString: string, onLost: (error: Error) => vo
     asking = undefined;
     const batch = waiting;
     waiting = undefined;
-    if (batch) void ask(batch);
+    if (batch && closed) batch.answer(undefined);
+    else if (batch) void ask(batch);
   };
 
   return {
