@@ -138,6 +138,41 @@ describeOnPostgres('named statements: a stale plan and connection options', () =
     }
   });
 
+  test('after a change of a returned column type, connections holding the older statements are replaced as they are used', async () => {
+    const other = openStore({ ...loadConfig({}), ...settings });
+    // The backend of each of the pool's 10 connections, all lent at once.
+    const backends = async () => {
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const pids: number[] = [];
+      const holders = Array.from({ length: 10 }, () =>
+        other.db.transaction().execute(async (trx) => {
+          pids.push((await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx)).rows[0].pid);
+          await gate;
+        }),
+      );
+      while (pids.length < 10) await new Promise((resolve) => setTimeout(resolve, 10));
+      release();
+      await Promise.all(holders);
+      return pids;
+    };
+    try {
+      await Promise.all(Array.from({ length: 10 }, () => accountNamed(other.db, { name: 'first' }))); // prepared on each
+      const before = await backends();
+      await sql`alter table accounts alter column name type text`.execute(store.db);
+      assert.equal((await accountNamed(other.db, { name: 'first' })).length, 1); // 0A000, run again: a new generation
+      await backends(); // each older connection's last loan
+      const after = await backends();
+      assert.deepEqual(
+        after.filter((pid) => before.includes(pid)),
+        [],
+        'connections kept the statements of the older generation',
+      );
+    } finally {
+      await other.close();
+    }
+  });
+
   test("the operator's PGOPTIONS still apply (as before named statements)", async () => {
     const saved = process.env.PGOPTIONS;
     process.env.PGOPTIONS = '-c statement_timeout=7000';

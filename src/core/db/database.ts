@@ -99,13 +99,16 @@ export function nameOnServer(sql: string): void {
  * transactions (a transaction runs them unnamed: a failure there could not be retried). A statement
  * prepared before a migration changed the type of a column it returns fails with 0A000 ("cached plan
  * must not change result type"): it is run again unnamed, its connection is closed when released, and
- * every name changes, so that the other connections prepare afresh rather than fail once each.
+ * every name changes, so that the other connections prepare afresh rather than fail once each. A
+ * connection of an older generation is closed when next released, so that it does not keep both sets.
  */
 function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): PostgresPool {
   let generation = 0;
+  const generationOf = new WeakMap<pg.PoolClient, number>();
   return {
     async connect() {
       const client = await pool.connect();
+      if (!generationOf.has(client)) generationOf.set(client, generation);
       let stale = false;
       let inTransaction = false;
       // The pool listens for errors of idle connections only: one lost while lent out between two
@@ -136,7 +139,7 @@ function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): Pos
         if (released) return;
         released = true;
         client.off('error', lost);
-        client.release(stale);
+        client.release(stale || generationOf.get(client) !== generation);
       };
       return { query, release } as unknown as PostgresPoolClient;
     },
