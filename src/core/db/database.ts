@@ -4,14 +4,11 @@ import SQLite from 'better-sqlite3';
 import pg from 'pg';
 import {
   CamelCasePlugin,
-  CompiledQuery,
   Kysely,
   Migrator,
   PostgresAdapter,
   PostgresDialect,
-  SqliteDialect,
   sql,
-  type Driver,
   type LogEvent,
   type PostgresPool,
   type PostgresPoolClient,
@@ -22,6 +19,7 @@ import {
 import type { Config } from '../config.ts';
 import type { Database } from './schema.ts';
 import { migrationsFor } from './migrations/index.ts';
+import { GroupCommitSqliteDialect } from './group-commit.ts';
 
 export type Db = Kysely<Database>;
 export type Trx = Transaction<Database>;
@@ -75,9 +73,10 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   file.pragma('journal_mode = WAL');
   file.pragma('synchronous = NORMAL');
   file.pragma('foreign_keys = ON');
-  file.pragma('busy_timeout = 5000');
+  // A write lock held by another connection is waited for without holding the thread (group-commit.ts).
+  file.pragma('busy_timeout = 0');
   const connection = sqliteConnection(file);
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: connection }), plugins, log });
+  const db = new Kysely<Database>({ dialect: new GroupCommitSqliteDialect({ database: connection }, () => file.inTransaction), plugins, log });
   if (config.rememberReads !== false) readVersions.set(db, connection.version);
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
@@ -267,21 +266,6 @@ function snapshotVersions(connectionString: string, onLost: (error: Error) => vo
   };
 }
 
-/**
- * SQLite transactions that take the write lock at BEGIN. A deferred transaction that reads and then
- * writes fails at once with "database is locked" when another process wrote in between, whatever the
- * busy timeout; an immediate one waits its turn. Every transaction here is a write.
- */
-class ImmediateSqliteDialect extends SqliteDialect {
-  override createDriver(): Driver {
-    const driver = super.createDriver();
-    driver.beginTransaction = async (connection) => {
-      await connection.executeQuery(CompiledQuery.raw('begin immediate'));
-    };
-    return driver;
-  }
-}
-
 const STATEMENT_CACHE_SIZE = 500;
 
 /**
@@ -371,7 +355,7 @@ export function isForeignKeyViolation(error: unknown): boolean {
   return code === '23503' || code === 'SQLITE_CONSTRAINT_FOREIGNKEY';
 }
 
-/** The store could not take the write now (locked past the busy timeout, a deadlock): worth retrying. */
+/** The store could not take the write now (SQLite locked by another connection for 5 s, a deadlock): worth retrying. */
 export function isTransientStoreFailure(error: unknown): boolean {
   const code = (error as { code?: string } | undefined)?.code;
   return code === 'SQLITE_BUSY' || code === '40P01' || code === '40001';

@@ -1,0 +1,187 @@
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import SQLite from 'better-sqlite3';
+import { loadConfig } from '../../src/core/config.ts';
+import { migrate, openStore, sql, type Executor, type Store } from '../../src/core/db/database.ts';
+import { scratchStore } from '../helpers/harness.ts';
+
+describe('group commit on SQLite: transactions of one turn share a commit, each answered once it is committed', () => {
+  let store: Store;
+  let drop: () => Promise<void>;
+  /** A second connection to the file: another process, which sees only what is committed. */
+  let other: SQLite.Database;
+  let databaseFile: string;
+  let next = 0;
+  const uniqueName = () => `group-${(next += 1)}`;
+  const addAccount = (db: Executor, name: string) =>
+    db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
+  const committed = (name: string) => other.prepare('select 1 from accounts where name = ?').get(name) !== undefined;
+  const stored = async (name: string) =>
+    (await store.db.selectFrom('accounts').select('name').where('name', '=', name).executeTakeFirst()) !== undefined;
+
+  before(async () => {
+    const scratch = await scratchStore('sqlite');
+    drop = scratch.drop;
+    store = openStore({ ...loadConfig({}), ...scratch.settings });
+    await migrate(store);
+    await sql`create table grouped_parent (id text primary key)`.execute(store.db);
+    await sql`create table grouped_child (parent text references grouped_parent (id) deferrable initially deferred)`.execute(
+      store.db,
+    );
+    await sql`create table grouped_refused (id text)`.execute(store.db);
+    await sql`create trigger grouped_refuse before insert on grouped_refused begin select raise(rollback, 'refused'); end`.execute(
+      store.db,
+    );
+    databaseFile = path.join(scratch.settings.dataDir!, 'platform.db');
+    other = new SQLite(databaseFile, { readonly: true });
+  });
+  after(async () => {
+    other.close();
+    await store.close();
+    await drop();
+  });
+
+  test('transactions started together share one commit, and each answers only once its write is committed', async () => {
+    const names = Array.from({ length: 20 }, uniqueName);
+    let firstCommittedWhileLastRan: boolean | undefined;
+    const answers = names.map((name, i) =>
+      store.db
+        .transaction()
+        .execute(async (trx) => {
+          await addAccount(trx, name);
+          if (i === names.length - 1) firstCommittedWhileLastRan = committed(names[0]);
+        })
+        .then(() => committed(name)),
+    );
+    assert.deepEqual(
+      await Promise.all(answers),
+      names.map(() => true),
+    );
+    assert.equal(firstCommittedWhileLastRan, false, 'the first write was committed on its own');
+  });
+
+  test('a transaction that fails is rolled back alone', async () => {
+    const [kept, failed, alsoKept] = [uniqueName(), uniqueName(), uniqueName()];
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute((trx) => addAccount(trx, kept)),
+      store.db.transaction().execute(async (trx) => {
+        await addAccount(trx, failed);
+        throw new Error('changed its mind');
+      }),
+      store.db.transaction().execute((trx) => addAccount(trx, alsoKept)),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['fulfilled', 'rejected', 'fulfilled'],
+    );
+    assert.deepEqual([committed(kept), committed(failed), committed(alsoKept)], [true, false, true]);
+  });
+
+  test('a read outside a transaction commits the open group before it reads', async () => {
+    const name = uniqueName();
+    let read: Promise<boolean> | undefined;
+    await store.db.transaction().execute(async (trx) => {
+      await addAccount(trx, name);
+      // Runs as soon as this transaction lets go of the connection, before the group's own commit.
+      read = stored(name).then((found) => found && committed(name));
+    });
+    assert.equal(await read, true);
+  });
+
+  test('a commit that fails fails every transaction of its group, and their writes are gone', async () => {
+    const name = uniqueName();
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute((trx) => addAccount(trx, name)),
+      // A deferred foreign key is checked at COMMIT: the group's commit fails.
+      store.db.transaction().execute((trx) => sql`insert into grouped_child (parent) values ('none')`.execute(trx)),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['rejected', 'rejected'],
+    );
+    assert.match(String((outcomes[0] as PromiseRejectedResult).reason), /FOREIGN KEY/);
+    assert.equal(await stored(name), false);
+    const after = uniqueName();
+    await store.db.transaction().execute((trx) => addAccount(trx, after));
+    assert.equal(committed(after), true, 'the store takes writes again');
+  });
+
+  test('when SQLite rolls the whole group back, its earlier transactions fail too', async () => {
+    const name = uniqueName();
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute((trx) => addAccount(trx, name)),
+      store.db.transaction().execute((trx) => sql`insert into grouped_refused (id) values ('x')`.execute(trx)),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['rejected', 'rejected'],
+    );
+    assert.match(String((outcomes[0] as PromiseRejectedResult).reason), /rolled back/);
+    assert.match(String((outcomes[1] as PromiseRejectedResult).reason), /refused/);
+    assert.equal(await stored(name), false);
+    const after = uniqueName();
+    await store.db.transaction().execute((trx) => addAccount(trx, after));
+    assert.equal(committed(after), true, 'the store takes writes again');
+  });
+
+  test('a write lock held by another connection is waited for without holding the thread', async () => {
+    const writer = new SQLite(databaseFile);
+    const name = uniqueName();
+    try {
+      writer.exec('begin immediate');
+      let done = false;
+      const write = store.db
+        .transaction()
+        .execute((trx) => addAccount(trx, name))
+        .then(() => (done = true));
+      // A timer fires meanwhile: SQLite's own busy wait would hold the thread until the lock came free.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.equal(done, false, 'the write waits for the lock');
+      writer.exec('commit');
+      await write;
+      assert.equal(committed(name), true);
+    } finally {
+      writer.close();
+    }
+  });
+
+  test('two connections in one thread writing at once each wait for the other rather than failing', async () => {
+    const second = openStore({ ...loadConfig({}), dataDir: path.dirname(databaseFile), databaseUrl: undefined });
+    try {
+      const names = Array.from({ length: 40 }, uniqueName);
+      const outcomes = await Promise.allSettled(
+        names.map((name, i) => (i % 2 ? second : store).db.transaction().execute((trx) => addAccount(trx, name))),
+      );
+      assert.deepEqual(
+        outcomes.filter((outcome) => outcome.status === 'rejected'),
+        [],
+      );
+      assert.equal(names.filter(committed).length, names.length);
+    } finally {
+      await second.close();
+    }
+  });
+
+  test('a write lock held past the patience fails the write as busy, writing nothing', async () => {
+    const writer = new SQLite(databaseFile);
+    const name = uniqueName();
+    try {
+      writer.exec('begin immediate');
+      await assert.rejects(
+        store.db.transaction().execute((trx) => addAccount(trx, name)),
+        (error: { code?: string }) => error.code === 'SQLITE_BUSY',
+      );
+    } finally {
+      writer.exec('rollback');
+      writer.close();
+    }
+    assert.equal(await stored(name), false);
+  });
+
+  test('many transactions at once all commit, in groups of bounded size', async () => {
+    const names = Array.from({ length: 500 }, uniqueName);
+    await Promise.all(names.map((name) => store.db.transaction().execute((trx) => addAccount(trx, name))));
+    assert.equal(names.filter(committed).length, names.length);
+  });
+});
