@@ -125,7 +125,7 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
     assert.equal(committed(after), true, 'the store takes writes again');
   });
 
-  test('a write lock held by another connection is waited for without holding the thread', async () => {
+  test('a write lock held by another connection is waited for without holding the thread or the reads', async () => {
     const writer = new SQLite(databaseFile);
     const name = uniqueName();
     try {
@@ -138,6 +138,9 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
       // A timer fires meanwhile: SQLite's own busy wait would hold the thread until the lock came free.
       await new Promise((resolve) => setTimeout(resolve, 50));
       assert.equal(done, false, 'the write waits for the lock');
+      // Reads need no lock: they are answered meanwhile, not queued behind the waiting write.
+      assert.equal(await stored(name), false);
+      assert.equal(done, false);
       writer.exec('commit');
       await write;
       assert.equal(committed(name), true);
@@ -147,6 +150,7 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
   });
 
   test('two connections in one thread writing at once each wait for the other rather than failing', async () => {
+    // (SQLite's lock is not fair: a connection that writes without pause can keep another waiting past the patience.)
     const second = openStore({ ...loadConfig({}), dataDir: path.dirname(databaseFile), databaseUrl: undefined });
     try {
       const names = Array.from({ length: 40 }, uniqueName);
@@ -179,9 +183,63 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
     assert.equal(await stored(name), false);
   });
 
+  test("Kysely's other ways in answer only once committed too: a controlled transaction, one on a held connection", async () => {
+    const [controlled, onConnection] = [uniqueName(), uniqueName()];
+    const trx = await store.db.startTransaction().execute();
+    await addAccount(trx, controlled);
+    await trx.commit().execute();
+    assert.equal(committed(controlled), true, 'commit() answered before the write was committed');
+    await store.db.connection().execute(async (connection) => {
+      await connection.transaction().execute((inner) => addAccount(inner, onConnection));
+      assert.equal(committed(onConnection), true, 'the transaction answered before its write was committed');
+    });
+  });
+
+  test('savepoints within a (controlled) transaction roll back only their part', async () => {
+    const [kept, undone] = [uniqueName(), uniqueName()];
+    const trx = await store.db.startTransaction().execute();
+    await addAccount(trx, kept);
+    const savepoint = await trx.savepoint('part').execute();
+    await addAccount(savepoint, undone);
+    await savepoint.rollbackToSavepoint('part').execute();
+    await trx.commit().execute();
+    assert.deepEqual([committed(kept), committed(undone)], [true, false]);
+  });
+
   test('many transactions at once all commit, in groups of bounded size', async () => {
     const names = Array.from({ length: 500 }, uniqueName);
     await Promise.all(names.map((name) => store.db.transaction().execute((trx) => addAccount(trx, name))));
     assert.equal(names.filter(committed).length, names.length);
+  });
+});
+
+describe('group commit on SQLite: closing the store', () => {
+  test('a transaction half done when the store closes leaves nothing, and its group is told so', async () => {
+    const scratch = await scratchStore('sqlite');
+    const store = openStore({ ...loadConfig({}), ...scratch.settings });
+    const other = new SQLite(path.join(scratch.settings.dataDir!, 'platform.db'), { readonly: true });
+    try {
+      await migrate(store);
+      const committed = (name: string) => other.prepare('select 1 from accounts where name = ?').get(name) !== undefined;
+      const addAccount = (db: Executor, name: string) =>
+        db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
+      const whole = store.db.transaction().execute((trx) => addAccount(trx, 'whole'));
+      const halfDone = store.db.transaction().execute(async (trx) => {
+        await addAccount(trx, 'half-1');
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        await addAccount(trx, 'half-2');
+      });
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      await store.close();
+      const outcomes = await Promise.allSettled([whole, halfDone]);
+      assert.deepEqual(
+        outcomes.map((outcome) => outcome.status),
+        ['rejected', 'rejected'],
+      );
+      assert.deepEqual([committed('whole'), committed('half-1'), committed('half-2')], [false, false, false]);
+    } finally {
+      other.close();
+      await scratch.drop();
+    }
   });
 });

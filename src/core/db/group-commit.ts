@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CompiledQuery, SqliteDialect, type DatabaseConnection, type Driver, type QueryResult } from 'kysely';
+import { CompiledQuery, SqliteDialect, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
 
 /** How many transactions a group takes at most: bounds how long its first one waits for the commit. */
 const GROUP_SIZE = 64;
@@ -7,28 +7,26 @@ const GROUP_SIZE = 64;
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
 
-/**
- * Runs `statement` again while SQLite answers SQLITE_BUSY (another connection holds the write lock),
- * pausing between tries, for up to LOCK_PATIENCE_MS. SQLite's own busy timeout would wait inside the
- * call and hold this thread: another connection in the same thread could then not commit the group
- * that holds the lock, and every request of this process would stand still meanwhile.
- */
-function whenUnlocked<R>(statement: () => Promise<R>): Promise<R> {
-  const deadline = performance.now() + LOCK_PATIENCE_MS;
-  const attempt = (pause: number): Promise<R> => {
-    const again = async (error: unknown): Promise<R> => {
-      const busy = /^SQLITE_BUSY/.test((error as { code?: string } | undefined)?.code ?? '');
-      if (!busy || performance.now() + pause > deadline) throw error;
-      await sleep(pause);
-      return attempt(Math.min(2 * pause, 50));
-    };
-    try {
-      return statement().catch(again);
-    } catch (error) {
-      return again(error); // Kysely's SQLite connection throws at once rather than answering a rejection
+const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string } | undefined)?.code ?? '');
+
+/** Turns for SQLite's one connection, in the order asked; `first` goes ahead of those waiting. */
+class Turns {
+  #taken = false;
+  readonly #waiting: (() => void)[] = [];
+
+  take(options: { first?: boolean } = {}): Promise<void> {
+    if (!this.#taken) {
+      this.#taken = true;
+      return Promise.resolve();
     }
-  };
-  return attempt(1);
+    return new Promise((resolve) => (options.first ? this.#waiting.unshift(resolve) : this.#waiting.push(resolve)));
+  }
+
+  give(): void {
+    const next = this.#waiting.shift();
+    if (next) next();
+    else this.#taken = false;
+  }
 }
 
 /** The transactions of one outer SQLite transaction, each answered once it commits. */
@@ -49,26 +47,29 @@ class Group {
  * changed to the log (and now and then folds the log into the database): about 90 µs here, most of a
  * small write's store time. Transactions of the same turn of the event loop therefore join one outer
  * transaction, each in a savepoint of its own: a transaction that fails rolls back to its savepoint and
- * leaves the others' writes alone. The outer transaction commits at the end of the turn, or earlier
- * at GROUP_SIZE; each transaction's caller gets its answer only once that commit succeeded, or the
- * commit's failure. A query outside a transaction (a read) first commits the open group, so it never
- * sees writes that are not committed. (A transaction that waits on something else than the store
- * holds the connection, and so its group's commit, until it ends, as it held every other query.)
+ * leaves the others' writes alone. The outer transaction commits after the turn, or at GROUP_SIZE; a
+ * transaction's commit answers only once that commit succeeded (or with its failure), and waits for it
+ * without the connection, so that the others can join meanwhile. A statement outside a transaction (a
+ * read) first commits the open group, so it never sees writes that are not committed.
+ *
+ * A transaction must not wait for another one's answer: the group's commit waits for every transaction
+ * in it to end. (It never could wait for a later one: that one waited for the connection.)
  *
  * The outer transaction takes the write lock at BEGIN (IMMEDIATE): a deferred one that reads and then
  * writes fails at once with "database is locked" when another process wrote in between, however long
- * it waited; an immediate one waits its turn (whenUnlocked). Every transaction here is a write.
+ * it waited; an immediate one waits its turn. Waiting for the lock happens here, between tries, with
+ * the connection free for others (busy_timeout is 0): SQLite's own wait would hold the thread, and
+ * another connection in the same thread could not commit what holds the lock.
  */
 class GroupCommitDriver implements Driver {
-  #group: Group | undefined;
-  #commitScheduled = false;
-  /** The group the current loan's transaction released its savepoint into: the loan waits for its commit. */
-  #joined: Group | undefined;
-  #inTransaction = false;
-  /** SQLite's one connection, as the inner driver lends it. */
+  readonly #turns = new Turns();
+  /** SQLite's one connection, taken from the inner driver for good. */
   #connection!: DatabaseConnection;
-  /** The same, as lent out: a query outside a transaction first commits the open group. */
-  #lent: DatabaseConnection | undefined;
+  /** The same as lent out: a statement outside a transaction first commits the open group. */
+  #lent!: DatabaseConnection;
+  #group: Group | undefined;
+  /** Whether the connection's holder is inside a transaction (its savepoint open). */
+  #inTransaction = false;
 
   constructor(
     private readonly inner: Driver,
@@ -76,51 +77,49 @@ class GroupCommitDriver implements Driver {
     private readonly sqliteInTransaction: () => boolean,
   ) {}
 
-  init(): Promise<void> {
-    return this.inner.init();
-  }
-
-  async acquireConnection(): Promise<DatabaseConnection> {
+  async init(): Promise<void> {
+    await this.inner.init();
     this.#connection = await this.inner.acquireConnection();
-    this.#joined = undefined;
-    this.#inTransaction = false;
-    this.#lent ??= {
+    this.#lent = {
       executeQuery: (query) =>
         this.#inTransaction
           ? this.#connection.executeQuery(query)
           : this.#outsideTransaction(() => this.#connection.executeQuery(query)),
       streamQuery: (query, chunkSize) => this.#streamCommitted(query, chunkSize),
     };
+  }
+
+  async acquireConnection(): Promise<DatabaseConnection> {
+    await this.#turns.take();
     return this.#lent;
   }
 
-  /** A statement outside a transaction: it sees only committed writes, and may wait for the write lock. */
-  #outsideTransaction<R>(statement: () => Promise<R>): Promise<R> {
-    return this.#group ? this.#commit().then(() => whenUnlocked(statement)) : whenUnlocked(statement);
-  }
-
-  async *#streamCommitted<R>(query: CompiledQuery, chunkSize?: number): AsyncIterableIterator<QueryResult<R>> {
-    if (this.#group && !this.#inTransaction) await this.#commit();
-    yield* this.#connection.streamQuery<R>(query, chunkSize);
+  async releaseConnection(): Promise<void> {
+    this.#turns.give();
   }
 
   async beginTransaction(): Promise<void> {
-    if (!this.#group) {
-      await whenUnlocked(() => this.#run('begin immediate'));
-      this.#group = new Group();
-    }
+    if (!this.#group) await this.#whenUnlocked(async () => this.#group ?? this.#open());
     await this.#run('savepoint member');
-    this.#group.members += 1;
+    this.#group!.members += 1;
     this.#inTransaction = true;
   }
 
   async commitTransaction(): Promise<void> {
     await this.#run('release member');
     this.#inTransaction = false;
-    this.#joined = this.#group;
+    const group = this.#group!;
+    if (group.members >= GROUP_SIZE) await this.#commit();
+    this.#turns.give();
+    try {
+      await group.committed;
+    } finally {
+      await this.#turns.take({ first: true });
+    }
   }
 
   async rollbackTransaction(): Promise<void> {
+    if (!this.#inTransaction) return; // released into its group already, whose failure is the answer
     this.#inTransaction = false;
     if (this.sqliteInTransaction()) {
       await this.#run('rollback to member');
@@ -132,35 +131,46 @@ class GroupCommitDriver implements Driver {
     this.#group = undefined;
   }
 
-  async releaseConnection(connection: DatabaseConnection): Promise<void> {
-    const joined = this.#joined;
-    this.#joined = undefined;
-    const group = this.#group;
-    if (group && group.members >= GROUP_SIZE) await this.#commit();
-    else if (group && !this.#commitScheduled) {
-      // Transactions run to their end within one turn of the event loop (SQLite answers at once), so
-      // the others arrive with requests read in the same turn: the group commits after them.
-      this.#commitScheduled = true;
-      // (A failed rollback after a failed commit has been answered to the group's members already.)
-      setImmediate(() => this.#commitWhenFree().catch(() => undefined));
-    }
-    await this.inner.releaseConnection(connection);
-    await joined?.committed;
+  savepoint(_: DatabaseConnection, name: string, compile: QueryCompiler['compileQuery']): Promise<void> {
+    return this.inner.savepoint!(this.#connection, name, compile);
   }
 
-  async #commitWhenFree(): Promise<void> {
-    this.#commitScheduled = false;
-    const connection = await this.inner.acquireConnection();
-    try {
-      if (this.#group) await this.#commit();
-    } finally {
-      await this.inner.releaseConnection(connection);
-    }
+  rollbackToSavepoint(_: DatabaseConnection, name: string, compile: QueryCompiler['compileQuery']): Promise<void> {
+    return this.inner.rollbackToSavepoint!(this.#connection, name, compile);
+  }
+
+  releaseSavepoint(_: DatabaseConnection, name: string, compile: QueryCompiler['compileQuery']): Promise<void> {
+    return this.inner.releaseSavepoint!(this.#connection, name, compile);
   }
 
   async destroy(): Promise<void> {
-    if (this.#group) await this.#commit();
+    if (this.#group && this.#inTransaction) {
+      // A transaction is half done: closing rolls the whole group back.
+      this.#group.settle(new Error('The store was closed before these writes were committed.'));
+      this.#group = undefined;
+    } else if (this.#group) {
+      await this.#commit();
+    }
     await this.inner.destroy();
+  }
+
+  /** Begins a group and has it committed after this turn (unless a read or GROUP_SIZE commits it first). */
+  async #open(): Promise<Group> {
+    await this.#run('begin immediate');
+    const group = (this.#group = new Group());
+    setImmediate(() => void this.#commitInTurn(group));
+    return group;
+  }
+
+  async #commitInTurn(group: Group): Promise<void> {
+    await this.#turns.take();
+    try {
+      if (this.#group === group) await this.#commit();
+    } catch {
+      // A failed rollback after a failed commit: the group's members have their answer already.
+    } finally {
+      this.#turns.give();
+    }
   }
 
   async #commit(): Promise<void> {
@@ -172,6 +182,41 @@ class GroupCommitDriver implements Driver {
     } catch (error) {
       group.settle(error);
       if (this.sqliteInTransaction()) await this.#run('rollback');
+    }
+  }
+
+  /** A statement outside a transaction: it sees only committed writes, and may wait for the write lock. */
+  #outsideTransaction<R>(statement: () => Promise<R>): Promise<R> {
+    return this.#whenUnlocked(async () => {
+      if (this.#group) await this.#commit();
+      return statement();
+    });
+  }
+
+  async *#streamCommitted<R>(query: CompiledQuery, chunkSize?: number): AsyncIterableIterator<QueryResult<R>> {
+    if (this.#group && !this.#inTransaction) await this.#commit();
+    yield* this.#connection.streamQuery<R>(query, chunkSize);
+  }
+
+  /**
+   * Runs `statement` (with the connection held) again while SQLite answers SQLITE_BUSY, another
+   * connection holding the write lock, for up to LOCK_PATIENCE_MS; between tries the connection is free
+   * for others (reads need no lock in WAL mode).
+   */
+  async #whenUnlocked<R>(statement: () => Promise<R>): Promise<R> {
+    const deadline = performance.now() + LOCK_PATIENCE_MS;
+    for (let pause = 1; ; pause = Math.min(2 * pause, 50)) {
+      try {
+        return await statement();
+      } catch (error) {
+        if (!isBusy(error) || performance.now() + pause > deadline) throw error;
+      }
+      this.#turns.give();
+      try {
+        await sleep(pause);
+      } finally {
+        await this.#turns.take({ first: true });
+      }
     }
   }
 
