@@ -76,7 +76,11 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   // A write lock held by another connection is waited for without holding the thread (group-commit.ts).
   file.pragma('busy_timeout = 0');
   const connection = sqliteConnection(file);
-  const db = new Kysely<Database>({ dialect: new GroupCommitSqliteDialect({ database: connection }, () => file.inTransaction), plugins, log });
+  const db = new Kysely<Database>({
+    dialect: new GroupCommitSqliteDialect({ database: connection }, () => file.inTransaction),
+    plugins,
+    log,
+  });
   if (config.rememberReads !== false) readVersions.set(db, connection.version);
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
