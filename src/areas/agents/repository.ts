@@ -1,6 +1,6 @@
 import { randomUUID, X509Certificate } from 'node:crypto';
 import type { Selectable } from 'kysely';
-import type { Executor } from '../../core/db/database.ts';
+import type { Db, Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
@@ -181,16 +181,16 @@ export async function deleteAgent(db: Executor, accountId: string, agentId: stri
 
 /**
  * New client credentials for the agent; the old ones (and every token they got) stop working at once,
- * because agent tokens are checked against the agent's current client id. The secret is kept as a hash.
+ * because agent tokens are checked against the agent's current client id. The secret is kept as a hash,
+ * made before the transaction (hashing takes tens of milliseconds; a transaction holds the store).
  */
-export async function issueAgentCredentials(db: Executor, accountId: string, agentId: string) {
-  await requireAgent(db, accountId, agentId);
+export async function issueAgentCredentials(db: Db, accountId: string, agentId: string) {
   const clientId = randomUUID();
   const clientSecret = newClientSecret();
-  await db
-    .updateTable('agents')
-    .set({ clientId, secretHash: await hashSecret(clientSecret) })
-    .where('id', '=', agentId)
-    .execute();
+  const secretHash = await hashSecret(clientSecret);
+  await db.transaction().execute(async (trx) => {
+    await requireAgent(trx, accountId, agentId);
+    await trx.updateTable('agents').set({ clientId, secretHash }).where('id', '=', agentId).execute();
+  });
   return { clientId, clientSecret };
 }

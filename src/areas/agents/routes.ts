@@ -129,9 +129,7 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const credentials = await app.store.db
-        .transaction()
-        .execute((trx) => issueAgentCredentials(trx, request.principal.accountId, request.params.agentId));
+      const credentials = await issueAgentCredentials(app.store.db, request.principal.accountId, request.params.agentId);
       return reply.code(201).header('cache-control', 'no-store').send(credentials);
     },
   );

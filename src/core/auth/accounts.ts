@@ -20,29 +20,45 @@ export interface ClientCredentials {
   clientSecret: string;
 }
 
+/**
+ * A new client id and secret with the secret's hash. Hashing takes tens of milliseconds on purpose: it is
+ * done before the transaction that stores it, which would otherwise hold the store (and on SQLite the
+ * commit of every transaction grouped with it) for that long.
+ */
+async function newCredentials(): Promise<ClientCredentials & { secretHash: string }> {
+  const clientSecret = newClientSecret();
+  return { clientId: randomUUID(), clientSecret, secretHash: await hashSecret(clientSecret) };
+}
+
+async function insertClient(
+  db: Executor,
+  accountId: string,
+  role: Role,
+  name: string,
+  { clientId, clientSecret, secretHash }: ClientCredentials & { secretHash: string },
+): Promise<ClientCredentials> {
+  const account = await db.selectFrom('accounts').select('id').where('id', '=', accountId).executeTakeFirst();
+  if (!account) throw new Error(`account ${accountId} does not exist`);
+  await db.insertInto('apiClients').values({ id: clientId, accountId, name, role, secretHash, createdAt: now() }).execute();
+  return { clientId, clientSecret };
+}
+
 export async function createClient(
   db: Executor,
   accountId: string,
   role: Role,
   name = `${role} client`,
 ): Promise<ClientCredentials> {
-  const account = await db.selectFrom('accounts').select('id').where('id', '=', accountId).executeTakeFirst();
-  if (!account) throw new Error(`account ${accountId} does not exist`);
-  const clientId = randomUUID();
-  const clientSecret = newClientSecret();
-  await db
-    .insertInto('apiClients')
-    .values({ id: clientId, accountId, name, role, secretHash: await hashSecret(clientSecret), createdAt: now() })
-    .execute();
-  return { clientId, clientSecret };
+  return insertClient(db, accountId, role, name, await newCredentials());
 }
 
 /** A new account with one admin client in it, written together or not at all. */
-export function createAccount(db: Db, name: string): Promise<ClientCredentials & { accountId: string }> {
+export async function createAccount(db: Db, name: string): Promise<ClientCredentials & { accountId: string }> {
+  const credentials = await newCredentials();
   return db.transaction().execute(async (trx) => {
     const accountId = randomUUID();
     await trx.insertInto('accounts').values({ id: accountId, name, createdAt: now() }).execute();
-    return { accountId, ...(await createClient(trx, accountId, 'admin', 'admin client')) };
+    return { accountId, ...(await insertClient(trx, accountId, 'admin', 'admin client', credentials)) };
   });
 }
 
