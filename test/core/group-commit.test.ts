@@ -30,6 +30,7 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
       store.db,
     );
     await sql`create table grouped_refused (id text)`.execute(store.db);
+    await sql`create table grouped_named (name text primary key)`.execute(store.db);
     await sql`create trigger grouped_refuse before insert on grouped_refused begin select raise(rollback, 'refused'); end`.execute(
       store.db,
     );
@@ -105,6 +106,24 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
     const after = uniqueName();
     await store.db.transaction().execute((trx) => addAccount(trx, after));
     assert.equal(committed(after), true, 'the store takes writes again');
+  });
+
+  test("a transaction failed by another one's write is answered with the group's failure when that write is never committed", async () => {
+    const name = uniqueName();
+    const insertNamed = (db: Executor) => sql`insert into grouped_named (name) values (${name})`.execute(db);
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute(insertNamed),
+      // The name is taken by the first one's write, which is not committed yet ...
+      store.db.transaction().execute(insertNamed),
+      // ... and never will be: this one fails the group's commit.
+      store.db.transaction().execute((trx) => sql`insert into grouped_child (parent) values ('none')`.execute(trx)),
+    ]);
+    const reasons = outcomes.map((outcome) => String((outcome as PromiseRejectedResult).reason));
+    assert.match(reasons[1], /FOREIGN KEY/, 'told the name is taken by a write that never was');
+    assert.deepEqual(
+      reasons.map((reason) => /FOREIGN KEY/.test(reason)),
+      [true, true, true],
+    );
   });
 
   test('when SQLite rolls the whole group back, its earlier transactions fail too', async () => {

@@ -48,8 +48,8 @@ class Group {
  * small write's store time. Transactions of the same turn of the event loop therefore join one outer
  * transaction, each in a savepoint of its own: a transaction that fails rolls back to its savepoint and
  * leaves the others' writes alone. The outer transaction commits after the turn, or at GROUP_SIZE; a
- * transaction's commit answers only once that commit succeeded (or with its failure), and waits for it
- * without the connection, so that the others can join meanwhile. A statement outside a transaction (a
+ * transaction's commit answers only once that commit succeeded (or with its failure), and so does its
+ * rollback (see rollbackTransaction), each waiting without the connection, so that others can join. A statement outside a transaction (a
  * read) first commits the open group, so it never sees writes that are not committed.
  *
  * A transaction must not wait for another one's answer: the group's commit waits for every transaction
@@ -99,36 +99,54 @@ class GroupCommitDriver implements Driver {
   }
 
   async beginTransaction(): Promise<void> {
-    if (!this.#group) await this.#whenUnlocked(async () => this.#group ?? this.#open());
+    const group = this.#group ?? (await this.#whenUnlocked(async () => this.#group ?? this.#open()));
     await this.#run('savepoint member');
-    this.#group!.members += 1;
+    group.members += 1;
     this.#inTransaction = true;
   }
 
   async commitTransaction(): Promise<void> {
+    const group = this.#member();
     await this.#run('release member');
     this.#inTransaction = false;
-    const group = this.#group!;
     if (group.members >= GROUP_SIZE) await this.#commit();
+    await this.#outcomeOf(group);
+  }
+
+  /**
+   * A transaction that fails waits for its group too: what failed it may have been another member's
+   * write, not committed yet (a name already taken). If the group's commit fails, that write never
+   * was, and the group's failure is the answer instead.
+   */
+  async rollbackTransaction(): Promise<void> {
+    if (!this.#inTransaction) return; // released into its group already, whose failure is the answer
+    const group = this.#member();
+    this.#inTransaction = false;
+    if (this.sqliteInTransaction()) {
+      await this.#run('rollback to member');
+      await this.#run('release member');
+      await this.#outcomeOf(group);
+      return;
+    }
+    // SQLite rolled the outer transaction back itself: the writes of the group's earlier members are gone.
+    group.settle(new Error('The store rolled back the transaction these writes were grouped in.'));
+    if (this.#group === group) this.#group = undefined;
+  }
+
+  /** The group of the transaction holding the connection (gone only if the store was closed meanwhile). */
+  #member(): Group {
+    if (!this.#group) throw new Error('The store was closed before these writes were committed.');
+    return this.#group;
+  }
+
+  /** Waits for the group's commit without the connection, so that the others can join the group meanwhile. */
+  async #outcomeOf(group: Group): Promise<void> {
     this.#turns.give();
     try {
       await group.committed;
     } finally {
       await this.#turns.take({ first: true });
     }
-  }
-
-  async rollbackTransaction(): Promise<void> {
-    if (!this.#inTransaction) return; // released into its group already, whose failure is the answer
-    this.#inTransaction = false;
-    if (this.sqliteInTransaction()) {
-      await this.#run('rollback to member');
-      await this.#run('release member');
-      return;
-    }
-    // SQLite rolled the outer transaction back itself: the writes of the group's earlier members are gone.
-    this.#group?.settle(new Error('The store rolled back the transaction these writes were grouped in.'));
-    this.#group = undefined;
   }
 
   savepoint(_: DatabaseConnection, name: string, compile: QueryCompiler['compileQuery']): Promise<void> {
