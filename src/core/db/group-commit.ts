@@ -49,8 +49,9 @@ class Group {
  * transaction, each in a savepoint of its own: a transaction that fails rolls back to its savepoint and
  * leaves the others' writes alone. The outer transaction commits after the turn, or at GROUP_SIZE; a
  * transaction's commit answers only once that commit succeeded (or with its failure), and so does its
- * rollback (see rollbackTransaction), each waiting without the connection, so that others can join. A statement outside a transaction (a
- * read) first commits the open group, so it never sees writes that are not committed.
+ * rollback (see rollbackTransaction), each waiting without the connection so that others can join. A
+ * statement outside a transaction (a read) first commits the open group, so it never sees writes that
+ * are not committed.
  *
  * A transaction must not wait for another one's answer: the group's commit waits for every transaction
  * in it to end. (It never could wait for a later one: that one waited for the connection.)
