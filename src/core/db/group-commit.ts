@@ -7,6 +7,8 @@ const GROUP_SIZE = 64;
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
 
+const closedBeforeCommit = () => new Error('The store was closed before these writes were committed.');
+
 const isBusy = (error: unknown) => /^SQLITE_BUSY/.test((error as { code?: string } | undefined)?.code ?? '');
 
 /** Turns for SQLite's one connection, in the order asked; `first` goes ahead of those waiting. */
@@ -111,7 +113,7 @@ class GroupCommitDriver implements Driver {
     await this.#run('release member');
     this.#inTransaction = false;
     if (group.members >= GROUP_SIZE) await this.#commit();
-    await this.#outcomeOf(group);
+    await this.#awayFromConnection(group.committed);
   }
 
   /**
@@ -126,7 +128,7 @@ class GroupCommitDriver implements Driver {
     if (this.sqliteInTransaction()) {
       await this.#run('rollback to member');
       await this.#run('release member');
-      await this.#outcomeOf(group);
+      await this.#awayFromConnection(group.committed);
       return;
     }
     // SQLite rolled the outer transaction back itself: the writes of the group's earlier members are gone.
@@ -136,15 +138,18 @@ class GroupCommitDriver implements Driver {
 
   /** The group of the transaction holding the connection (gone only if the store was closed meanwhile). */
   #member(): Group {
-    if (!this.#group) throw new Error('The store was closed before these writes were committed.');
+    if (!this.#group) throw closedBeforeCommit();
     return this.#group;
   }
 
-  /** Waits for the group's commit without the connection, so that the others can join the group meanwhile. */
-  async #outcomeOf(group: Group): Promise<void> {
+  /**
+   * Waits for `wait` with the connection given to the next in line (so that others can join the group
+   * or read meanwhile), then takes it back ahead of those waiting.
+   */
+  async #awayFromConnection(wait: Promise<unknown>): Promise<void> {
     this.#turns.give();
     try {
-      await group.committed;
+      await wait;
     } finally {
       await this.#turns.take({ first: true });
     }
@@ -165,7 +170,7 @@ class GroupCommitDriver implements Driver {
   async destroy(): Promise<void> {
     if (this.#group && this.#inTransaction) {
       // A transaction is half done: closing rolls the whole group back.
-      this.#group.settle(new Error('The store was closed before these writes were committed.'));
+      this.#group.settle(closedBeforeCommit());
       this.#group = undefined;
     } else if (this.#group) {
       await this.#commit();
@@ -230,12 +235,7 @@ class GroupCommitDriver implements Driver {
       } catch (error) {
         if (!isBusy(error) || performance.now() + pause > deadline) throw error;
       }
-      this.#turns.give();
-      try {
-        await sleep(pause);
-      } finally {
-        await this.#turns.take({ first: true });
-      }
+      await this.#awayFromConnection(sleep(pause));
     }
   }
 
