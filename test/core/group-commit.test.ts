@@ -6,6 +6,13 @@ import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, sql, type Executor, type Store } from '../../src/core/db/database.ts';
 import { scratchStore } from '../helpers/harness.ts';
 
+const addAccount = (db: Executor, name: string) =>
+  db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
+
+/** Whether an account is committed, as `other` (another connection to the file, read only) sees it. */
+const committedIn = (other: SQLite.Database) => (name: string) =>
+  other.prepare('select 1 from accounts where name = ?').get(name) !== undefined;
+
 describe('group commit on SQLite: transactions of one turn share a commit, each answered once it is committed', () => {
   let store: Store;
   let drop: () => Promise<void>;
@@ -14,11 +21,30 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
   let databaseFile: string;
   let next = 0;
   const uniqueName = () => `group-${(next += 1)}`;
-  const addAccount = (db: Executor, name: string) =>
-    db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
-  const committed = (name: string) => other.prepare('select 1 from accounts where name = ?').get(name) !== undefined;
+  const committed = (name: string) => committedIn(other)(name);
   const stored = async (name: string) =>
     (await store.db.selectFrom('accounts').select('name').where('name', '=', name).executeTakeFirst()) !== undefined;
+
+  /**
+   * A transaction writing an account, grouped with `failing`: both are rejected, the account is not
+   * stored, and the store takes writes again. Answers the two failures as text.
+   */
+  const failingTogether = async (failing: (trx: Executor) => Promise<unknown>): Promise<string[]> => {
+    const name = uniqueName();
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute((trx) => addAccount(trx, name)),
+      store.db.transaction().execute(failing),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['rejected', 'rejected'],
+    );
+    assert.equal(await stored(name), false);
+    const after = uniqueName();
+    await store.db.transaction().execute((trx) => addAccount(trx, after));
+    assert.equal(committed(after), true, 'the store takes writes again');
+    return outcomes.map((outcome) => String((outcome as PromiseRejectedResult).reason));
+  };
 
   before(async () => {
     const scratch = await scratchStore('sqlite');
@@ -91,21 +117,9 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
   });
 
   test('a commit that fails fails every transaction of its group, and their writes are gone', async () => {
-    const name = uniqueName();
-    const outcomes = await Promise.allSettled([
-      store.db.transaction().execute((trx) => addAccount(trx, name)),
-      // A deferred foreign key is checked at COMMIT: the group's commit fails.
-      store.db.transaction().execute((trx) => sql`insert into grouped_child (parent) values ('none')`.execute(trx)),
-    ]);
-    assert.deepEqual(
-      outcomes.map((outcome) => outcome.status),
-      ['rejected', 'rejected'],
-    );
-    assert.match(String((outcomes[0] as PromiseRejectedResult).reason), /FOREIGN KEY/);
-    assert.equal(await stored(name), false);
-    const after = uniqueName();
-    await store.db.transaction().execute((trx) => addAccount(trx, after));
-    assert.equal(committed(after), true, 'the store takes writes again');
+    // A deferred foreign key is checked at COMMIT: the group's commit fails.
+    const [reason] = await failingTogether((trx) => sql`insert into grouped_child (parent) values ('none')`.execute(trx));
+    assert.match(reason, /FOREIGN KEY/);
   });
 
   test("a transaction failed by another one's write is answered with the group's failure when that write is never committed", async () => {
@@ -127,21 +141,9 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
   });
 
   test('when SQLite rolls the whole group back, its earlier transactions fail too', async () => {
-    const name = uniqueName();
-    const outcomes = await Promise.allSettled([
-      store.db.transaction().execute((trx) => addAccount(trx, name)),
-      store.db.transaction().execute((trx) => sql`insert into grouped_refused (id) values ('x')`.execute(trx)),
-    ]);
-    assert.deepEqual(
-      outcomes.map((outcome) => outcome.status),
-      ['rejected', 'rejected'],
-    );
-    assert.match(String((outcomes[0] as PromiseRejectedResult).reason), /rolled back/);
-    assert.match(String((outcomes[1] as PromiseRejectedResult).reason), /refused/);
-    assert.equal(await stored(name), false);
-    const after = uniqueName();
-    await store.db.transaction().execute((trx) => addAccount(trx, after));
-    assert.equal(committed(after), true, 'the store takes writes again');
+    const [earlier, refused] = await failingTogether((trx) => sql`insert into grouped_refused (id) values ('x')`.execute(trx));
+    assert.match(earlier, /rolled back/);
+    assert.match(refused, /refused/);
   });
 
   test('a write lock held by another connection is waited for without holding the thread or the reads', async () => {
@@ -239,9 +241,7 @@ describe('group commit on SQLite: closing the store', () => {
     const other = new SQLite(path.join(scratch.settings.dataDir!, 'platform.db'), { readonly: true });
     try {
       await migrate(store);
-      const committed = (name: string) => other.prepare('select 1 from accounts where name = ?').get(name) !== undefined;
-      const addAccount = (db: Executor, name: string) =>
-        db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
+      const committed = committedIn(other);
       const whole = store.db.transaction().execute((trx) => addAccount(trx, 'whole'));
       const halfDone = store.db.transaction().execute(async (trx) => {
         await addAccount(trx, 'half-1');
