@@ -17,7 +17,19 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dpc = path.join(root, 'bin', 'dpc.js');
 
 export const CONNECTIONS = 50;
-export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+/**
+ * A comparison is taken in rounds, the subject and its baseline loaded in turn: this machine's speed
+ * drifts by half from minute to minute, and a pair loaded seconds apart shares the drift. The median
+ * round decides.
+ */
+export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+
+export function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
 
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -48,6 +60,8 @@ export interface BenchProcess {
   pid: number;
   /** Resident memory now and its peak so far, in MB (from /proc). */
   memory(): { rssMb: number; peakRssMb: number };
+  /** CPU time used so far (user and system), in µs (from /proc). */
+  cpuMicros(): number;
   stop(): Promise<void>;
 }
 
@@ -57,11 +71,21 @@ function procMemory(pid: number) {
   return { rssMb: kb('VmRSS') / 1024, peakRssMb: kb('VmHWM') / 1024 };
 }
 
+/** Clock ticks per second of /proc/<pid>/stat's times: 100 on Linux (USER_HZ). */
+const CLOCK_TICKS = 100;
+
+function procCpuMicros(pid: number): number {
+  // The fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
+}
+
 function wrap(child: ChildProcess, url: string, cleanup: () => unknown = () => {}): BenchProcess {
   return {
     url,
     pid: child.pid!,
     memory: () => procMemory(child.pid!),
+    cpuMicros: () => procCpuMicros(child.pid!),
     stop: () =>
       new Promise((resolve) => {
         if (child.exitCode !== null) return resolve(cleanup() as void);
@@ -271,16 +295,29 @@ export interface Targets {
   p99Ms?: number;
 }
 
-export function report(name: string, subject: LoadResult, baseline: LoadResult, targets: Targets = {}): void {
-  const ratio = subject.requestsPerSecond / baseline.requestsPerSecond;
+/**
+ * Prints each round of `subject` against `baseline` and records the median round's ratio (and the
+ * subject's median p99) against `targets`.
+ */
+export function report(name: string, rounds: { subject: LoadResult; baseline: LoadResult }[], targets: Targets = {}): void {
+  const ratios = rounds.map(({ subject, baseline }) => subject.requestsPerSecond / baseline.requestsPerSecond);
+  rounds.forEach(({ subject, baseline }, i) =>
+    console.log(
+      `  round ${i + 1}: ${subject.requestsPerSecond.toFixed(0)} req/s, p99 ${subject.p99Ms} ms` +
+        ` | bare node:http ${baseline.requestsPerSecond.toFixed(0)} req/s, p99 ${baseline.p99Ms} ms` +
+        ` | ratio ${ratios[i].toFixed(2)}` +
+        (subject.errors ? ` | ${subject.errors} errors` : ''),
+    ),
+  );
+  const ratio = median(ratios);
+  const p99Ms = median(rounds.map(({ subject }) => subject.p99Ms));
   console.log(
-    `${name}: ${subject.requestsPerSecond.toFixed(0)} req/s, p99 ${subject.p99Ms} ms` +
-      ` | bare node:http ${baseline.requestsPerSecond.toFixed(0)} req/s, p99 ${baseline.p99Ms} ms` +
-      ` | ratio ${ratio.toFixed(2)}` +
-      (subject.errors ? ` | ${subject.errors} errors` : ''),
+    `${name}: ${median(rounds.map(({ subject }) => subject.requestsPerSecond)).toFixed(0)} req/s, p99 ${p99Ms} ms` +
+      ` | bare node:http ${median(rounds.map(({ baseline }) => baseline.requestsPerSecond)).toFixed(0)} req/s` +
+      ` | ratio ${ratio.toFixed(2)} (median of ${rounds.length} rounds)`,
   );
   record({ name: `${name}: ratio to bare`, measured: ratio, atLeast: targets.ratio });
-  if (targets.p99Ms !== undefined) record({ name: `${name}: p99 ms`, measured: subject.p99Ms, atMost: targets.p99Ms });
+  if (targets.p99Ms !== undefined) record({ name: `${name}: p99 ms`, measured: p99Ms, atMost: targets.p99Ms });
 }
 
 /**
@@ -300,16 +337,16 @@ function pinApart(pids: number[]): () => void {
 }
 
 /**
- * Loads the server's `path` (after a warm-up) and a bare server answering the same bytes, with the same
- * requests (`requests` may make each one different, e.g. a new name per create), each on a CPU of its
- * own (pinApart); prints both and their ratio.
+ * Loads the server's `path` (after a warm-up) and a bare server answering the same bytes, in turn for
+ * ROUNDS rounds, with the same requests (`requests` may make each one different, e.g. a new name per
+ * create), each on a CPU of its own (pinApart); prints each round and the median ratio.
  */
 export async function againstBaseline(
   server: BenchServer,
   name: string,
   path: string,
   request: { method?: string; body?: string; requests?: autocannon.Request[]; targets?: Targets } = {},
-): Promise<LoadResult> {
+): Promise<void> {
   const headers = { authorization: `Bearer ${server.token}`, 'content-type': 'application/json' };
   const url = `${server.url}/dpc/v1${path}`;
   const { targets, ...sent } = request;
@@ -318,9 +355,12 @@ export async function againstBaseline(
   const unpin = pinApart([server.pid, bare.pid]);
   try {
     await load(url, { ...sent, headers, seconds: 2 }); // warm-up
-    const subject = await load(url, { ...sent, headers });
-    report(name, subject, await load(bare.url, { ...sent, headers }), targets);
-    return subject;
+    const rounds = [];
+    for (let i = 0; i < ROUNDS; i += 1) {
+      const subject = await load(url, { ...sent, headers });
+      rounds.push({ subject, baseline: await load(bare.url, { ...sent, headers }) });
+    }
+    report(name, rounds, targets);
   } finally {
     unpin();
     await bare.stop();

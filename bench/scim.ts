@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { openStore } from '../src/core/db/database.ts';
-import { record, startBenchServer, type BenchServer } from './lib.ts';
+import { median, record, startBenchServer, type BenchServer } from './lib.ts';
 
 const BASE = '/dpc/v1/directory-integration/scim/v2';
 const PATCH_OP = 'urn:ietf:params:scim:api:messages:2.0:PatchOp';
@@ -71,8 +71,6 @@ async function seedMembers(server: BenchServer, groupId: string, userIds: string
     await store.close();
   }
 }
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 /** Median latency in ms of PATCHes that each add one of `newcomers` to the group, sent one after another. */
 async function addOneMember(
