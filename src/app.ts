@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import pino from 'pino';
 import './core/context.ts';
 import type { Config } from './core/config.ts';
 import type { Store } from './core/db/database.ts';
+import { serializingKeptAnswersOnce } from './core/db/remembered.ts';
 import { TokenService } from './core/auth/tokens.ts';
 import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
@@ -83,6 +85,15 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     },
     bodyLimit: config.bodyLimit,
+    // Responses are serialized from their schemas (fast-json-stringify, Fastify's own), a remembered answer once.
+    schemaController: {
+      compilersFactory: {
+        buildSerializer: (schemas, options) => {
+          const compile = SerializerSelector()(schemas, options);
+          return (route) => serializingKeptAnswersOnce(compile(route));
+        },
+      },
+    },
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },
     return503OnClosing: true,

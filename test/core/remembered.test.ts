@@ -6,7 +6,7 @@ import { migrate, openStore, readVersion, sql, type Executor, type Store } from 
 import { createAccount } from '../../src/core/auth/accounts.ts';
 import { createProject } from '../../src/areas/projects/repository.ts';
 import { createEnvironment, listEnvironments } from '../../src/areas/environments/repository.ts';
-import { rememberedRead } from '../../src/core/db/remembered.ts';
+import { rememberedRead, serializingKeptAnswersOnce } from '../../src/core/db/remembered.ts';
 import { describeEachStore, describeOnPostgres, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
 
 describeEachStore('rememberedRead: answers given again only while the store is unchanged', (kind) => {
@@ -75,6 +75,39 @@ describeEachStore('rememberedRead: answers given again only while the store is u
       if (reads === before) break;
       assert.ok(kind === 'postgres' && attempt < 50, 'a statement that changed no row made the next read ask the store');
     }
+  });
+
+  test('a kept answer is serialized once per serializer, a new answer anew, anything else every time', async () => {
+    const db = stores[0].db;
+    await addAccount(db, 'json-a');
+    const calls = { plain: 0, bracketed: 0 };
+    const counting = (name: keyof typeof calls, serialize: (data: unknown) => string) => (data: unknown) => {
+      calls[name] += 1;
+      return serialize(data);
+    };
+    const plain = serializingKeptAnswersOnce(counting('plain', (data) => JSON.stringify(data)));
+    const bracketed = serializingKeptAnswersOnce(counting('bracketed', (data) => `[${JSON.stringify(data)}]`));
+    // On PostgreSQL another test's write may change the version: try until two reads share one answer.
+    const keptAnswer = async () => {
+      for (let attempt = 0; attempt < 50; attempt += 1) {
+        const [first, second] = [await names(db, 'json-'), await names(db, 'json-')];
+        if (first === second) return first;
+      }
+      assert.fail('no read was answered from memory');
+    };
+    const kept = await keptAnswer();
+    for (let i = 0; i < 3; i += 1) {
+      assert.equal(plain(kept), '["json-a"]');
+      assert.equal(bracketed(kept), '[["json-a"]]');
+    }
+    assert.deepEqual(calls, { plain: 1, bracketed: 1 }, 'each serializer serialized the kept answer once');
+    await addAccount(stores[1].db, 'json-b');
+    assert.equal(plain(await names(db, 'json-')), '["json-a","json-b"]');
+    assert.equal(calls.plain, 2, 'the answer after a write is serialized anew');
+    const fresh = ['json-a'];
+    plain(fresh);
+    plain(fresh);
+    assert.equal(calls.plain, 4, 'what no remembered read kept is serialized every time');
   });
 
   test('inside a transaction nothing is remembered: it sees its own writes', async () => {

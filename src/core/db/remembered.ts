@@ -9,6 +9,9 @@ interface Answer<T> {
   characters: number;
 }
 
+/** Every answer a remembered read keeps (deeply frozen), for serializingKeptAnswersOnce. */
+const keptAnswers = new WeakSet<object>();
+
 function deepFreeze<T>(value: T): T {
   if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
     for (const item of Object.values(value)) deepFreeze(item);
@@ -36,6 +39,7 @@ class Answers<T> {
       this.forget(oldest);
     }
     this.byArguments.set(key, { version, value: deepFreeze(value), characters });
+    if (typeof value === 'object' && value !== null) keptAnswers.add(value);
     this.characters += characters;
   }
 
@@ -68,5 +72,22 @@ export function rememberedRead<A extends unknown[], T>(
     // Nothing found is not kept: it would not be given again, and a flood of unknown ids would push out what is.
     if (value !== undefined) answers.set(key, version, value);
     return value;
+  };
+}
+
+/**
+ * `serialize`, serializing each answer a remembered read keeps only once: such an answer is deeply
+ * frozen and given to every request until the store changes, so its JSON stays the same too (a page of
+ * 25 variables takes ~10 µs to serialize). The JSON lives as long as the answer object (it goes when the
+ * answer is forgotten) and is per serializer, i.e. per route and status. Anything else is serialized
+ * as usual.
+ */
+export function serializingKeptAnswersOnce(serialize: (data: unknown) => string): (data: unknown) => string {
+  const serialized = new WeakMap<object, string>();
+  return (data) => {
+    if (typeof data !== 'object' || data === null || !keptAnswers.has(data)) return serialize(data);
+    let json = serialized.get(data);
+    if (json === undefined) serialized.set(data, (json = serialize(data)));
+    return json;
   };
 }
