@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import path from 'node:path';
+import SQLite from 'better-sqlite3';
 import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, readVersion, sql, type Executor, type Store } from '../../src/core/db/database.ts';
@@ -12,6 +14,7 @@ import { describeEachStore, describeOnPostgres, scratchStore, TestServer, type C
 describeEachStore('rememberedRead: answers given again only while the store is unchanged', (kind) => {
   let stores: [Store, Store];
   let drop: () => Promise<void>;
+  let dataDir: string;
   let reads = 0;
   // Counts how often the store is really asked, and answers the accounts' names.
   const names = rememberedRead(async (db: Executor, prefix: string) => {
@@ -26,6 +29,7 @@ describeEachStore('rememberedRead: answers given again only while the store is u
     const scratch = await scratchStore(kind);
     drop = scratch.drop;
     const config = { ...loadConfig({}), ...scratch.settings };
+    dataDir = config.dataDir;
     // Two connections to one store: two server processes as far as the store can tell.
     stores = [openStore(config), openStore(config)];
     await migrate(stores[0]);
@@ -135,12 +139,27 @@ describeEachStore('rememberedRead: answers given again only while the store is u
 
   test(
     kind === 'sqlite'
-      ? 'SQLite: the version is read from the file, with no query'
+      ? 'SQLite: reads that ask in one turn share one read of the version, made after they all asked'
       : 'PostgreSQL: reads that ask together share one version query; one that asks after it was sent waits for the next',
     async () => {
       const [mine, other] = stores.map((store) => store.db);
       if (kind === 'sqlite') {
-        assert.equal(typeof readVersion(mine), 'string');
+        const first = readVersion(mine);
+        assert.ok(first instanceof Promise);
+        assert.equal(readVersion(mine), first, 'asked in the same turn: one read');
+        const before = await first;
+        assert.notEqual(readVersion(mine), first, 'asked after the read: a read of its own');
+        // A commit by another process after a read asked, within the same turn, is in the version it gets.
+        const asked = readVersion(mine);
+        const otherProcess = new SQLite(path.join(dataDir, 'platform.db'));
+        try {
+          otherProcess
+            .prepare('insert into accounts (id, name, created_at) values (?, ?, ?)')
+            .run(crypto.randomUUID(), 'committed-after-asking', new Date().toISOString());
+        } finally {
+          otherProcess.close();
+        }
+        assert.notEqual(await asked, before, 'the version read missed a commit made after the read asked');
         return;
       }
       const first = readVersion(mine);

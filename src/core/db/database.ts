@@ -81,7 +81,7 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
     plugins,
     log,
   });
-  if (config.rememberReads !== false) readVersions.set(db, connection.version);
+  if (config.rememberReads !== false) readVersions.set(db, sharedByOneTurn(connection.version));
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
 
@@ -268,6 +268,28 @@ function snapshotVersions(connectionString: string, onLost: (error: Error) => vo
       await client?.end().catch(() => undefined);
     },
   };
+}
+
+/**
+ * `read`, shared by the callers that ask within one turn of the event loop: it runs once they all
+ * have asked (in setImmediate, after the turn's sockets were read) and answers them all. Since it runs
+ * after each caller asked, its answer is never older than a caller's request, as if each had read it.
+ * For SQLite's read version, a pragma of 3-6 µs (two lock calls) per remembered read before; under load
+ * a turn reads tens of requests.
+ */
+function sharedByOneTurn<T>(read: () => T): () => Promise<T> {
+  let next: Promise<T> | undefined;
+  return () =>
+    (next ??= new Promise<T>((resolve, reject) =>
+      setImmediate(() => {
+        next = undefined;
+        try {
+          resolve(read());
+        } catch (error) {
+          reject(error);
+        }
+      }),
+    ));
 }
 
 const STATEMENT_CACHE_SIZE = 500;
