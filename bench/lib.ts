@@ -17,13 +17,13 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dpc = path.join(root, 'bin', 'dpc.js');
 
 export const CONNECTIONS = 50;
-export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 /**
  * A comparison is taken in rounds, the subject and its baseline loaded in turn: this machine's speed
  * drifts by half from minute to minute, and a pair loaded seconds apart shares the drift. The median
  * round decides.
  */
-export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
 export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
