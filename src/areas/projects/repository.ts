@@ -176,13 +176,16 @@ const accountProjects = rememberedRead(async (db, accountId: string, page: numbe
   const query = { page, size };
   const [{ total }] = await accountTotal(db, { accountId });
   const window = pageWindow(query, Number(total));
-  if (!window) return { results: [], total: Number(total) };
+  if (!window) return pageOf(query, [], Number(total));
   const rows = await accountPages[Number(window.descending)](db, { accountId, limit: window.limit, offset: window.offset });
   if (window.descending) rows.reverse();
-  return { results: rows.map(toProject), total: Number(total) };
+  return pageOf(query, rows.map(toProject), Number(total));
 });
 
-/** A page of the account's projects in name order, read from the nearer end of the list; remembered until the store changes. */
+/**
+ * A page of the account's projects in name order, read from the nearer end of the list; remembered
+ * until the store changes. Answered as it is (the page is kept serialized with it).
+ */
 export const listProjects = (db: Executor, accountId: string, query: PageQuery) =>
   accountProjects(db, accountId, query.page, query.size);
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
-import { Page, PageQuery, pageOf } from '../../core/paging.ts';
+import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
 import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
@@ -33,10 +33,7 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
   app.get(
     '/projects',
     { schema: { summary: 'List the projects of the account', tags, querystring: PageQuery, response: { 200: Page(Project) } } },
-    async (request) => {
-      const { results, total } = await listProjects(app.store.db, request.principal.accountId, request.query);
-      return pageOf(request.query, results, total);
-    },
+    async (request) => listProjects(app.store.db, request.principal.accountId, request.query),
   );
 
   app.get(
