@@ -96,14 +96,23 @@ export class TokenService {
     return { access_token: accessToken, token_type: 'Bearer', expires_in: ttl };
   }
 
+  /**
+   * The caller of a token verified before and still alive, without waiting: undefined when the token
+   * must be verified (verify); throws InvalidToken when its client was revoked since.
+   */
+  known(token: string): Principal | undefined {
+    const cached = this.verified.get(token);
+    if (!cached) return undefined;
+    if (this.revoked.has(cached.principal.clientId)) throw new InvalidToken('the client was revoked');
+    if (cached.expiresAt > Date.now()) return cached.principal;
+    this.verified.delete(token);
+    return undefined;
+  }
+
   /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */
   async verify(token: string): Promise<Principal> {
-    const cached = this.verified.get(token);
-    if (cached && this.revoked.has(cached.principal.clientId)) throw new InvalidToken('the client was revoked');
-    if (cached) {
-      if (cached.expiresAt > Date.now()) return cached.principal;
-      this.verified.delete(token);
-    }
+    const known = this.known(token);
+    if (known) return known;
     const payload = await this.verifySignature(token);
     if (payload.token_use === AGENT_TOKEN_USE) {
       throw new InvalidToken('an agent token reaches only the agent operations under /dpc/agent/v1');
