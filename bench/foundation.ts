@@ -52,14 +52,14 @@ async function lists(): Promise<void> {
 }
 
 /**
- * Two server processes on one PostgreSQL database against one, on the environments list: the load
- * of one process (50 connections) against the sum of two loads run at once (25 connections each),
- * in turn for ROUNDS rounds (the median round decides). Where there are at least 3 CPUs, each server
- * is pinned to a CPU of its own and this process (the load generator) to the others. On fewer, the
- * generator shares the servers' CPUs and its cost per request bounds the ratio, so the load is
- * pipelined (pipelinedLoad: about 10 µs of CPU a request here, autocannon 16-40 µs) and each round
- * prints what the CPUs allow at most: every CPU busy with servers and the load generator
- * (PostgreSQL's share left out), against what one process served.
+ * Two server processes on one PostgreSQL database against one, on the environments list: the sum of
+ * two loads run at once (25 connections each) against the mean of the loads of one process (50
+ * connections) just before and after, for ROUNDS rounds (the median round decides). Where there are at
+ * least 3 CPUs, each server is pinned to a CPU of its own and this process (the load generator) to the
+ * others. On fewer, the generator shares the servers' CPUs and its cost per request bounds the ratio, so
+ * the load is pipelined (pipelinedLoad: 8-10 µs of CPU a request here, autocannon 16-40 µs) and each
+ * round prints what the CPUs allow at one process's costs: every CPU busy with servers and the load
+ * generator at what a request cost them with one process (PostgreSQL's share left out).
  */
 async function severalProcesses(): Promise<void> {
   const pinned = TASKSET && availableParallelism() >= 3;
@@ -74,27 +74,47 @@ async function severalProcesses(): Promise<void> {
       const generate = (server: BenchProcess, connections: number, seconds?: number) =>
         pipelinedLoad(`${server.url}/dpc/v1${path}`, { headers, connections, depth: 10, seconds });
       for (const server of servers) await generate(server, 50, 2); // warm-up
+      // One process's load with what a request cost the server and the load generator, and from those
+      // what the CPUs allow two processes at most.
+      const loadOne = async () => {
+        const [serverBefore, generatorBefore] = [first.cpuMicros(), process.cpuUsage()];
+        const { requestsPerSecond, errors } = await generate(first, 50);
+        const requests = requestsPerSecond * DURATION_SECONDS;
+        const server = (first.cpuMicros() - serverBefore) / requests;
+        const generatorUsage = process.cpuUsage(generatorBefore);
+        const generator = (generatorUsage.user + generatorUsage.system) / requests;
+        return {
+          requestsPerSecond,
+          errors,
+          server,
+          generator,
+          ceiling: (availableParallelism() * 1e6) / (server + generator) / requestsPerSecond,
+        };
+      };
       const ratios = [];
       const ceilings = [];
+      // Two processes are loaded between two loads of one, and compared with their mean: the machine's
+      // speed drifts within a round too.
+      let before = await loadOne();
       for (let round = 1; round <= ROUNDS; round += 1) {
-        const [serverBefore, generatorBefore] = [first.cpuMicros(), process.cpuUsage()];
-        const one = await generate(first, 50);
-        const requests = one.requestsPerSecond * DURATION_SECONDS;
-        const serverPerRequest = (first.cpuMicros() - serverBefore) / requests;
-        const generatorUsage = process.cpuUsage(generatorBefore);
-        const generatorPerRequest = (generatorUsage.user + generatorUsage.system) / requests;
-        ceilings.push((availableParallelism() * 1e6) / (serverPerRequest + generatorPerRequest) / one.requestsPerSecond);
+        const serversBefore = first.cpuMicros() + second.cpuMicros();
         const both = await Promise.all(servers.map((server) => generate(server, 25)));
+        const serversUsed = first.cpuMicros() + second.cpuMicros() - serversBefore;
+        const after = await loadOne();
+        const one = (before.requestsPerSecond + after.requestsPerSecond) / 2;
         const sum = both[0].requestsPerSecond + both[1].requestsPerSecond;
-        const errors = one.errors + both[0].errors + both[1].errors;
-        ratios.push(sum / one.requestsPerSecond);
+        const errors = before.errors + both[0].errors + both[1].errors + after.errors; // of the loads compared
+        const serverOfTwo = serversUsed / (sum * DURATION_SECONDS);
+        ratios.push(sum / one);
+        ceilings.push(before.ceiling);
         console.log(
           `  round ${round}: two processes ${sum.toFixed(0)} req/s (${both.map((r) => r.requestsPerSecond.toFixed(0)).join(' + ')})` +
-            ` | one process ${one.requestsPerSecond.toFixed(0)} req/s | ${ratios.at(-1)!.toFixed(2)}x` +
-            ` | CPU a request: server ${serverPerRequest.toFixed(0)} µs, load generator ${generatorPerRequest.toFixed(0)} µs` +
-            ` (${availableParallelism()} CPUs allow at most ${ceilings.at(-1)!.toFixed(2)}x)` +
+            ` | one process ${before.requestsPerSecond.toFixed(0)} before, ${after.requestsPerSecond.toFixed(0)} after | ${ratios.at(-1)!.toFixed(2)}x` +
+            ` | CPU a request: server ${before.server.toFixed(0)} µs (of two: ${serverOfTwo.toFixed(0)} µs), load generator ${before.generator.toFixed(0)} µs` +
+            ` (at one process's costs, ${availableParallelism()} CPUs allow at most ${before.ceiling.toFixed(2)}x)` +
             (errors ? ` | ${errors} errors` : ''),
         );
+        before = after;
       }
       console.log(
         `two processes on one PostgreSQL against one: ${median(ratios).toFixed(2)}x (median of ${ROUNDS} rounds, pipelined load)` +
@@ -106,7 +126,7 @@ async function severalProcesses(): Promise<void> {
         atLeast: 1.7,
       });
       record({
-        name: '2 server processes: the most this machine allows (CPUs over server and load generator CPU a request)',
+        name: "2 server processes: what the CPUs allow at one process's costs (CPUs over server and load generator CPU a request)",
         measured: median(ceilings),
       });
     } finally {
