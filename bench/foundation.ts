@@ -57,7 +57,7 @@ async function lists(): Promise<void> {
  * connections) just before and after, for ROUNDS rounds (the median round decides). Where there are at
  * least 3 CPUs, each server is pinned to a CPU of its own and this process (the load generator) to the
  * others. On fewer, the generator shares the servers' CPUs and its cost per request bounds the ratio, so
- * the load is pipelined (pipelinedLoad: 8-10 µs of CPU a request here, autocannon 16-40 µs) and each
+ * the load is pipelined (pipelinedLoad: 7-10 µs of CPU a request here, autocannon 16-40 µs) and each
  * round prints what the CPUs allow at one process's costs: every CPU busy with servers and the load
  * generator at what a request cost them with one process (PostgreSQL's share left out).
  */

@@ -267,9 +267,9 @@ export async function load(
  * A load generator far cheaper per request than autocannon: GETs of `url` on `connections` sockets,
  * each sending `depth` requests at once (HTTP/1.1 pipelining) and the next `depth` when all are
  * answered. Where the generator shares the CPUs with the servers it measures (2 CPUs), its cost per
- * request bounds what can be measured: 8-10 µs of CPU a request here, autocannon's 16-40 µs. It reads
- * answers framed by content-length only (what the server sends); latency is not
- * measured, since a pipelined request waits behind the others of its batch.
+ * request bounds what can be measured: 7-10 µs of CPU a request here, autocannon's 16-40 µs. It reads
+ * answers framed by content-length only (what the server sends); latency is not measured, since a
+ * pipelined request waits behind the others of its batch.
  */
 export async function pipelinedLoad(
   url: string,
