@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse } from 'yaml';
 
-// Docker is not needed to run the tests: these check the deployment files say what the README says.
+// Docker is not needed to run the tests: these check the deployment files say what docs/operations.md says.
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const read = (file: string) => readFileSync(path.join(root, file), 'utf8');
 
@@ -19,7 +19,7 @@ interface Service {
   volumes?: string[];
 }
 
-test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as the README says', () => {
+test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as docs/operations.md says', () => {
   const compose = parse(read('compose.yaml'), { merge: true }) as { services: Record<string, Service> };
   const services = compose.services;
   assert.deepEqual(Object.keys(services).sort(), ['api-1', 'api-2', 'lb', 'migrate', 'postgres']);
@@ -36,9 +36,9 @@ test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as t
   for (const upstream of ['api-1:8080', 'api-2:8080']) assert.ok(nginx.includes(`server ${upstream}`), upstream);
   assert.ok(services.lb.volumes!.some((volume) => volume.startsWith('./deploy/nginx.conf:')));
 
-  const readme = read('README.md');
+  const docs = read('docs/operations.md');
   for (const name of ['compose.yaml', 'api-1', 'api-2', 'lb', 'postgres', 'migrate', 'deploy/nginx.conf', 'docker compose up']) {
-    assert.ok(readme.includes(name), `the README names ${name}`);
+    assert.ok(docs.includes(name), `docs/operations.md names ${name}`);
   }
 });
 
