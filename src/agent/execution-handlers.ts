@@ -4,22 +4,10 @@
  * (`{step}`); the outcome is the final report: done for a success, a WorkFailure with code
  * `pipeline-failed` or `cancelled` otherwise (the server's executions area reads these codes).
  */
-import type { WorkContext, WorkHandler } from './handlers.ts';
-import { WorkFailure } from './handlers.ts';
-import { parsePipeline, PipelineFileError, runPipeline, variablesOf, type VariableValue } from './pipeline-runner.ts';
-
-/** What the server puts in the work of both kinds. */
-export interface ExecutionPayload {
-  executionId: string;
-  /** The pipeline files the run needs, by path, as the artifact holds them. */
-  pipelines: Record<string, string>;
-  /** Resolved by the server: request > environment override > project default; grids are rows. */
-  variables: Record<string, VariableValue | VariableValue[][]>;
-  /** execute-pipeline: the file to run. */
-  pipelineName?: string;
-  /** execute-tests: the test pipeline files to run, in order. */
-  tests?: string[];
-}
+import { WorkFailure, type WorkContext, type WorkHandler } from './work-context.ts';
+import { parsePipeline, PipelineFileError, type VariableValue } from '../contract/pipeline-file.ts';
+import { FAILURE_CODES, type ExecutionPayload } from '../contract/work.ts';
+import { runPipeline, variablesOf } from './pipeline-runner.ts';
 
 /** Runs `files` in order, numbering steps across them, and answers the overall outcome. */
 async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkContext) {
@@ -56,10 +44,10 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
       print: (line) => ctx.log(line, { executionId: payload.executionId }),
     });
     index += outcome.steps.length;
-    if (outcome.status === 'CANCELLED') throw new WorkFailure(outcome.message, 'cancelled');
+    if (outcome.status === 'CANCELLED') throw new WorkFailure(outcome.message, FAILURE_CODES.cancelled);
     if (outcome.status === 'FAILED') failures.push(files.length > 1 ? `${file}: ${outcome.message}` : outcome.message);
   }
-  if (failures.length > 0) throw new WorkFailure(failures.join(' | '), 'pipeline-failed');
+  if (failures.length > 0) throw new WorkFailure(failures.join(' | '), FAILURE_CODES.pipelineFailed);
   return { message: files.length > 1 ? `${files.length} test pipeline(s) passed.` : 'The pipeline succeeded.', steps: index };
 }
 
@@ -69,7 +57,7 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
  */
 function refuseRedelivery(delivery: number): void {
   if (delivery > 1) {
-    throw new WorkFailure('The agent stopped during this run; it is not run a second time.', 'interrupted');
+    throw new WorkFailure('The agent stopped during this run; it is not run a second time.', FAILURE_CODES.interrupted);
   }
 }
 

@@ -5,7 +5,8 @@
  */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { workHandler, type DeliveredWork, type WorkContext } from './handlers.ts';
+import { workHandler } from './handlers.ts';
+import type { DeliveredWork, WorkContext } from './work-context.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { LocalFileVault, type VaultBackend } from './vault.ts';
 

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { parsePipeline, PipelineFileError, runPipeline, variablesOf, type Step } from '../../src/agent/pipeline-runner.ts';
+import { parsePipeline, PipelineFileError } from '../../src/contract/pipeline-file.ts';
+import { runPipeline, variablesOf, type Step } from '../../src/agent/pipeline-runner.ts';
 import { orchestration, WAITING } from '../helpers/executions.ts';
 import {
   EXECUTION_STATUSES,

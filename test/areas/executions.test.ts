@@ -3,7 +3,8 @@ import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { CHECKING, eventually, insertAgent, orchestration, uploadVersion, WAITING } from '../helpers/executions.ts';
 import { claimAgentWork, recordAgentWorkReport, renewAgentWork } from '../../src/areas/agents/work.ts';
-import { workHandler, WorkFailure, type WorkContext } from '../../src/agent/handlers.ts';
+import { workHandler } from '../../src/agent/handlers.ts';
+import { WorkFailure, type WorkContext } from '../../src/agent/work-context.ts';
 import { sweepExecutions } from '../../src/areas/executions/lifecycle.ts';
 
 const LEASE_MS = 60_000;

@@ -4,6 +4,7 @@
  */
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
+import { FAILURE_CODES } from '../../contract/work.ts';
 import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/work.ts';
 import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
@@ -14,12 +15,16 @@ interface ReportBody {
   code?: string;
 }
 
-/** The event a final report stands for: the failure codes are the reference agent's (execution-handlers.ts). */
+/** The event a final report stands for, by the contract's failure code. */
 function eventOf(report: AgentReport): ExecutionEvent {
   if (report.type === 'progress') return 'agent-progress';
   if (report.type === 'done') return 'agent-done';
   const code = (report.body as ReportBody | null)?.code;
-  return code === 'cancelled' ? 'agent-cancelled' : code === 'forbidden' ? 'agent-forbidden' : 'agent-failed';
+  return code === FAILURE_CODES.cancelled
+    ? 'agent-cancelled'
+    : code === FAILURE_CODES.forbidden
+      ? 'agent-forbidden'
+      : 'agent-failed';
 }
 
 function isStep(value: unknown): value is NonNullable<ReportBody['step']> {

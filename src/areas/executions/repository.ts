@@ -5,8 +5,14 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import { enqueueAgentWork } from '../agents/work.ts';
-import { parsePipeline, PipelineFileError, type Pipeline, type VariableValue } from '../../agent/pipeline-runner.ts';
-import type { ExecutionPayload } from '../../agent/execution-handlers.ts';
+import {
+  parsePipeline,
+  PIPELINE_SUFFIXES,
+  PipelineFileError,
+  type Pipeline,
+  type VariableValue,
+} from '../../contract/pipeline-file.ts';
+import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
 import type { ExecutionTable } from './tables.ts';
 import { isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 import type { ExecutionStep, ListExecutionsQuery, PipelineExecutionSummary } from './schemas.ts';
@@ -14,10 +20,10 @@ import { requireArtifact } from '../artifacts/repository.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';
-export const AGENT_WORK_KINDS: Record<ExecutionKind, string> = { PIPELINE: 'execute-pipeline', TEST: 'execute-tests' };
+export const AGENT_WORK_KINDS = { PIPELINE: WORK_KINDS.executePipeline, TEST: WORK_KINDS.executeTests } as const;
 
-const ORCHESTRATION = '.orch.yaml';
-const TEST_ORCHESTRATION = '.test.orch.yaml';
+const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
+const TEST_ORCHESTRATION = PIPELINE_SUFFIXES.test;
 
 /** The environment of the project with its default agent, or a 404. */
 async function requireEnvironment(db: Executor, projectId: string, name: string) {

@@ -5,6 +5,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { CompactEncrypt } from 'jose';
 import { problems } from '../../core/openapi.ts';
 import { ProblemError } from '../../core/problems.ts';
+import { FAILURE_CODES, WORK_KINDS, type WriteSecretPayload } from '../../contract/work.ts';
 import { AgentParams } from '../agents/schemas.ts';
 import { isConnected, isPaused, requireAgent } from '../agents/repository.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgentWork, type AgentWork } from '../agents/work.ts';
@@ -42,7 +43,7 @@ function outcome(work: AgentWork, requestedName: string) {
       { name: 'secret-write-bad-confirmation' },
     );
   }
-  if (result.code === 'secret-exists') {
+  if (result.code === FAILURE_CODES.secretExists) {
     throw new ProblemError(
       409,
       'The vault secret already has this key; nothing was written. Send overwrite=true to replace it.',
@@ -121,8 +122,14 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
         enqueueAgentWork(trx, {
           accountId,
           agentId,
-          kind: 'write-secret',
-          payload: { name: secret.name, key: secret.key, type: secret.type, overwrite: request.query.overwrite, jwe },
+          kind: WORK_KINDS.writeSecret,
+          payload: {
+            name: secret.name,
+            key: secret.key,
+            type: secret.type,
+            overwrite: request.query.overwrite,
+            jwe,
+          } satisfies WriteSecretPayload,
         }),
       );
       request.auditIds.workId = workId;

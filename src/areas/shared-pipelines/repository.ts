@@ -1,4 +1,4 @@
-import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from '../../core/bounded-yaml.ts';
+import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from '../../contract/bounded-yaml.ts';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';

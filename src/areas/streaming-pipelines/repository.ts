@@ -4,6 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
+import { WORK_KINDS } from '../../contract/work.ts';
 import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import {
@@ -17,8 +18,8 @@ import {
 type PipelineRow = Selectable<StreamingPipelineTable>;
 type Definition = Pick<StreamingPipelineRequest, 'advancedProperties' | 'streamingSource' | 'streamingTarget'>;
 
-export const START_WORK = 'streaming-pipeline-start';
-export const STOP_WORK = 'streaming-pipeline-stop';
+export const START_WORK = WORK_KINDS.startStreamingPipeline;
+export const STOP_WORK = WORK_KINDS.stopStreamingPipeline;
 
 /** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
 const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;

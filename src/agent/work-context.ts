@@ -1,0 +1,38 @@
+/**
+ * What a work handler of the reference agent gets and answers: the delivered work, a context (reports,
+ * cancel signal, vault, log, the agent's key), and WorkFailure for a failure with a contract code.
+ */
+import type { KeyObject } from 'node:crypto';
+import type { FailureCode } from '../contract/work.ts';
+import type { VaultBackend } from './vault.ts';
+
+export interface DeliveredWork {
+  workId: string;
+  kind: string;
+  payload: unknown;
+  /** 1 on the first delivery; more when an earlier delivery's lease lapsed without a final report. */
+  delivery: number;
+}
+
+export interface WorkContext {
+  /** Sends a progress report (it also keeps the work's lease alive). */
+  report(body: unknown): Promise<void>;
+  /** Aborts when the server says the work was cancelled, or the agent is stopping. */
+  signal: AbortSignal;
+  vault: VaultBackend;
+  log(message: string, fields?: Record<string, unknown>): void;
+  /** The agent's private key, matching the certificate it registered: what secrets are encrypted for. */
+  privateKey: KeyObject;
+}
+
+export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;
+
+/** A failure the handler names with a code the server understands (e.g. secret-exists). */
+export class WorkFailure extends Error {
+  constructor(
+    message: string,
+    readonly code: FailureCode,
+  ) {
+    super(message);
+  }
+}

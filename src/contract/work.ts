@@ -1,0 +1,60 @@
+/**
+ * The work the server hands to agents, and what agents answer: kinds, payloads, failure codes. Both
+ * sides import this module; it imports neither. A kind added here needs a report handler on the server
+ * (checked when the server starts) and a work handler in each agent that runs it.
+ */
+import type { VariableValue } from './pipeline-file.ts';
+
+export const WORK_KINDS = {
+  executePipeline: 'execute-pipeline',
+  executeTests: 'execute-tests',
+  writeSecret: 'write-secret',
+  startStreamingPipeline: 'streaming-pipeline-start',
+  stopStreamingPipeline: 'streaming-pipeline-stop',
+} as const;
+
+export type WorkKind = (typeof WORK_KINDS)[keyof typeof WORK_KINDS];
+
+export const ALL_WORK_KINDS: readonly WorkKind[] = Object.values(WORK_KINDS);
+
+/** The codes a failed final report carries in `body.code`, each with what it means. */
+export const FAILURE_CODES = {
+  /** A pipeline run ended with a failed step. */
+  pipelineFailed: 'pipeline-failed',
+  /** The agent stopped the run because it was cancelled. */
+  cancelled: 'cancelled',
+  /** The agent may not run this pipeline (a component it refuses to run, such as a script where scripts are off). */
+  forbidden: 'forbidden',
+  /** The work was delivered again after the agent stopped while holding it; a run is not run twice. */
+  interrupted: 'interrupted',
+  /** write-secret: the vault secret already has the key and overwrite was not asked. */
+  secretExists: 'secret-exists',
+  /** streaming-pipeline-start: a secret the definition refers to is not in the vault. */
+  secretMissing: 'secret-missing',
+} as const;
+
+export type FailureCode = (typeof FAILURE_CODES)[keyof typeof FAILURE_CODES];
+
+/** execute-pipeline and execute-tests. */
+export interface ExecutionPayload {
+  executionId: string;
+  /** The pipeline files the run needs, by path, as the artifact holds them. */
+  pipelines: Record<string, string>;
+  /** Resolved by the server: request > environment override > project default; grids are rows. */
+  variables: Record<string, VariableValue | VariableValue[][]>;
+  /** execute-pipeline: the file to run. */
+  pipelineName?: string;
+  /** execute-tests: the test pipeline files to run, in order. */
+  tests?: string[];
+}
+
+/** write-secret. */
+export interface WriteSecretPayload {
+  name: string;
+  key: string;
+  /** The secret's type as the request gave it (PASSWORD, ...). */
+  type: string;
+  overwrite: boolean;
+  /** Compact JWE (RSA-OAEP-256, A256GCM) for the agent's certificate; its plaintext is {"value": ...}. */
+  jwe: string;
+}
