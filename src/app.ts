@@ -17,6 +17,8 @@ import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
+import { AgentWorkReports } from './areas/agents/index.ts';
+import { ProjectDeletion } from './areas/projects/index.ts';
 import { healthRoutes } from './areas/health/routes.ts';
 import { identityRoutes } from './areas/identity/routes.ts';
 import { projectRoutes } from './areas/projects/routes.ts';
@@ -137,6 +139,10 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     }),
   );
   app.decorate('shuttingDown', false);
+  app.decorate('projectDeletion', new ProjectDeletion());
+  app.decorate('agentWorkReports', new AgentWorkReports());
+  // Every kind of work the contract names has a report handler, or the server does not start.
+  app.addHook('onReady', async () => app.agentWorkReports.assertComplete());
 
   // One structured line per request; the default serializers carry no headers, so no credential is logged.
   // (Hooks on every request take a callback rather than returning a promise: a promise per hook and

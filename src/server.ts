@@ -2,7 +2,6 @@ import type { FastifyInstance } from 'fastify';
 import type { Config } from './core/config.ts';
 import { migrate, openStore } from './core/db/database.ts';
 import { buildApp } from './app.ts';
-import { stagingDirOf, sweepStaging } from './areas/artifacts/upload.ts';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -17,9 +16,6 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
     await migrate(store);
     const app = await buildApp({ config, store, logger });
     store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost a PostgreSQL connection; the pool replaces it');
-    const stagingDir = stagingDirOf(config);
-    const swept = await sweepStaging(stagingDir);
-    if (swept > 0) app.log.warn({ swept, stagingDir }, 'removed uploads left staged by a process that ended');
     const url = await app.listen({ host: config.host, port: config.port });
     if (config.runJobs) app.jobs.start();
     let closing: Promise<void> | undefined;

@@ -1,7 +1,6 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import type { Config } from './config.ts';
 
 const ALGORITHM = 'aes-256-gcm';
 const KEY_BYTES = 32;
@@ -52,7 +51,7 @@ export class SecretBox {
    * The box of the configuration: the keys of DPC_ENCRYPTION_KEYS when given, else the key file in the
    * data folder, made (readable by this user only) on first use.
    */
-  static fromConfig(config: Pick<Config, 'encryptionKeys' | 'dataDir'>): SecretBox {
+  static fromConfig(config: { encryptionKeys: Buffer[]; dataDir: string }): SecretBox {
     if (config.encryptionKeys.length > 0) return new SecretBox(config.encryptionKeys);
     const file = path.join(config.dataDir, KEY_FILE_NAME);
     fs.mkdirSync(config.dataDir, { recursive: true });

@@ -8,7 +8,7 @@ import { compactDecrypt } from 'jose';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { x509 } from '../../src/agent/x509.ts';
 import { loadOrCreateIdentity, type AgentIdentity } from '../../src/agent/identity.ts';
-import { cancelAgentWork, enqueueAgentWork, onAgentWorkReport, type AgentReport } from '../../src/areas/agents/work.ts';
+import { cancelAgentWork, enqueueAgentWork } from '../../src/areas/agents/work.ts';
 
 const agentBody = { name: 'eu-agent', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' };
 
@@ -189,20 +189,14 @@ describeEachStore('agents and the agent protocol', (kind) => {
 
   test('work is delivered to one poll, leased, redelivered when the lease lapses, and finished exactly once', async () => {
     const { agentId, token } = await connectedAgent();
-    const reports: AgentReport[] = [];
-    onAgentWorkReport('test-echo', async (executor, { work, report }) => {
-      assert.ok(executor);
-      assert.equal(work.agentId, agentId);
-      reports.push(report);
-    });
     const workId = await server.db
       .transaction()
-      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-echo', payload: { n: 1 } }));
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'write-secret', payload: { n: 1 } }));
     const first = await agentCall(token, 'GET', '/work?waitSeconds=1');
     assert.equal(first.status, 200, first.text);
     assert.deepEqual(
       { ...first.body, leaseExpiresAt: undefined },
-      { workId, kind: 'test-echo', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined },
+      { workId, kind: 'write-secret', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined },
     );
     assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'leased: not delivered twice');
     // The lease (1 s here) lapses without a heartbeat naming the work: it is delivered again.
@@ -225,15 +219,25 @@ describeEachStore('agents and the agent protocol', (kind) => {
       409,
       'work-already-finished',
     );
-    assert.deepEqual(reports, [
-      { type: 'progress', body: { step: 1 } },
-      { type: 'done', body: { ok: true } },
-    ]);
     const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
     assert.equal(row.payload, null);
+    assert.deepEqual(JSON.parse(row.result!), { ok: true }, 'the first final report is kept');
     // Another agent cannot report on it.
     const other = await connectedAgent();
     expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
+  });
+
+  test('a report on work of a kind the server has no handler for is refused loudly, and nothing of it is kept', async () => {
+    const { agentId, token } = await connectedAgent();
+    const workId = await server.db
+      .transaction()
+      .execute((trx) =>
+        enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'from-another-version', payload: 1 }),
+      );
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).body.workId, workId);
+    expectProblem(await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: { ok: true } }), 500);
+    const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
+    assert.deepEqual([row.state, row.result], ['delivered', null], 'the report is not recorded');
   });
 
   test('a long poll waits for work enqueued meanwhile; a paused agent gets none; cancellation reaches the agent', async () => {
@@ -421,7 +425,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     const { agentId, token } = await connectedAgent();
     const workId = await server.db
       .transaction()
-      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'test-restart', payload: 'kept' }));
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'write-secret', payload: 'kept' }));
     assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).body.workId, workId);
     await server.server.close();
     const restarted = await TestServer.startBeside(server);

@@ -48,7 +48,14 @@ class Agent {
   private report(workId: string, type: 'progress' | 'done' | 'failed', body: unknown) {
     if (this.silent) return Promise.resolve();
     const { db } = this.server();
-    return recordAgentWorkReport(db, this.agentId, workId, { type, body }, LEASE_MS).then(() => undefined);
+    return recordAgentWorkReport(
+      db,
+      this.agentId,
+      workId,
+      { type, body },
+      LEASE_MS,
+      this.server().server.app.agentWorkReports,
+    ).then(() => undefined);
   }
 
   /** Takes one piece of work and runs it in the background; false when there was none. */
@@ -231,9 +238,14 @@ describeEachStore('pipeline and test executions', (kind) => {
       .where('id', '=', id)
       .executeTakeFirstOrThrow();
     // The agent comes back and says it finished: the work is closed, the run stays CANCELLED.
-    await recordAgentWorkReport(server.db, quiet.agentId, agentWorkId!, { type: 'done', body: {} }, LEASE_MS).catch(
-      () => undefined,
-    );
+    await recordAgentWorkReport(
+      server.db,
+      quiet.agentId,
+      agentWorkId!,
+      { type: 'done', body: {} },
+      LEASE_MS,
+      server.server.app.agentWorkReports,
+    ).catch(() => undefined);
     assert.equal(await status(id), 'CANCELLED');
   });
 
@@ -269,6 +281,7 @@ describeEachStore('pipeline and test executions', (kind) => {
       agentWorkId!,
       { type: 'done', body: { message: 'finished offline' } },
       LEASE_MS,
+      server.server.app.agentWorkReports,
     );
     assert.equal(await status(id), 'SUCCESS');
   });

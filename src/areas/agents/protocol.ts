@@ -268,7 +268,14 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
     },
     async (request) => {
       const report = { type: request.body.type, body: request.body.body ?? null };
-      const work = await recordAgentWorkReport(db, request.agent.agentId, request.params.workId, report, leaseMs);
+      const work = await recordAgentWorkReport(
+        db,
+        request.agent.agentId,
+        request.params.workId,
+        report,
+        leaseMs,
+        app.agentWorkReports,
+      );
       return { workId: work.id, state: work.state };
     },
   );

@@ -42,3 +42,7 @@ export interface AgentTables {
   agents: AgentTable;
   agentWork: AgentWorkTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends AgentTables {}
+}

@@ -4,7 +4,7 @@
  * lapses without a final report, the next poll gets it again), finished exactly once (the first final
  * report wins; any later report is refused with 409), one delivery per poll across instances.
  *
- * Other areas use enqueueAgentWork, onAgentWorkReport and cancelAgentWork; the agent protocol routes
+ * Other areas use enqueueAgentWork, cancelAgentWork and `app.agentWorkReports` (work-reports.ts); the agent protocol routes
  * (routes.ts) use the rest.
  */
 import { randomUUID } from 'node:crypto';
@@ -40,16 +40,10 @@ export interface AgentReport {
 
 /**
  * Runs inside the transaction that records the report, so an area's own rows move with it. `work.payload`
- * is the payload as delivered (the row itself drops it once the work is finished).
+ * is the payload as delivered (the row itself drops it once the work is finished). Registered with
+ * `app.agentWorkReports` (work-reports.ts).
  */
 export type AgentWorkReportHandler = (executor: Executor, event: { work: AgentWork; report: AgentReport }) => Promise<void>;
-
-const reportHandlers = new Map<string, AgentWorkReportHandler>();
-
-/** Registers what happens when an agent reports on work of `kind` (one handler per kind; a later one replaces it). */
-export function onAgentWorkReport(kind: string, handler: AgentWorkReportHandler): void {
-  reportHandlers.set(kind, handler);
-}
 
 function toWork(row: AgentWorkTable): AgentWork {
   return {
@@ -211,6 +205,7 @@ export function recordAgentWorkReport(
   workId: string,
   report: AgentReport,
   leaseMs: number,
+  handlers: { handlerOf(kind: string): AgentWorkReportHandler },
 ): Promise<AgentWork> {
   return db.transaction().execute(async (trx) => {
     const current = await findAgentWork(trx, workId);
@@ -245,7 +240,7 @@ export function recordAgentWorkReport(
     if (!moved) throw finishedProblem((await findAgentWork(trx, workId))!);
     // The handler sees the payload as delivered, although the row no longer keeps it.
     const work = { ...toWork(moved), payload: current.payload };
-    await reportHandlers.get(work.kind)?.(trx, { work, report });
+    await handlers.handlerOf(work.kind)(trx, { work, report });
     return work;
   });
 }

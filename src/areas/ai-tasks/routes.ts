@@ -6,10 +6,9 @@ import { now, type Trx } from '../../core/db/database.ts';
 import { problems } from '../../core/openapi.ts';
 import { badRequest, conflict, unprocessable } from '../../core/problems.ts';
 import { TokenPage, TokenPageQuery } from '../../core/token-paging.ts';
-import { requireEnvironmentId } from '../environments/repository.ts';
-import { requireProject } from '../projects/repository.ts';
-import { ensureHostedRepository, hostedRepositoryPath } from '../repositories/hosting.ts';
-import { externalRepositoryOf } from '../repositories/repository.ts';
+import { requireEnvironmentId } from '../environments/index.ts';
+import { requireProject } from '../projects/index.ts';
+import { ensureHostedRepository, externalRepositoryOf, hostedRepositoryPath } from '../repositories/index.ts';
 import { branchHead, isValidBranchName } from './git.ts';
 import {
   answerUnansweredCalls,

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
-import { EnvironmentName } from '../environments/schemas.ts';
-import { ProjectId } from '../projects/schemas.ts';
+import { EnvironmentName } from '../environments/index.ts';
+import { ProjectId } from '../projects/index.ts';
 import { TASK_STATUSES } from './states.ts';
 import { TOOL_NAMES } from './tool-names.ts';
 

@@ -45,3 +45,7 @@ export interface AiTaskTables {
   aiTasks: AiTaskTable;
   aiTaskMessages: AiTaskMessageTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends AiTaskTables {}
+}

@@ -4,13 +4,19 @@ import { Value } from 'typebox/value';
 import type { Config } from '../../core/config.ts';
 import type { Db } from '../../core/db/database.ts';
 import { ProblemError } from '../../core/problems.ts';
-import { listPublishedPipelines } from '../artifacts/repository.ts';
-import { listEnvironments, requireEnvironmentId } from '../environments/repository.ts';
-import { listVariables } from '../variables/repository.ts';
-import { createExecution, listSteps, preparePipelineRun, requireExecution, toSummary } from '../executions/repository.ts';
-import { isFinal, type ExecutionStatus } from '../executions/states.ts';
-import { assertNoMigrationInProgress, hostedRepositoryPath } from '../repositories/hosting.ts';
-import { externalRepositoryOf } from '../repositories/repository.ts';
+import { listPublishedPipelines } from '../artifacts/index.ts';
+import { listEnvironments, requireEnvironmentId } from '../environments/index.ts';
+import { listVariables } from '../variables/index.ts';
+import {
+  createExecution,
+  type ExecutionStatus,
+  isFinal,
+  listSteps,
+  preparePipelineRun,
+  requireExecution,
+  toSummary,
+} from '../executions/index.ts';
+import { assertNoMigrationInProgress, externalRepositoryOf, hostedRepositoryPath } from '../repositories/index.ts';
 import { branchHead, commitFiles, GitError, listFiles, readFile } from './git.ts';
 import type { AiTaskTable } from './tables.ts';
 import type { ToolName } from './tool-names.ts';

@@ -4,9 +4,8 @@ import { Type } from 'typebox';
 import type { Executor } from '../../core/db/database.ts';
 import { Page, pageOf, type PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject } from '../projects/repository.ts';
-import { requireEnvironmentId } from '../environments/repository.ts';
+import { ProjectParams, requireProject } from '../projects/index.ts';
+import { requireEnvironmentId } from '../environments/index.ts';
 import {
   ArtifactDetails,
   ArtifactDetailsResult,
@@ -36,6 +35,8 @@ import {
 } from './repository.ts';
 import {
   acceptUploads,
+  stagingDirOf,
+  sweepStaging,
   decodeEnvironmentNameHeader,
   headerValue,
   UploadBody,
@@ -82,6 +83,13 @@ const connectorProfileRule: PartRule = (path, contentType) => {
 
 export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  // Uploads left staged by a process that ended are removed before this one serves.
+  fastify.addHook('onReady', async () => {
+    const stagingDir = stagingDirOf(fastify.config);
+    const swept = await sweepStaging(stagingDir);
+    if (swept > 0) fastify.log.warn({ swept, stagingDir }, 'removed uploads left staged by a process that ended');
+  });
 
   // The upload takes multipart bodies, in a scope of its own so that every other operation stays JSON-only.
   await app.register(async (scope) => {

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
-import { EnvironmentName } from '../environments/schemas.ts';
+import { EnvironmentName } from '../environments/index.ts';
 
 export const VersionName = Type.String({ minLength: 1, maxLength: 255, examples: ['2026.11.22-1'] });
 

@@ -26,3 +26,7 @@ export interface ArtifactTables {
   artifacts: ArtifactTable;
   artifactAssets: ArtifactAssetTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ArtifactTables {}
+}

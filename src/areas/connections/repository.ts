@@ -4,7 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
-import { requireEnvironmentId } from '../environments/repository.ts';
+import { requireEnvironmentId } from '../environments/index.ts';
 import type { ConnectionTable } from './tables.ts';
 import {
   VAULT_LOCATION_FIELDS,

@@ -3,8 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, ProjectParams, writeInProject } from '../projects/index.ts';
 import {
   ConnectionListQuery,
   ConnectionNameQuery,

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
-import { EnvironmentName } from '../environments/schemas.ts';
+import { EnvironmentName } from '../environments/index.ts';
 
 export const AUTH_TYPES = [
   'GENERIC_SECRET',

@@ -21,3 +21,7 @@ export interface ConnectionTables {
   connections: ConnectionTable;
   connectionOverrides: ConnectionOverrideTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ConnectionTables {}
+}

@@ -1,7 +1,7 @@
 import type { Executor } from '../../core/db/database.ts';
 import type { OutboundClient, OutboundRequest } from '../../core/outbound.ts';
 import { badRequest, ProblemError, unprocessable } from '../../core/problems.ts';
-import { requireOAuthConnection } from '../oauth-connections/repository.ts';
+import { requireOAuthConnection } from '../oauth-connections/index.ts';
 import type { AuthenticationOption, Endpoint, TestEndpointRequest, TestEndpointResponse } from './schemas.ts';
 import { URI_PLACEHOLDER } from './profiles.ts';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { badRequest } from '../../core/problems.ts';
-import { existingOAuthConnectionIds } from '../oauth-connections/repository.ts';
+import { existingOAuthConnectionIds } from '../oauth-connections/index.ts';
 import type {
   AuthenticationOption,
   AuthParameter,

@@ -1,5 +1,5 @@
 import { Type, type Static, type TSchema } from 'typebox';
-import { SecretReference } from '../oauth-connections/schemas.ts';
+import { SecretReference } from '../oauth-connections/index.ts';
 
 const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 

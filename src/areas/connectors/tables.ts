@@ -14,3 +14,7 @@ export interface CustomConnectorTable {
 export interface ConnectorTables {
   customConnectors: CustomConnectorTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ConnectorTables {}
+}

@@ -10,3 +10,7 @@ export interface EnvironmentTable {
 export interface EnvironmentTables {
   environments: EnvironmentTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends EnvironmentTables {}
+}

@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { Page, PageQuery, countOf, offsetOf, pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
-import { ProjectId } from '../projects/schemas.ts';
+import { ProjectId } from '../projects/index.ts';
 
 const AuditEvent = Type.Object(
   {

@@ -5,7 +5,7 @@
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
-import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/work.ts';
+import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/index.ts';
 import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 

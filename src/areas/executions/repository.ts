@@ -4,7 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import { enqueueAgentWork } from '../agents/work.ts';
+import { enqueueAgentWork } from '../agents/index.ts';
 import {
   parsePipeline,
   PIPELINE_SUFFIXES,
@@ -16,7 +16,7 @@ import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
 import type { ExecutionTable } from './tables.ts';
 import { isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 import type { ExecutionStep, ListExecutionsQuery, PipelineExecutionSummary } from './schemas.ts';
-import { requireArtifact } from '../artifacts/repository.ts';
+import { requireArtifact } from '../artifacts/index.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';

@@ -3,9 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page, pageOf, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
-import { onAgentWorkReport } from '../agents/work.ts';
+import { ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
 import {
   CancelPipelineExecutionResponse,
   CancelRequest,
@@ -34,9 +32,9 @@ import {
   type ExecutionKind,
   type ExecutionRow,
 } from './repository.ts';
-import { applyAgentReport, cancelExecution } from './lifecycle.ts';
+import { applyAgentReport, cancelExecution, sweepExecutions } from './lifecycle.ts';
 import type { ExecutionStatus } from './states.ts';
-import { ExecutionTicker } from './ticker.ts';
+import { runPeriodically } from '../../core/ticker.ts';
 
 const tags = ['Pipeline Executions'];
 const testTags = ['Test Executions'];
@@ -58,17 +56,11 @@ function detailsOf(row: ExecutionRow) {
 
 export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  for (const kind of Object.values(AGENT_WORK_KINDS)) onAgentWorkReport(kind, applyAgentReport);
-  if (app.config.runJobs) {
-    const ticker = new ExecutionTicker(app.store.db, {
-      intervalMs: app.config.schedulerIntervalMs,
-      lostAfterMs: app.config.executionLostAfterMs,
-      catchUpMs: app.config.scheduleCatchUpMs,
-      log: app.log,
-    });
-    app.addHook('onReady', async () => ticker.start());
-    app.addHook('onClose', async () => ticker.stop());
-  }
+  for (const kind of Object.values(AGENT_WORK_KINDS)) app.agentWorkReports.on(kind, applyAgentReport);
+  // Runs whose agent is out of contact move to UNKNOWN, then FAILED.
+  runPeriodically(app, 'execution sweep', app.config.schedulerIntervalMs, () =>
+    sweepExecutions(app.store.db, app.config.executionLostAfterMs),
+  );
 
   /** The run `id` of the caller's project, for reads. */
   const readRun = async (accountId: string, projectId: string, id: string, kind: ExecutionKind) => {

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
-import { ProjectId, ProjectParams } from '../projects/schemas.ts';
-import { EnvironmentName } from '../environments/schemas.ts';
+import { ProjectId, ProjectParams } from '../projects/index.ts';
+import { EnvironmentName } from '../environments/index.ts';
 import { EXECUTION_STATUSES } from './states.ts';
 
 const ExecutionId = Type.String({ format: 'uuid' });

@@ -50,3 +50,7 @@ export interface ExecutionTables {
   executions: ExecutionTable;
   executionSteps: ExecutionStepTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ExecutionTables {}
+}

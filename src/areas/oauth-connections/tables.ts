@@ -22,3 +22,7 @@ export interface OAuthConnectionTable {
 export interface OAuthConnectionTables {
   oauthConnections: OAuthConnectionTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends OAuthConnectionTables {}
+}

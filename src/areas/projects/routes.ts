@@ -5,8 +5,6 @@ import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
 import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
-import { removeHostedRepository } from '../repositories/hosting.ts';
-import { projectLeavesGroups } from '../scim/repository.ts';
 
 const tags = ['Projects'];
 
@@ -55,11 +53,11 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       await app.store.db.transaction().execute(async (trx) => {
-        await projectLeavesGroups(trx, app.store.dialect, request.principal.accountId, request.params.projectId);
+        await app.projectDeletion.runInTransaction(trx, app.store.dialect, request.principal.accountId, request.params.projectId);
         await deleteProject(trx, request.principal.accountId, request.params.projectId);
       });
-      // Its rows are gone with the commit; its hosted Git repository goes after them.
-      await removeHostedRepository(app.config, request.params.projectId);
+      // Its rows are gone with the commit; what other areas keep outside the store goes after them.
+      await app.projectDeletion.runAfterCommit(request.params.projectId);
       return reply.code(204).send(null);
     },
   );

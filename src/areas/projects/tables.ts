@@ -10,3 +10,7 @@ export interface ProjectTable {
 export interface ProjectTables {
   projects: ProjectTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ProjectTables {}
+}

@@ -3,9 +3,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { sendCreated } from '../../core/created.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
-import { assertNoMigrationInProgress } from './hosting.ts';
+import { ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
+import { assertNoMigrationInProgress, removeHostedRepository } from './hosting.ts';
 import { MigrationRunner, startMigration } from './migration.ts';
 import {
   createGitCredential,
@@ -35,6 +34,8 @@ const baseUrlOf = (request: FastifyRequest) => `${request.protocol}://${request.
 export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   new MigrationRunner(fastify).register();
+  // A deleted project's hosted Git repository goes once its rows are gone.
+  fastify.projectDeletion.afterCommit('repositories', (projectId) => removeHostedRepository(fastify.config, projectId));
 
   app.post(
     '/enterprise-oauth-connections',

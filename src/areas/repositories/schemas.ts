@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { ProjectId } from '../projects/schemas.ts';
+import { ProjectId } from '../projects/index.ts';
 
 export const GitProvider = Type.Union([Type.Literal('github'), Type.Literal('gitlab'), Type.Literal('azure-devops')], {
   description: 'git provider',

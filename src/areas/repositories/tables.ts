@@ -54,3 +54,7 @@ export interface RepositoryTables {
   projectRepositories: ProjectRepositoryTable;
   repositoryMigrations: RepositoryMigrationTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends RepositoryTables {}
+}

@@ -4,11 +4,10 @@ import type { Db, Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import { createExecution, preparePipelineRun, recordSkippedRun } from '../executions/repository.ts';
-import { EXECUTION_STATUSES, isFinal } from '../executions/states.ts';
+import { createExecution, EXECUTION_STATUSES, isFinal, preparePipelineRun, recordSkippedRun } from '../executions/index.ts';
 import type { ScheduleTable } from './tables.ts';
 import type { CreateScheduleRequest, Schedule, UpdateScheduleRequest } from './schemas.ts';
-import { requireEnvironmentId } from '../environments/repository.ts';
+import { requireEnvironmentId } from '../environments/index.ts';
 
 const UNFINISHED = EXECUTION_STATUSES.filter((status) => !isFinal(status));
 

@@ -3,14 +3,18 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
 import { CreateScheduleRequest, Schedule, ScheduleParams, ScheduleSummary, UpdateScheduleRequest } from './schemas.ts';
-import { createSchedule, deleteSchedule, getSchedule, listSchedules, updateSchedule } from './repository.ts';
+import { runPeriodically } from '../../core/ticker.ts';
+import { createSchedule, deleteSchedule, getSchedule, listSchedules, runDueSchedules, updateSchedule } from './repository.ts';
 
 const tags = ['Schedules'];
 
 export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
+  // Due schedules start their runs (each due time once, across instances).
+  runPeriodically(fastify, 'schedule ticker', fastify.config.schedulerIntervalMs, () =>
+    runDueSchedules(fastify.store.db, fastify.config.scheduleCatchUpMs),
+  );
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
   app.get(

@@ -1,7 +1,7 @@
 import { Type, type Static } from 'typebox';
-import { ProjectParams } from '../projects/schemas.ts';
-import { EnvironmentName } from '../environments/schemas.ts';
-import { PipelineName } from '../executions/schemas.ts';
+import { ProjectParams } from '../projects/index.ts';
+import { EnvironmentName } from '../environments/index.ts';
+import { PipelineName } from '../executions/index.ts';
 
 export const ScheduleParams = Type.Object({ ...ProjectParams.properties, scheduleId: Type.String({ format: 'uuid' }) });
 

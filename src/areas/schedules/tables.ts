@@ -15,3 +15,7 @@ export interface ScheduleTable {
 export interface ScheduleTables {
   schedules: ScheduleTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ScheduleTables {}
+}

@@ -20,6 +20,7 @@ import {
   patchGroup,
   patchUser,
   projectGrantsOf,
+  projectLeavesGroups,
   replaceGroup,
   replaceUser,
   type Answer,
@@ -284,6 +285,8 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
 
 /** Directory integration: its tokens, the project grants of directory users, and the SCIM service provider. */
 export async function directoryIntegrationRoutes(fastify: FastifyInstance): Promise<void> {
+  // A deleted project leaves the groups that name it, in the deleting transaction.
+  fastify.projectDeletion.inTransaction('scim', projectLeavesGroups);
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const tags = ['Directory integration (tokens)'];
   const config = { role: 'admin' as const };

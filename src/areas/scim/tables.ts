@@ -65,3 +65,7 @@ export interface ScimTables {
   scimGroupMembers: ScimGroupMemberTable;
   scimValues: ScimValueTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends ScimTables {}
+}

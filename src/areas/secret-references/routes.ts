@@ -2,8 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, writeInProject } from '../projects/repository.ts';
+import { pageInProject, ProjectParams, writeInProject } from '../projects/index.ts';
 import { CreateSecretReferenceRequest, SecretReference, SecretReferenceParams, SecretReferenceQuery } from './schemas.ts';
 import { createSecretReference, deleteSecretReference, listSecretReferences } from './repository.ts';
 

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
-import { ProjectParams } from '../projects/schemas.ts';
+import { ProjectParams } from '../projects/index.ts';
 
 export const SECRET_REFERENCE_TYPES = [
   'PASSWORD',

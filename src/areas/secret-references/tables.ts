@@ -15,3 +15,7 @@ export interface SecretReferenceTable {
 export interface SecretReferenceTables {
   secretReferences: SecretReferenceTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends SecretReferenceTables {}
+}

@@ -6,9 +6,16 @@ import { CompactEncrypt } from 'jose';
 import { problems } from '../../core/openapi.ts';
 import { ProblemError } from '../../core/problems.ts';
 import { FAILURE_CODES, WORK_KINDS, type WriteSecretPayload } from '../../contract/work.ts';
-import { AgentParams } from '../agents/schemas.ts';
-import { isConnected, isPaused, requireAgent } from '../agents/repository.ts';
-import { cancelAgentWork, enqueueAgentWork, findAgentWork, type AgentWork } from '../agents/work.ts';
+import {
+  AgentParams,
+  type AgentWork,
+  cancelAgentWork,
+  enqueueAgentWork,
+  findAgentWork,
+  isConnected,
+  isPaused,
+  requireAgent,
+} from '../agents/index.ts';
 import { WriteSecretValueQuery, WriteSecretValueRequest, WriteSecretValueResponse } from './schemas.ts';
 
 /** How often the waiting request looks for the agent's confirmation in the store. */
@@ -76,6 +83,9 @@ function agentDeleted(agentId: string, lastState: string) {
 export async function secretValueRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const db = app.store.db;
+  // The request that queued the write waits for its outcome in the store (the work row keeps the report);
+  // nothing else moves with a write-secret report.
+  app.agentWorkReports.on(WORK_KINDS.writeSecret, async () => {});
 
   app.post(
     '/secrets/:agentId/secret-value',

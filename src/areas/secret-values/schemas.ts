@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { SECRET_REFERENCE_TYPES } from '../secret-references/schemas.ts';
+import { SECRET_REFERENCE_TYPES } from '../secret-references/index.ts';
 
 const SecretName = Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\w./@+-]+$', description: 'vault secret name' });
 

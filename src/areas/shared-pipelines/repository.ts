@@ -2,7 +2,7 @@ import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from '../../contract/bounded-y
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import type { IgnoredResource, StagedPart, StagedUpload } from '../artifacts/upload.ts';
+import type { IgnoredResource, StagedPart, StagedUpload } from '../artifacts/index.ts';
 import { PIPELINE_FILE, type SharedPipelineArtifactDetails } from './schemas.ts';
 
 const versionTaken = (prefix: string, versionName: string) =>

@@ -1,16 +1,16 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { problems } from '../../core/openapi.ts';
-import { EnabledResult } from '../artifacts/schemas.ts';
 import {
   acceptUploads,
+  EnabledResult,
   headerValue,
   UploadBody,
   UploadResult,
   uploadValidatorCompiler,
   withStagedUpload,
   type PartRule,
-} from '../artifacts/upload.ts';
+} from '../artifacts/index.ts';
 import {
   PIPELINE_FILE,
   PublishSharedPipelinesHeaders,

@@ -1,5 +1,5 @@
 import { Type, type Static } from 'typebox';
-import { VersionName } from '../artifacts/schemas.ts';
+import { VersionName } from '../artifacts/index.ts';
 
 export const SharedPipelineIdPrefix = Type.String({
   minLength: 1,

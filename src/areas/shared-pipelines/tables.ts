@@ -24,3 +24,7 @@ export interface SharedPipelineTables {
   sharedPipelineArtifacts: SharedPipelineArtifactTable;
   sharedPipelines: SharedPipelineTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends SharedPipelineTables {}
+}

@@ -5,7 +5,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
-import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/work.ts';
+import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import {
   SECRET_REFERENCE_FIELDS,

@@ -3,9 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { pageInProject, requireProject, writeInProject } from '../projects/repository.ts';
-import { onAgentWorkReport } from '../agents/work.ts';
+import { pageInProject, ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
 import {
   StreamingPipeline,
   StreamingPipelineParams,
@@ -34,8 +32,8 @@ const tags = ['Streaming Pipelines'];
 export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const db = app.store.db;
-  onAgentWorkReport(START_WORK, onRunReport('start'));
-  onAgentWorkReport(STOP_WORK, onRunReport('stop'));
+  app.agentWorkReports.on(START_WORK, onRunReport('start'));
+  app.agentWorkReports.on(STOP_WORK, onRunReport('stop'));
 
   app.get(
     '/projects/:projectId/streaming-pipelines',

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
-import { ProjectParams } from '../projects/schemas.ts';
+import { ProjectParams } from '../projects/index.ts';
 
 export const STREAMING_PIPELINE_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'STOPPING', 'FAILED'] as const;
 export type StreamingPipelineStatus = (typeof STREAMING_PIPELINE_STATUSES)[number];

@@ -15,3 +15,7 @@ export interface StreamingPipelineTable {
 export interface StreamingPipelineTables {
   streamingPipelines: StreamingPipelineTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends StreamingPipelineTables {}
+}

@@ -3,9 +3,9 @@ import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
-import { projectList } from '../projects/repository.ts';
+import { projectList } from '../projects/index.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
-import { requireEnvironmentId } from '../environments/repository.ts';
+import { requireEnvironmentId } from '../environments/index.ts';
 import type { ProjectVariableTable } from './tables.ts';
 import type {
   CreateVariableRequest,

@@ -5,8 +5,7 @@ import { Type } from 'typebox';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { notFound } from '../../core/problems.ts';
-import { ProjectParams } from '../projects/schemas.ts';
-import { requireProject, writeInProject } from '../projects/repository.ts';
+import { ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
 import {
   CreateVariableRequest,
   OverrideParams,

@@ -1,6 +1,6 @@
 import { Type, type Static } from 'typebox';
-import { ProjectParams } from '../projects/schemas.ts';
-import { EnvironmentName } from '../environments/schemas.ts';
+import { ProjectParams } from '../projects/index.ts';
+import { EnvironmentName } from '../environments/index.ts';
 
 /** The specification's variableName: an identifier of letters, digits, `_` and `$`, not a digit first, not `$` alone. */
 export const VARIABLE_NAME_PATTERN = '^(?!\\$$)[a-zA-Z_$][a-zA-Z0-9_$]*$';

@@ -28,3 +28,7 @@ export interface VariableTables {
   projectVariableCounts: ProjectVariableCountTable;
   variableOverrides: VariableOverrideTable;
 }
+
+declare module '../../core/db/schema.ts' {
+  interface Database extends VariableTables {}
+}

@@ -19,13 +19,14 @@ import {
 import type { Config } from '../config.ts';
 import type { Database } from './schema.ts';
 import { migrationsFor } from './migrations/index.ts';
+import type { Dialect } from './migrations/types.ts';
 import { GroupCommitSqliteDialect } from './group-commit.ts';
 
 export type Db = Kysely<Database>;
 export type Trx = Transaction<Database>;
 /** Either the database or a transaction on it: repositories take whichever they are given. */
 export type Executor = Db | Trx;
-export type Dialect = 'sqlite' | 'postgres';
+export type { Dialect };
 
 export interface Store {
   db: Db;

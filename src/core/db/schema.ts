@@ -1,25 +1,10 @@
 /**
  * Table types, as the code sees them (camelCase; the CamelCasePlugin maps them to snake_case columns).
  * Booleans are stored as 0/1 integers and times as ISO 8601 text so that one set of migrations
- * serves SQLite and PostgreSQL alike. Each area declares its own tables beside its code.
+ * serves SQLite and PostgreSQL alike. Each area declares its own tables beside its code and adds them to
+ * Database (below).
  */
 import type { Generated } from 'kysely';
-import type { ProjectTables } from '../../areas/projects/tables.ts';
-import type { EnvironmentTables } from '../../areas/environments/tables.ts';
-import type { ConnectionTables } from '../../areas/connections/tables.ts';
-import type { VariableTables } from '../../areas/variables/tables.ts';
-import type { SecretReferenceTables } from '../../areas/secret-references/tables.ts';
-import type { ArtifactTables } from '../../areas/artifacts/tables.ts';
-import type { SharedPipelineTables } from '../../areas/shared-pipelines/tables.ts';
-import type { ConnectorTables } from '../../areas/connectors/tables.ts';
-import type { OAuthConnectionTables } from '../../areas/oauth-connections/tables.ts';
-import type { AiTaskTables } from '../../areas/ai-tasks/tables.ts';
-import type { ScimTables } from '../../areas/scim/tables.ts';
-import type { AgentTables } from '../../areas/agents/tables.ts';
-import type { StreamingPipelineTables } from '../../areas/streaming-pipelines/tables.ts';
-import type { ExecutionTables } from '../../areas/executions/tables.ts';
-import type { ScheduleTables } from '../../areas/schedules/tables.ts';
-import type { RepositoryTables } from '../../areas/repositories/tables.ts';
 
 export interface AccountTable {
   id: string;
@@ -83,22 +68,13 @@ export interface CoreTables {
   jobs: JobTable;
 }
 
-export interface Database
-  extends
-    CoreTables,
-    ProjectTables,
-    EnvironmentTables,
-    ConnectionTables,
-    VariableTables,
-    SecretReferenceTables,
-    ArtifactTables,
-    SharedPipelineTables,
-    ConnectorTables,
-    OAuthConnectionTables,
-    ScimTables,
-    AgentTables,
-    StreamingPipelineTables,
-    ExecutionTables,
-    ScheduleTables,
-    RepositoryTables,
-    AiTaskTables {}
+/**
+ * Every table of the store. Core declares its own here; each area adds its tables from its own tables.ts:
+ *
+ *     declare module '../../core/db/schema.ts' {
+ *       interface Database extends ProjectTables {}
+ *     }
+ *
+ * so that core knows no area and an area's tables live beside its code.
+ */
+export interface Database extends CoreTables {}

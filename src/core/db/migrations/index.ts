@@ -1,5 +1,5 @@
 import type { Migration } from 'kysely';
-import type { Dialect } from '../database.ts';
+import type { Dialect } from './types.ts';
 import type { PortableMigration } from './types.ts';
 import { foundation } from './0001_foundation.ts';
 import { projectConfiguration } from './0002_project_configuration.ts';

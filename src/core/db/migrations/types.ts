@@ -1,5 +1,7 @@
 import type { Kysely } from 'kysely';
-import type { Dialect } from '../database.ts';
+
+/** The two stores. */
+export type Dialect = 'sqlite' | 'postgres';
 
 /** A schema step; it is told the dialect for the few types the two stores spell differently. */
 export interface PortableMigration {

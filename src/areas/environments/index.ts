@@ -1,0 +1,5 @@
+/**
+ * The environments area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
+ */
+export { listEnvironments, requireEnvironmentId } from './repository.ts';
+export { EnvironmentName } from './schemas.ts';

@@ -1,0 +1,6 @@
+/**
+ * The executions area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
+ */
+export { createExecution, listSteps, preparePipelineRun, recordSkippedRun, requireExecution, toSummary } from './repository.ts';
+export { PipelineName } from './schemas.ts';
+export { EXECUTION_STATUSES, isFinal, type ExecutionStatus } from './states.ts';
