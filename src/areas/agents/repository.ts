@@ -5,6 +5,7 @@ import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
+import type { AgentDeletion } from './deletion.ts';
 import type { AgentTable } from './tables.ts';
 import {
   DEPLOYMENTS_OF,
@@ -69,14 +70,14 @@ function checkPlacement(cloudProvider: string, deployment: string): void {
 
 const nameTaken = (name: string) => conflict(`An agent named "${name}" already exists in this account.`);
 
+/** Agent `agentId` of the account, if there is one. */
+export function findAgent(db: Executor, accountId: string, agentId: string): Promise<AgentRow | undefined> {
+  return db.selectFrom('agents').selectAll().where('id', '=', agentId).where('accountId', '=', accountId).executeTakeFirst();
+}
+
 /** The agent `agentId` of the account, or a 404: another account's agent is answered as one that does not exist. */
 export async function requireAgent(db: Executor, accountId: string, agentId: string): Promise<AgentRow> {
-  const row = await db
-    .selectFrom('agents')
-    .selectAll()
-    .where('id', '=', agentId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const row = await findAgent(db, accountId, agentId);
   if (!row) throw notFound(`Agent ${agentId} does not exist.`);
   return row;
 }
@@ -171,11 +172,10 @@ export async function updateAgent(
   return next;
 }
 
-/** Removes the agent with its work; refused while a streaming pipeline still names it. */
-export async function deleteAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
+/** Removes the agent with its work, unless a check of another area refuses (app.agentDeletion). */
+export async function deleteAgent(db: Executor, accountId: string, agentId: string, checks: AgentDeletion): Promise<void> {
   await requireAgent(db, accountId, agentId);
-  const pipeline = await db.selectFrom('streamingPipelines').select('name').where('agentId', '=', agentId).executeTakeFirst();
-  if (pipeline) throw conflict(`Streaming pipeline "${pipeline.name}" runs on this agent; delete it or move it first.`);
+  await checks.check(db, agentId);
   await db.deleteFrom('agents').where('id', '=', agentId).execute();
 }
 
@@ -193,4 +193,16 @@ export async function issueAgentCredentials(db: Db, accountId: string, agentId: 
     await trx.updateTable('agents').set({ clientId, secretHash }).where('id', '=', agentId).execute();
   });
   return { clientId, clientSecret };
+}
+
+/** Which of `agentIds` have been in contact (a poll or heartbeat) at or after `since`. */
+export async function agentsInContactSince(db: Executor, agentIds: readonly string[], since: string): Promise<Set<string>> {
+  if (agentIds.length === 0) return new Set();
+  const rows = await db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', 'in', [...new Set(agentIds)])
+    .where('lastContactAt', '>=', since)
+    .execute();
+  return new Set(rows.map((row) => row.id));
 }

@@ -110,7 +110,9 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      await app.store.db.transaction().execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId));
+      await app.store.db
+        .transaction()
+        .execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId, app.agentDeletion));
       return reply.code(204).send(null);
     },
   );

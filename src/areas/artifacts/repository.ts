@@ -258,3 +258,25 @@ export async function setArtifactEnabled(
     .executeTakeFirst();
   if (result.numUpdatedRows === 0n) throw notFound(`Version "${versionName}" does not exist in this environment.`);
 }
+
+/** The paths of an artifact's files, in path order. */
+export async function artifactFilePaths(db: Executor, artifactId: number): Promise<string[]> {
+  const rows = await db
+    .selectFrom('artifactAssets')
+    .select('path')
+    .where('artifactId', '=', artifactId)
+    .orderBy('path')
+    .execute();
+  return rows.map((row) => row.path);
+}
+
+/** The text of file `path` of an artifact (one that artifactFilePaths listed). */
+export async function artifactFileText(db: Executor, artifactId: number, path: string): Promise<string> {
+  const row = await db
+    .selectFrom('artifactAssets')
+    .select('content')
+    .where('artifactId', '=', artifactId)
+    .where('path', '=', path)
+    .executeTakeFirstOrThrow();
+  return row.content.toString('utf8');
+}

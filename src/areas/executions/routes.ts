@@ -26,12 +26,11 @@ import {
   createExecution,
   listExecutions,
   listSteps,
-  preparePipelineRun,
-  prepareTestRun,
   requireExecution,
   type ExecutionKind,
   type ExecutionRow,
 } from './repository.ts';
+import { preparePipelineRun, prepareTestRun } from './run-start.ts';
 import { applyAgentReport, cancelExecution, sweepExecutions } from './lifecycle.ts';
 import type { ExecutionStatus } from './states.ts';
 import { runPeriodically } from '../../core/ticker.ts';

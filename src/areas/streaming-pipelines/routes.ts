@@ -19,6 +19,7 @@ import {
   deletePipeline,
   listPipelines,
   onRunReport,
+  refuseAgentDeletion,
   readPipeline,
   replacePipeline,
   requestRun,
@@ -34,6 +35,8 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
   const db = app.store.db;
   app.agentWorkReports.on(START_WORK, onRunReport('start'));
   app.agentWorkReports.on(STOP_WORK, onRunReport('stop'));
+  // An agent that a streaming pipeline runs on cannot be deleted.
+  app.agentDeletion.refuseWhen(refuseAgentDeletion);
 
   app.get(
     '/projects/:projectId/streaming-pipelines',
