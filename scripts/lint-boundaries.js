@@ -80,7 +80,9 @@ for (const area of readdirSync(areasDir)) {
       const tableOwner = owner.get(table);
       if (tableOwner && tableOwner !== area) {
         const line = text.slice(0, match.index).split('\n').length;
-        problems.push(`foreign-table: ${full}:${line} ${match[1]}('${table}') is the ${tableOwner} area's table; use its index.ts`);
+        problems.push(
+          `foreign-table: ${full}:${line} ${match[1]}('${table}') is the ${tableOwner} area's table; use its index.ts`,
+        );
       }
     }
   }
@@ -91,4 +93,6 @@ if (problems.length > 0) {
   console.error(`lint:boundaries: ${problems.length} problem(s); the rules and their reasons are in .dependency-cruiser.cjs`);
   process.exit(1);
 }
-console.log(`lint:boundaries: ${result.summary.totalCruised} modules, no boundary crossed, no cycle, no area queries another's tables`);
+console.log(
+  `lint:boundaries: ${result.summary.totalCruised} modules, no boundary crossed, no cycle, no area queries another's tables`,
+);
