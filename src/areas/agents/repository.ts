@@ -206,3 +206,40 @@ export async function agentsInContactSince(db: Executor, agentIds: readonly stri
     .execute();
   return new Set(rows.map((row) => row.id));
 }
+
+/** The agent whose current credentials are `clientId` (a token of replaced credentials names none). */
+export function findAgentOfClient(db: Executor, accountId: string, agentId: string, clientId: string) {
+  return db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', '=', agentId)
+    .where('accountId', '=', accountId)
+    .where('clientId', '=', clientId)
+    .executeTakeFirst();
+}
+
+/** Records contact: connected from now for the window, and RUNNING unless paused (or already so). */
+export async function touchAgent(db: Executor, agentId: string): Promise<void> {
+  await db
+    .updateTable('agents')
+    .set((eb) => ({
+      lastContactAt: now(),
+      status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
+    }))
+    .where('id', '=', agentId)
+    .execute();
+}
+
+/** The agent's status and pause, or undefined once it is deleted. */
+export function agentState(db: Executor, agentId: string) {
+  return db.selectFrom('agents').select(['status', 'pausedUntil']).where('id', '=', agentId).executeTakeFirst();
+}
+
+export async function setAgentCertificate(db: Executor, agentId: string, certificatePem: string): Promise<void> {
+  await db.updateTable('agents').set({ certificatePem }).where('id', '=', agentId).execute();
+}
+
+/** Sign-off: STOPPED, and not connected until the agent's next contact. */
+export async function signOffAgent(db: Executor, agentId: string): Promise<void> {
+  await db.updateTable('agents').set({ status: 'STOPPED', lastContactAt: null }).where('id', '=', agentId).execute();
+}
