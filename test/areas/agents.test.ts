@@ -227,7 +227,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
   });
 
-  test('an agent deleted while its long poll waits: the poll ends as a deleted agent\'s request does (401), not 500', async () => {
+  test("an agent deleted while its long poll waits: the poll ends as a deleted agent's request does (401), not 500", async () => {
     const { agentId, token } = await connectedAgent();
     const polling = agentCall(token, 'GET', '/work?waitSeconds=5');
     await new Promise((r) => setTimeout(r, 400));
