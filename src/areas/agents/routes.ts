@@ -36,7 +36,7 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
     '/agents',
     {
       schema: {
-        summary: "List the account's agents with summary details (E18)",
+        summary: "List the account's agents with summary details",
         tags,
         querystring: AgentQuery,
         response: { 200: Page(AgentSummary) },

@@ -23,7 +23,7 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
     '/ai/agents/tasks',
     {
       schema: {
-        summary: 'Create an AI agent task and start it (E20)',
+        summary: 'Create an AI agent task and start it',
         description:
           'The task runs in the background; its conversation is read from the messages operation. ACT tasks need a target: targetBranchName, or generateBranch true for a branch the server names.',
         tags,
@@ -114,7 +114,7 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
     '/ai/agents/tasks/:taskId/stop',
     {
       schema: {
-        summary: 'Stop a running AI agent task gracefully (E21)',
+        summary: 'Stop a running AI agent task gracefully',
         description:
           'The task is STOPPING until the step in progress (a model call or a tool call) ends, then STOPPED; with no step in progress (waiting for the user) it is STOPPED at once. 409 when the task is not RUNNING.',
         tags,

@@ -18,7 +18,7 @@ export async function secretValueRoutes(fastify: FastifyInstance): Promise<void>
     '/secrets/:agentId/secret-value',
     {
       schema: {
-        summary: "Write a secret value to the customer's vault through an agent (E15)",
+        summary: "Write a secret value to the customer's vault through an agent",
         description:
           "The value is encrypted for the agent's certificate (JWE, RSA-OAEP-256 and A256GCM) and handed to the agent, which " +
           'decrypts it and writes it to its vault. The request waits for the agent to confirm, at most ' +

@@ -42,7 +42,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     '/projects/:projectId/streaming-pipelines',
     {
       schema: {
-        summary: 'List the streaming pipeline definitions of the project (E19); the page may be empty',
+        summary: 'List the streaming pipeline definitions of the project; the page may be empty',
         tags,
         params: ProjectParams,
         querystring: StreamingPipelineQuery,
