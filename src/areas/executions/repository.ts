@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { badRequest, conflict, notFound } from '../../core/problems.ts';
+import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { keyOf, tokenPageOf } from '../../core/token-paging.ts';
 import { enqueueAgentWork } from '../agents/index.ts';
 import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
@@ -259,22 +260,6 @@ export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
   };
 }
 
-/** The opaque page token: where the previous page ended in (startedAt, id) descending order. */
-function encodeToken(row: ExecutionRow): string {
-  return Buffer.from(JSON.stringify([row.startedAt, row.id])).toString('base64url');
-}
-
-function decodeToken(token: string): [string, string] {
-  try {
-    const value = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as unknown;
-    if (Array.isArray(value) && value.length === 2 && value.every((part) => typeof part === 'string'))
-      return value as [string, string];
-  } catch {
-    // answered below
-  }
-  throw badRequest('The pagination token is not one this server gave.', ['paginationToken: not valid']);
-}
-
 /** A page of the account's pipeline executions, newest first, with the token of the next page. */
 export async function listExecutions(db: Executor, accountId: string, query: ListExecutionsQuery) {
   let select = db.selectFrom('executions').selectAll().where('accountId', '=', accountId).where('kind', '=', 'PIPELINE');
@@ -287,8 +272,9 @@ export async function listExecutions(db: Executor, accountId: string, query: Lis
   if (query.status !== undefined) select = select.where('status', '=', query.status);
   if (query.startedAfter !== undefined) select = select.where('startedAt', '>=', new Date(query.startedAfter).toISOString());
   if (query.startedBefore !== undefined) select = select.where('startedAt', '<', new Date(query.startedBefore).toISOString());
-  if (query.paginationToken !== undefined) {
-    const [startedAt, id] = decodeToken(query.paginationToken);
+  const after = keyOf<[string, string]>(query.paginationToken, ['string', 'string']);
+  if (after !== undefined) {
+    const [startedAt, id] = after;
     select = select.where((eb) =>
       eb.or([eb('startedAt', '<', startedAt), eb.and([eb('startedAt', '=', startedAt), eb('id', '<', id)])]),
     );
@@ -298,8 +284,8 @@ export async function listExecutions(db: Executor, accountId: string, query: Lis
     .orderBy('id', 'desc')
     .limit(query.limit + 1)
     .execute();
-  const page = rows.slice(0, query.limit);
-  return { results: page.map(toSummary), more: rows.length > query.limit ? encodeToken(page[page.length - 1]) : null };
+  // The token is where the page ended in (startedAt, id) descending order.
+  return tokenPageOf(rows, query.limit, (row) => [row.startedAt, row.id], toSummary);
 }
 
 /** Whether a run that schedule `scheduleId` started has not finished yet. */
