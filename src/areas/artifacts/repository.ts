@@ -1,4 +1,5 @@
 import type { Executor } from '../../core/db/database.ts';
+import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
@@ -124,7 +125,7 @@ export async function requireArtifact(db: Executor, environmentId: string, versi
 }
 
 /** File name endings of pipelines: orchestration and transformation. */
-export const PIPELINE_EXTENSIONS = ['.orch.yaml', '.tran.yaml'];
+const PIPELINE_EXTENSIONS = [PIPELINE_SUFFIXES.orchestration, PIPELINE_SUFFIXES.transformation];
 
 /**
  * The pipeline files of the environment's latest enabled version, by path, with the time that version

@@ -192,7 +192,9 @@ export async function prepareTestRun(
     const name = request.testName!;
     testName = requirePipelinePath(
       allTests,
-      name.endsWith(TEST_ORCHESTRATION) ? name : `${name.replace(/\.orch\.yaml$/, '')}${TEST_ORCHESTRATION}`,
+      name.endsWith(TEST_ORCHESTRATION)
+        ? name
+        : `${name.endsWith(ORCHESTRATION) ? name.slice(0, -ORCHESTRATION.length) : name}${TEST_ORCHESTRATION}`,
       'Test',
     );
     tests = [testName];
