@@ -3,6 +3,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin';
 import FindMyWay from 'find-my-way';
 import { isForeignKeyViolation, isTransientStoreFailure } from './db/database.ts';
+import { isMissingBody, MISSING_BODY_DETAIL } from './json-bodies.ts';
 import { PROBLEM_CONTENT_TYPE, ProblemError, problemBody, type ProblemOptions } from './problems.ts';
 
 interface ValidationIssue {
@@ -136,6 +137,9 @@ export async function answerError(
   }
   if (error instanceof ProblemError) {
     return send(request, reply, error.status, error.message, error.options);
+  }
+  if (error.validation && isMissingBody(request, error.validationContext)) {
+    return send(request, reply, 400, MISSING_BODY_DETAIL, { violations: ['body: is required'] });
   }
   if (error.validation) {
     return send(request, reply, 400, 'The request is not valid.', {

@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { noContent, problems } from '../../core/openapi.ts';
 import { answerError, sendProblem, type ErrorSender } from '../../core/errors-plugin.ts';
+import { emptyIsNoBody } from '../../core/json-bodies.ts';
 import { notFound } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
 import { ERROR_SCHEMA, GROUP, LIST_RESPONSE_SCHEMA, USER } from './definitions.ts';
@@ -104,7 +105,7 @@ function sendList(reply: FastifyReply, answer: ListAnswer) {
 /** The SCIM service provider of the account: Users, Groups and the discovery documents; admins and directory tokens only. */
 async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+  app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, emptyIsNoBody(app));
   app.setErrorHandler((error: FastifyError, request, reply) =>
     answerError(
       NOT_JSON.has(error.code) ? scimError(400, 'invalidSyntax', 'The body is not a JSON value.') : error,
