@@ -37,6 +37,8 @@ declare module 'fastify' {
     directoryIntegration?: boolean;
     /** Changes nothing although sent as POST (SCIM's .search): no audit event. */
     readOnly?: boolean;
+    /** A read that hands out a secret (an agent's credentials): it leaves an audit event like a write. */
+    audited?: boolean;
   }
 }
 

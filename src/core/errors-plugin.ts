@@ -31,6 +31,10 @@ export function violationsOf(
     if (issue.keyword === 'required') {
       segments.push(String(issue.params.missingProperty));
       message = 'is required';
+    } else if (issue.keyword === 'discriminator') {
+      // A oneOf chosen by a property (streaming sources and targets by `type`): the property is what is wrong.
+      segments.push(String(issue.params.tag));
+      message = issue.params.error === 'tag' ? 'is required (a string)' : 'is not one of the types this field takes';
     } else if (issue.keyword === 'additionalProperties') {
       segments.push(String(issue.params.additionalProperty));
       message = 'is not allowed';
