@@ -117,7 +117,6 @@ const userExample = {
   groups: [
     {
       value: 'e9e30dba-f08f-4109-8486-d5c6a331660a',
-      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Groups/e9e30dba-f08f-4109-8486-d5c6a331660a',
       display: 'Data engineers',
       type: 'DIRECT',
     },
@@ -138,7 +137,6 @@ const groupExample = {
   members: [
     {
       value: '2819c223-7f76-453a-919d-413861904646',
-      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Users/2819c223-7f76-453a-919d-413861904646',
       display: 'Babs Jensen',
       type: 'USER',
     },
