@@ -112,16 +112,18 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     }
   });
 
-  app.setNotFoundHandler((request, reply) => {
+  const answerNoRoute = (request: FastifyRequest, reply: FastifyReply, send: ErrorSender = sendProblem) => {
     const path = request.url.split('?')[0];
     const allowed = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((m) => routes.find(m as never, path));
     if (allowed.length > 0) {
-      return sendProblem(request, reply, 405, `${request.method} is not supported on ${path}.`, {
+      return send(request, reply, 405, `${request.method} is not supported on ${path}.`, {
         headers: { allow: allowed.join(', ') },
       });
     }
-    return sendProblem(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
-  });
+    return send(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
+  };
+  app.decorate('answerNoRoute', answerNoRoute);
+  app.setNotFoundHandler((request, reply) => answerNoRoute(request, reply));
 
   app.setErrorHandler((error: FastifyError | ProblemError, request, reply) => answerError(error, request, reply));
 });
