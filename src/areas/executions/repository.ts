@@ -15,8 +15,15 @@ import {
 import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
 import type { ExecutionTable } from './tables.ts';
 import { isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
-import type { ExecutionStep, ListExecutionsQuery, PipelineExecutionSummary } from './schemas.ts';
+import {
+  TRIGGERS,
+  type ExecutionStep,
+  type ListExecutionsQuery,
+  type PipelineExecutionSummary,
+  type Trigger,
+} from './schemas.ts';
 import { requireArtifact } from '../artifacts/index.ts';
+import { valueOfType } from '../variables/index.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';
@@ -105,10 +112,6 @@ function parseOrRefuse(text: string, path: string): Pipeline {
   }
 }
 
-function fits(type: string, value: unknown): boolean {
-  return type === 'NUMBER' ? typeof value === 'number' : typeof value === 'string';
-}
-
 /**
  * The variables a run starts with: the project defaults, replaced by the environment's overrides,
  * replaced by what the request gives. A request's scalar must name a project variable (or a TEXT/NUMBER
@@ -145,9 +148,13 @@ async function resolveVariables(
   for (const [name, value] of Object.entries(scalars)) {
     const type = types.get(name);
     if (type === undefined || type === 'GRID') violations.push(`scalarVariables.${name}: not a project variable`);
-    else if (!fits(type, value))
-      violations.push(`scalarVariables.${name}: must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`);
-    else resolved[name] = value;
+    else {
+      // A NUMBER given as a numeric string ("1", as scripts send every value) is that number.
+      const kept = valueOfType(type, value);
+      if (kept === undefined)
+        violations.push(`scalarVariables.${name}: must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`);
+      else resolved[name] = kept;
+    }
   }
   for (const [name, rows] of Object.entries(grids)) {
     if (declared[name]?.type !== 'GRID') violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
@@ -163,7 +170,7 @@ export interface RunRequest {
   environmentName: string;
   versionName?: string;
   agentId?: string;
-  trigger: 'MANUAL' | 'SCHEDULE';
+  trigger: 'API' | 'SCHEDULE';
   scheduleId?: string;
   scheduledFor?: string;
 }
@@ -486,10 +493,16 @@ export async function listSteps(
       id: String(row.position),
       name: row.name,
       result: { status: row.status, startedAt: row.startedAt, finishedAt: row.finishedAt, message: row.message },
-      childPipeline: row.childPipeline,
+      childPipeline: row.childPipeline === null ? null : { name: row.childPipeline },
     })),
     total,
   };
+}
+
+/** The stored trigger as the vendor names it: runs stored before it was API read MANUAL. */
+export function triggerOf(stored: string): Trigger {
+  if (stored === 'MANUAL') return 'API';
+  return (TRIGGERS as readonly string[]).includes(stored) ? (stored as Trigger) : 'UNKNOWN';
 }
 
 export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
@@ -502,7 +515,7 @@ export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
     environmentName: row.environmentName,
     projectId: row.projectId,
     pipelineType: 'ORCHESTRATION',
-    trigger: row.trigger as 'MANUAL' | 'SCHEDULE',
+    trigger: triggerOf(row.trigger),
     scheduleId: row.scheduleId,
     message: row.message,
   };
@@ -536,6 +549,7 @@ export async function listExecutions(db: Executor, accountId: string, query: Lis
   if (query.status !== undefined) select = select.where('status', '=', query.status);
   if (query.startedAfter !== undefined) select = select.where('startedAt', '>=', new Date(query.startedAfter).toISOString());
   if (query.startedBefore !== undefined) select = select.where('startedAt', '<', new Date(query.startedBefore).toISOString());
+  if (query.scheduleId !== undefined) select = select.where('scheduleId', '=', query.scheduleId);
   if (query.paginationToken !== undefined) {
     const [startedAt, id] = decodeToken(query.paginationToken);
     select = select.where((eb) =>
