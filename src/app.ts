@@ -17,6 +17,7 @@ import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
+import { acceptEmptyJsonBodies } from './core/json-bodies.ts';
 import { AgentDeletion, AgentWorkReports } from './areas/agents/index.ts';
 import { ProjectDeletion } from './areas/projects/index.ts';
 import { healthRoutes } from './areas/health/routes.ts';
@@ -174,6 +175,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
 
   // JSON operations answer 415 to anything but JSON; multipart areas add their own parser.
   app.removeContentTypeParser('text/plain');
+  // An empty JSON body is no body (clients send one header set on every call).
+  acceptEmptyJsonBodies(app);
   await app.register(errorsPlugin);
   await app.register(openApiPlugin);
   await app.register(metricsPlugin);

@@ -186,7 +186,7 @@ describeEachStore('pipeline and test executions', (kind) => {
     assert.equal(details.body.pipelineName, 'pipelines/check.orch.yaml');
     assert.equal(details.body.agentId, agentId);
     assert.equal(details.body.versionName, 'v1');
-    assert.equal(details.body.trigger, 'MANUAL');
+    assert.equal(details.body.trigger, 'API');
     assert.ok(details.body.finishedAt >= details.body.startedAt);
   });
 
