@@ -66,7 +66,11 @@ export function consoleAssets(): Map<string, ConsoleAsset> {
 }
 
 function send(request: FastifyRequest, reply: FastifyReply, asset: ConsoleAsset) {
-  reply.headers(SECURITY_HEADERS).header('etag', asset.etag).header('cache-control', 'no-cache').header('vary', 'accept-encoding');
+  reply
+    .headers(SECURITY_HEADERS)
+    .header('etag', asset.etag)
+    .header('cache-control', 'no-cache')
+    .header('vary', 'accept-encoding');
   if (request.headers['if-none-match'] === asset.etag) return reply.code(304).send();
   reply.type(asset.type);
   if (/\bgzip\b/.test(String(request.headers['accept-encoding'] ?? ''))) {

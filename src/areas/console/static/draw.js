@@ -112,7 +112,10 @@ function childName(child) {
 export function drawGantt(steps, run) {
   const times = steps.flatMap((step) => [step.result?.startedAt, step.result?.finishedAt]).filter(Boolean);
   const start = Math.min(...[run.startedAt, ...times].filter(Boolean).map((t) => Date.parse(t)));
-  const end = Math.max(Date.now() * (run.finishedAt ? 0 : 1), ...[run.finishedAt, ...times].filter(Boolean).map((t) => Date.parse(t)));
+  const end = Math.max(
+    Date.now() * (run.finishedAt ? 0 : 1),
+    ...[run.finishedAt, ...times].filter(Boolean).map((t) => Date.parse(t)),
+  );
   const span = Math.max(1, end - start);
   const row = (step) => {
     const result = step.result ?? {};

@@ -40,8 +40,26 @@ export function table(headers, rows, caption) {
       'table',
       {},
       caption ? h('caption', { className: 'muted' }, caption) : null,
-      h('thead', {}, h('tr', {}, headers.map((header) => h('th', { scope: 'col' }, header)))),
-      h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((cell) => h('td', {}, cell))))),
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          headers.map((header) => h('th', { scope: 'col' }, header)),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        rows.map((cells) =>
+          h(
+            'tr',
+            {},
+            cells.map((cell) => h('td', {}, cell)),
+          ),
+        ),
+      ),
     ),
   );
 }
