@@ -150,7 +150,7 @@ describe('the web console', () => {
 
     const { agentId } = await call('POST', '/agents', {
       name: 'reference',
-      agentType: 'HYBRID',
+      agentType: 'CUSTOMER_HOSTED',
       cloudProvider: 'aws',
       deployment: 'fargate',
     });

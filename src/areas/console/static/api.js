@@ -11,8 +11,11 @@ function claimsOf(token) {
 }
 
 async function fetchToken(clientId, clientSecret) {
+  // credentials: 'omit' everywhere: no cookie is sent, and a 401 with WWW-Authenticate: Basic (the token
+  // endpoint's answer to a wrong secret) comes back to the page instead of opening the browser's login prompt.
   const answer = await fetch('/oauth/dpc/token', {
     method: 'POST',
+    credentials: 'omit',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
     body: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }),
   });
@@ -68,6 +71,7 @@ export async function api(method, path, body) {
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
     cache: 'no-store',
+    credentials: 'omit',
   });
   if (answer.status === 304 && kept) return kept.body;
   const text = await answer.text();
