@@ -242,7 +242,7 @@ describe('the web console', () => {
       await page.getByRole('link', { name: 'pipelines/quick.orch.yaml' }).click();
       await page.locator('[data-component="Check"]').waitFor();
       assert.equal(await page.locator('svg [data-component]').count(), 5);
-      assert.equal(await page.locator('svg line').count(), 5);
+      assert.equal(await page.locator('svg line').count(), 4);
       await accessible(page, 'pipeline');
       await screenshot(page, 'pipeline');
 
