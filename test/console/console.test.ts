@@ -256,7 +256,7 @@ describe('the web console', () => {
       await page.getByRole('button', { name: 'Start run' }).click();
       await page.waitForURL(/#\/runs\/[^/]+\/[0-9a-f-]+$/);
       // The timeline follows the run live until it is done.
-      await page.locator('main .badge.s-SUCCESS').first().waitFor({ timeout: 60_000 });
+      await page.locator('[data-run-status="SUCCESS"]').waitFor({ timeout: 60_000 });
       await page.locator('[data-step="End Success"][data-status="SUCCESS"]').waitFor({ timeout: 60_000 });
       for (const step of ['Start', 'Say hello', 'Check']) {
         assert.equal(await page.locator(`[data-step="${step}"]`).getAttribute('data-status'), 'SUCCESS', step);
@@ -272,7 +272,7 @@ describe('the web console', () => {
       await page.waitForURL(/#\/runs\/[^/]+\/[0-9a-f-]+$/);
       await page.locator('[data-step="Wait"][data-status="RUNNING"]').waitFor({ timeout: 60_000 });
       await page.getByRole('button', { name: 'Cancel', exact: true }).click();
-      await page.locator('main .badge.s-CANCELLED').first().waitFor({ timeout: 60_000 });
+      await page.locator('[data-run-status="CANCELLED"]').waitFor({ timeout: 60_000 });
       await page.locator('[data-step="Wait"][data-status="CANCELLED"]').waitFor({ timeout: 60_000 });
       await screenshot(page, 'run-cancelled');
 

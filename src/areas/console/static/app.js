@@ -230,7 +230,7 @@ async function runView(projectId, runId) {
     head.replaceChildren(
       h(
         'p',
-        {},
+        { 'data-run-status': run.status },
         badge(run.status),
         ` ${run.pipelineName} in ${run.environmentName}`,
         run.versionName ? `, version ${run.versionName}` : '',
