@@ -150,7 +150,7 @@ async function runsView(query) {
       'Trigger',
       select(
         'trigger',
-        [['', 'any'], ...['API', 'SCHEDULE', 'SCHEDULE_RUN_NOW', 'DESIGNER', 'UNKNOWN'].map((s) => [s, s])],
+        [['', 'any'], ...['API', 'MANUAL', 'SCHEDULE', 'SCHEDULE_RUN_NOW', 'DESIGNER', 'UNKNOWN'].map((s) => [s, s])],
         query.get('trigger') ?? '',
       ),
     ),
