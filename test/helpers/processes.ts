@@ -36,7 +36,7 @@ export async function spawnServe(
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 200; i += 1) {
+  for (let i = 0; i < 1200; i += 1) {
     if (child.exitCode !== null) throw new Error(`dpc serve exited: ${output}`);
     try {
       if ((await fetch(`${url}/healthz`)).ok) return { child, url, logs: () => output, exited };
