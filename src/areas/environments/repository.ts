@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { projectList } from '../projects/index.ts';
+import { agentNameWhere } from '../agents/index.ts';
+import { accountOfProject, projectList } from '../projects/index.ts';
 import type { EnvironmentTable } from './tables.ts';
 import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
 
@@ -24,11 +25,7 @@ function toEnvironment(row: EnvironmentRow): Environment {
 async function agentNameOf(db: Executor, projectId: string, agentId: string | null): Promise<string | null> {
   if (agentId === null) return null;
   const row = await db
-    .selectFrom('agents')
-    .innerJoin('projects', 'projects.accountId', 'agents.accountId')
-    .select('agents.name')
-    .where('agents.id', '=', agentId)
-    .where('projects.id', '=', projectId)
+    .selectNoFrom((eb) => agentNameWhere(eb, eb.val(agentId), accountOfProject(eb, projectId)).as('name'))
     .executeTakeFirst();
   return row?.name ?? null;
 }
@@ -62,17 +59,13 @@ export const listEnvironments = projectList({
   page: (db, { projectId, limit, offset }, descending) =>
     db
       .selectFrom('environments')
-      .innerJoin('projects', 'projects.id', 'environments.projectId')
-      // The default agent's name, where it is one of the project's account (defaultAgentName).
-      .leftJoin('agents', (join) =>
-        join.onRef('agents.id', '=', 'environments.defaultAgentId').onRef('agents.accountId', '=', 'projects.accountId'),
-      )
-      .select([
+      .select((eb) => [
         'environments.name',
         'environments.description',
         'environments.defaultAgentId',
         'environments.createdAt',
-        'agents.name as defaultAgentName',
+        // The default agent's name, where it is one of the project's account.
+        agentNameWhere(eb, eb.ref('environments.defaultAgentId'), accountOfProject(eb, projectId)).as('defaultAgentName'),
       ])
       .where('environments.projectId', '=', projectId)
       .orderBy('environments.name', descending ? 'desc' : 'asc')
@@ -101,4 +94,43 @@ export async function deleteEnvironment(db: Executor, projectId: string, name: s
     .where('name', '=', name)
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Environment "${name}" does not exist in this project.`);
+}
+
+/** Environment `name` of the project with its default agent, or a 404. */
+export async function requireEnvironment(db: Executor, projectId: string, name: string) {
+  const row = await db
+    .selectFrom('environments')
+    .select(['id', 'name', 'defaultAgentId'])
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
+  return row;
+}
+
+/** The names of environments by id (ids that name no environment are absent). */
+export async function environmentNamesById(db: Executor, ids: readonly string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('environments')
+    .select(['id', 'name'])
+    .where('id', 'in', [...new Set(ids)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.name]));
+}
+
+/** The ids of the project's environments by name, for the names that exist. */
+export async function environmentIdsByName(
+  db: Executor,
+  projectId: string,
+  names: readonly string[],
+): Promise<Map<string, string>> {
+  if (names.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('environments')
+    .select(['id', 'name'])
+    .where('projectId', '=', projectId)
+    .where('name', 'in', [...new Set(names)])
+    .execute();
+  return new Map(rows.map((row) => [row.name, row.id]));
 }

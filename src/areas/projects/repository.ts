@@ -198,3 +198,35 @@ export async function deleteProject(db: Executor, accountId: string, projectId: 
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Project ${projectId} does not exist.`);
 }
+
+/** The accounts of projects by project id (ids that name no project are absent). */
+export async function accountsOfProjects(db: Executor, projectIds: readonly string[]): Promise<Map<string, string>> {
+  if (projectIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('projects')
+    .select(['id', 'accountId'])
+    .where('id', 'in', [...new Set(projectIds)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.accountId]));
+}
+
+/** The names of the account's projects by id, for the ids that are projects of the account. */
+export async function projectNamesById(
+  db: Executor,
+  accountId: string,
+  projectIds: readonly string[],
+): Promise<Map<string, string>> {
+  if (projectIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('projects')
+    .select(['id', 'name'])
+    .where('accountId', '=', accountId)
+    .where('id', 'in', [...new Set(projectIds)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.name]));
+}
+
+/** For queries of other areas: a scalar subquery, the account of project `projectId`. */
+export function accountOfProject(eb: ExpressionBuilder<Database, any>, projectId: string) {
+  return eb.selectFrom('projects').select('projects.accountId').where('projects.id', '=', projectId).$asScalar();
+}
