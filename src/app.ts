@@ -33,7 +33,7 @@ import { artifactRoutes } from './areas/artifacts/routes.ts';
 import { sharedPipelineRoutes } from './areas/shared-pipelines/routes.ts';
 import { connectorRoutes } from './areas/connectors/routes.ts';
 import { oauthConnectionRoutes } from './areas/oauth-connections/routes.ts';
-import { directoryIntegrationRoutes } from './areas/scim/routes.ts';
+import { directoryIntegrationRoutes, scimUrlWithoutTrailingSlash } from './areas/scim/routes.ts';
 import { executionRoutes } from './areas/executions/routes.ts';
 import { scheduleRoutes } from './areas/schedules/routes.ts';
 import { agentRoutes } from './areas/agents/routes.ts';
@@ -101,6 +101,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     },
     // Names in paths may be 255 characters (variableName, environmentName), more once percent-encoded.
     routerOptions: { maxParamLength: 1024 },
+    // SCIM clients name a collection with a trailing slash too: `/Users/` is `/Users`.
+    rewriteUrl: (request) => scimUrlWithoutTrailingSlash(request.method ?? 'GET', request.url ?? '/'),
     return503OnClosing: true,
     // Failures of the HTTP parser come before there is a request; they are answered as problems too.
     clientErrorHandler: (error: NodeJS.ErrnoException, socket) => {

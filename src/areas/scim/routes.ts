@@ -53,6 +53,22 @@ import {
   serviceUrl,
 } from './schemas.ts';
 
+const SCIM_BASE = `/dpc/v1${SCIM_PREFIX}/`;
+const COLLECTION_METHODS = new Set(['GET', 'HEAD', 'POST']);
+
+/**
+ * `url` without the trailing slash of a path under the SCIM base, for the methods a collection takes:
+ * `GET .../Users/?filter=...` is `GET .../Users?filter=...`. (A PUT, PATCH or DELETE of `.../Users/` names a
+ * resource with an empty id, as before.)
+ */
+export function scimUrlWithoutTrailingSlash(method: string, url: string): string {
+  if (!url.startsWith(SCIM_BASE) || !COLLECTION_METHODS.has(method)) return url;
+  const query = url.indexOf('?');
+  const path = query < 0 ? url : url.slice(0, query);
+  if (path.length <= SCIM_BASE.length || !path.endsWith('/')) return url;
+  return path.slice(0, -1) + (query < 0 ? '' : url.slice(query));
+}
+
 /**
  * Whether a failure is answered in the SCIM error format (RFC 7644 3.12) rather than problem+json: always,
  * unless the client asks for application/problem+json only (every media range of its Accept header is that).
@@ -152,22 +168,18 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       return query;
     };
 
-    // `/Users/` is `/Users` (the second is left out of the OpenAPI document).
-    for (const url of [path, `${path}/`]) {
-      app.get(
-        url,
-        {
-          schema: {
-            summary: `List ${name}s: filter, sort, page, choose attributes (RFC 7644 3.4.2)`,
-            tags,
-            querystring: ListQuery,
-            response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
-            hide: url !== path,
-          },
+    app.get(
+      path,
+      {
+        schema: {
+          summary: `List ${name}s: filter, sort, page, choose attributes (RFC 7644 3.4.2)`,
+          tags,
+          querystring: ListQuery,
+          response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
         },
-        async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
-      );
-    }
+      },
+      async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
+    );
 
     app.post(
       `${path}/.search`,
@@ -186,26 +198,23 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       async (request, reply) => sendList(reply, await run.list(scopeOf(request), searchListQuery(request.body))),
     );
 
-    for (const url of [path, `${path}/`]) {
-      app.post(
-        url,
-        {
-          schema: {
-            summary: `Create a ${name} (RFC 7644 3.3)`,
-            tags,
-            querystring: ProjectionQuery,
-            body,
-            response: { 201: scimContent(resource, `the ${name} created`), ...problems(409) },
-            hide: url !== path,
-          },
+    app.post(
+      path,
+      {
+        schema: {
+          summary: `Create a ${name} (RFC 7644 3.3)`,
+          tags,
+          querystring: ProjectionQuery,
+          body,
+          response: { 201: scimContent(resource, `the ${name} created`), ...problems(409) },
         },
-        async (request, reply) => {
-          const answer = await run.create(scopeOf(request), request.body, checked(request.query));
-          request.auditIds.id = answer.resource.id as string;
-          return sendResource(reply, answer, `${serviceUrl(request)}${path}/${answer.resource.id}`);
-        },
-      );
-    }
+      },
+      async (request, reply) => {
+        const answer = await run.create(scopeOf(request), request.body, checked(request.query));
+        request.auditIds.id = answer.resource.id as string;
+        return sendResource(reply, answer, `${serviceUrl(request)}${path}/${answer.resource.id}`);
+      },
+    );
 
     app.get(
       `${path}/:id`,
