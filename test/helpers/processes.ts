@@ -74,7 +74,7 @@ export async function spawnAgent(
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  for (let i = 0; i < 300; i += 1) {
+  for (let i = 0; i < 1200; i += 1) {
     if (child.exitCode !== null) throw new Error(`dpc agent run exited: ${output}`);
     if (output.includes('"agent running"')) return { child, logs: () => output, exited };
     await new Promise((r) => setTimeout(r, 100));
