@@ -356,6 +356,25 @@ describeEachStore('agents and the agent protocol', (kind) => {
     await agentCall(silent.token, 'POST', '/disconnect');
     expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }), 503, 'agent-not-connected');
     expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, value: {} } }), 400);
+    // Names every object answers to would address the prototype in an agent's vault (issue 36).
+    for (const name of ['__proto__', 'constructor', 'toString', 'valueOf']) {
+      const byName = expectProblem(
+        await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, name } }),
+        400,
+      );
+      assert.deepEqual(
+        byName.violations?.map((v: string) => v.split(':')[0]),
+        ['body.secret.name'],
+      );
+      const byKey = expectProblem(
+        await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, key: name } }),
+        400,
+      );
+      assert.deepEqual(
+        byKey.violations?.map((v: string) => v.split(':')[0]),
+        ['body.secret.key'],
+      );
+    }
 
     // Connected but not polling: the work is withdrawn before delivery, so it was certainly not written.
     await agentCall(silent.token, 'POST', '/heartbeat', {});

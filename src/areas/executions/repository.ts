@@ -133,7 +133,8 @@ async function resolveVariables(
     .select(['projectVariables.name', 'projectVariables.type', 'projectVariables.value', 'variableOverrides.value as override'])
     .where('projectVariables.projectId', '=', projectId)
     .execute();
-  const resolved: Record<string, VariableValue | VariableValue[][]> = {};
+  // Keyed by user-chosen names: no prototype, so `__proto__` or `constructor` is a name like any other.
+  const resolved = Object.create(null) as Record<string, VariableValue | VariableValue[][]>;
   const types = new Map<string, string>();
   for (const [name, variable] of Object.entries(declared)) types.set(name, variable.type);
   for (const row of project) {
@@ -150,7 +151,8 @@ async function resolveVariables(
     else resolved[name] = value;
   }
   for (const [name, rows] of Object.entries(grids)) {
-    if (declared[name]?.type !== 'GRID') violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
+    if (!Object.hasOwn(declared, name) || declared[name].type !== 'GRID')
+      violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
     else resolved[name] = rows;
   }
   if (violations.length > 0) throw badRequest('Some variables cannot be given to this run.', violations);
@@ -251,7 +253,7 @@ export async function prepareTestRun(
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines: Record<string, string> = {};
+  const pipelines = Object.create(null) as Record<string, string>;
   for (const path of tests) pipelines[path] = await fileText(db, artifact.id, path);
   const agentId = await requireAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
   const variables = await resolveVariables(db, request.projectId, environment.id, {});
