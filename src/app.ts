@@ -17,7 +17,7 @@ import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
-import { AgentWorkReports } from './areas/agents/index.ts';
+import { AgentDeletion, AgentWorkReports } from './areas/agents/index.ts';
 import { ProjectDeletion } from './areas/projects/index.ts';
 import { healthRoutes } from './areas/health/routes.ts';
 import { identityRoutes } from './areas/identity/routes.ts';
@@ -141,6 +141,7 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('shuttingDown', false);
   app.decorate('projectDeletion', new ProjectDeletion());
   app.decorate('agentWorkReports', new AgentWorkReports());
+  app.decorate('agentDeletion', new AgentDeletion());
   // Every kind of work the contract names has a report handler, or the server does not start.
   app.addHook('onReady', async () => app.agentWorkReports.assertComplete());
 

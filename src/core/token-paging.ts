@@ -23,27 +23,42 @@ export function TokenPage<T extends TSchema>(item: T) {
   });
 }
 
-const PREFIX = 'after:';
+/** Where a page ended: the sort key of its last item (one value, or several for a tie-broken order). */
+export type PageKey = readonly (string | number)[];
 
-/** The token that continues a list after the item at `position`. */
-export function tokenAfter(position: number): string {
-  return Buffer.from(`${PREFIX}${position}`).toString('base64url');
+/** The token that continues a list after the item whose sort key is `key`. */
+export function tokenAfter(key: PageKey): string {
+  return Buffer.from(JSON.stringify(key)).toString('base64url');
 }
 
-/** The position a paginationToken continues after (0 without one), or a 400 naming the parameter. */
-export function positionOf(token: string | undefined): number {
-  if (token === undefined) return 0;
-  const text = Buffer.from(token, 'base64url').toString('utf8');
-  const position = text.startsWith(PREFIX) ? Number(text.slice(PREFIX.length)) : NaN;
-  if (!Number.isSafeInteger(position) || position < 0 || tokenAfter(position) !== token) {
-    throw badRequest('The paginationToken is not one this list gave out.', ['paginationToken: not a token of this list']);
+/**
+ * The sort key a paginationToken continues after, checked against the shape the list uses (`kinds`: the
+ * type of each part), or a 400 naming the parameter; undefined without a token (the first page).
+ */
+export function keyOf<K extends PageKey>(
+  token: string | undefined,
+  kinds: { [I in keyof K]: K[I] extends number ? 'number' : 'string' },
+): K | undefined {
+  if (token === undefined) return undefined;
+  let key: unknown;
+  try {
+    key = JSON.parse(Buffer.from(token, 'base64url').toString('utf8'));
+  } catch {
+    key = undefined;
   }
-  return position;
+  const fits =
+    Array.isArray(key) &&
+    key.length === kinds.length &&
+    key.every((part, index) => typeof part === kinds[index] && (typeof part !== 'number' || Number.isSafeInteger(part))) &&
+    tokenAfter(key) === token;
+  if (!fits)
+    throw badRequest('The paginationToken is not one this list gave out.', ['paginationToken: not a token of this list']);
+  return key as K;
 }
 
 /** A page from `rows` fetched with one row more than `limit`: that extra row says whether a next page exists. */
-export function tokenPageOf<R, T>(rows: R[], limit: number, positionOfRow: (row: R) => number, toItem: (row: R) => T) {
+export function tokenPageOf<R, T>(rows: R[], limit: number, keyOfRow: (row: R) => PageKey, toItem: (row: R) => T) {
   const page = rows.slice(0, limit);
-  const more = rows.length > limit ? tokenAfter(positionOfRow(page[page.length - 1])) : null;
+  const more = rows.length > limit ? tokenAfter(keyOfRow(page[page.length - 1])) : null;
   return { more, results: page.map(toItem) };
 }

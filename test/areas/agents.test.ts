@@ -227,6 +227,15 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
   });
 
+  test("an agent deleted while its long poll waits: the poll ends as a deleted agent's request does (401), not 500", async () => {
+    const { agentId, token } = await connectedAgent();
+    const polling = agentCall(token, 'GET', '/work?waitSeconds=5');
+    await new Promise((r) => setTimeout(r, 400));
+    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+    expectProblem(await polling, 401);
+    expectProblem(await agentCall(token, 'POST', '/heartbeat', {}), 401);
+  });
+
   test('a report on work of a kind the server has no handler for is refused loudly, and nothing of it is kept', async () => {
     const { agentId, token } = await connectedAgent();
     const workId = await server.db

@@ -87,12 +87,7 @@ describeEachStore('artifacts', (kind) => {
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
-    for (const name of ['test', 'production']) {
-      const answer = await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } });
-      assert.equal(answer.status, 201);
-    }
+    ({ caller, projectId } = await server.prologue({ environments: ['test', 'production'] }));
   });
   after(() => server.close());
 

@@ -16,15 +16,7 @@ describeEachStore('project connections and their environment overrides', (kind) 
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    viewer = await server.tokenFor(caller.accountId, 'viewer');
-    projectId = await server.newProject(caller);
-    for (const name of ['production', 'test']) {
-      assert.equal(
-        (await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } })).status,
-        201,
-      );
-    }
+    ({ caller, viewer, projectId } = await server.prologue({ environments: ['production', 'test'] }));
   });
   after(() => server.close());
 

@@ -8,8 +8,7 @@ describeEachStore('environments', (kind) => {
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
+    ({ caller, projectId } = await server.prologue());
   });
   after(() => server.close());
 

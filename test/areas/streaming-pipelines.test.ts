@@ -43,9 +43,7 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
   let agentToken: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    viewer = await server.tokenFor(caller.accountId, 'viewer');
-    projectId = await server.newProject(caller);
+    ({ caller, viewer, projectId } = await server.prologue());
     const created = await api('POST', '/agents', {
       name: 'runner',
       agentType: 'CUSTOMER_HOSTED',

@@ -9,10 +9,7 @@ describeEachStore('project variables and environment overrides', (kind) => {
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    viewer = await server.tokenFor(caller.accountId, 'viewer');
-    projectId = await server.newProject(caller);
-    for (const name of ['production', 'test']) await environment(projectId, name);
+    ({ caller, viewer, projectId } = await server.prologue({ environments: ['production', 'test'] }));
   });
   after(() => server.close());
 

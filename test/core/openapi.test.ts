@@ -65,6 +65,21 @@ test('the OpenAPI document describes every operation, its security, errors and e
   assert.equal(document.paths['/dpc/v1/projects/{projectId}/variables'].get.operationId, 'getProjectsByProjectIdVariables');
 });
 
+test("the public contract names no operation by the specification's E-numbers", async (t) => {
+  const server = await TestServer.start('sqlite');
+  t.after(() => server.close());
+  const document = (await server.request('GET', '/dpc/openapi.json')).body;
+  const found: string[] = [];
+  const walk = (value: unknown, at: string): void => {
+    if (typeof value === 'string') {
+      if (/\bE\d{1,2}\b/.test(value)) found.push(`${at}: ${value}`);
+    } else if (Array.isArray(value)) value.forEach((item, index) => walk(item, `${at}/${index}`));
+    else if (value && typeof value === 'object') for (const [key, item] of Object.entries(value)) walk(item, `${at}/${key}`);
+  };
+  walk(document, '#');
+  assert.deepEqual(found, []);
+});
+
 test('bodies and answers are named component schemas; answers have descriptions, headers and every status the server can give', async (t) => {
   const server = await TestServer.start('sqlite');
   t.after(() => server.close());

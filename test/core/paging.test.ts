@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
+import { keyOf, tokenAfter } from '../../src/core/token-paging.ts';
 
 /** Pages in the second half of a list are read backwards from its end (src/core/paging.ts pageWindow). */
 describeEachStore('paging from either end', (kind) => {
@@ -76,4 +77,27 @@ describeEachStore('paging from either end', (kind) => {
       all.body.results.map((project: { name: string }) => project.name),
     );
   });
+});
+
+test('page tokens carry the sort key of the last item; a token of another shape, or altered, is a 400 naming paginationToken', () => {
+  const token = tokenAfter(['2026-11-25T08:00:00.000Z', 'b1']);
+  assert.deepEqual(keyOf<[string, string]>(token, ['string', 'string']), ['2026-11-25T08:00:00.000Z', 'b1']);
+  assert.equal(keyOf<[number]>(undefined, ['number']), undefined);
+  assert.deepEqual(keyOf<[number]>(tokenAfter([42]), ['number']), [42]);
+  for (const bad of [
+    'nonsense',
+    tokenAfter([42]),
+    tokenAfter(['a', 7]),
+    tokenAfter([1.5]),
+    Buffer.from('{"a":1}').toString('base64url'),
+    `${token}=`,
+  ]) {
+    assert.throws(
+      () => keyOf<[string, string]>(bad, ['string', 'string']),
+      (error: { status?: number; options?: { violations?: string[] } }) =>
+        error.status === 400 && error.options?.violations?.[0]?.startsWith('paginationToken:') === true,
+      bad,
+    );
+  }
+  assert.throws(() => keyOf<[number]>(tokenAfter([1.5]), ['number']), /paginationToken/);
 });

@@ -178,6 +178,24 @@ export class TestServer {
     return this.token(clientId, clientSecret);
   }
 
+  /**
+   * The prologue most suites share: a new account (its admin client is `caller`), a viewer's and a
+   * developer's token, and, unless `project` is false, a project with `environments` (none unless named).
+   */
+  async prologue(options: { project?: boolean; environments?: readonly string[] } = {}) {
+    const caller = await this.newAccount();
+    const [viewer, developer] = await Promise.all([
+      this.tokenFor(caller.accountId, 'viewer'),
+      this.tokenFor(caller.accountId, 'developer'),
+    ]);
+    const projectId = options.project === false ? '' : await this.newProject(caller);
+    for (const name of options.environments ?? []) {
+      const answer = await this.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } });
+      if (answer.status !== 201) throw new Error(`environment create failed: ${answer.status} ${answer.text}`);
+    }
+    return { caller, viewer, developer, projectId };
+  }
+
   /** A new project in the caller's account; its id. */
   async newProject(caller: Caller, name = `project ${randomBytes(4).toString('hex')}`): Promise<string> {
     const answer = await this.api('POST', '/projects', { token: caller.token, body: { name } });

@@ -3,31 +3,18 @@
  * credentials. Account tokens are refused here, as agent tokens are on /dpc/v1. Every message is
  * described in the README ("Agent protocol").
  */
-import { X509Certificate } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { bearerTokenOf, invalidTokenProblem } from '../../core/auth/plugin.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
-import { now } from '../../core/db/database.ts';
 import { problemResponse } from '../../core/openapi.ts';
-import { badRequest, ProblemError } from '../../core/problems.ts';
-import { isPaused } from './repository.ts';
-import { claimAgentWork, recordAgentWorkReport, renewAgentWork } from './work.ts';
+import { agentGoneProblem, AgentProtocol } from './protocol-service.ts';
+import { findAgentOfClient } from './repository.ts';
 
 const tags = ['Agent protocol'];
 const security = [{ bearerAuth: [] }];
 const errors = Object.fromEntries([400, 401, 404, 409, 429, 500].map((status) => [status, problemResponse(status)]));
-
-/** How often a waiting poll looks for work in the store (shared by every server instance). */
-const POLL_INTERVAL_MS = 250;
-/** How often a waiting poll counts as contact, at most (and at least three times per connected window). */
-const CONTACT_EVERY_MS = 5000;
-/** Long polls one agent may have waiting at once on one server process; more are refused (429). */
-export const MAX_POLLS_PER_AGENT = 4;
-/** Smallest RSA key an agent certificate may carry. */
-const MIN_RSA_BITS = 2048;
 
 const CertificateRequest = Type.Object(
   { certificate: Type.String({ minLength: 1, maxLength: 16_384, description: 'X.509 certificate, PEM' }) },
@@ -77,66 +64,29 @@ async function authenticateAgent(app: FastifyInstance, token: string) {
     if (error instanceof InvalidToken) throw invalidTokenProblem(error);
     throw error;
   }
-  const agent = await app.store.db
-    .selectFrom('agents')
-    .select('id')
-    .where('id', '=', principal.agentId)
-    .where('accountId', '=', principal.accountId)
-    .where('clientId', '=', principal.clientId)
-    .executeTakeFirst();
-  if (!agent) {
-    throw invalidTokenProblem(new InvalidToken('the agent was deleted or its credentials were replaced'));
-  }
+  const agent = await findAgentOfClient(app.store.db, principal.accountId, principal.agentId, principal.clientId);
+  if (!agent) throw agentGoneProblem();
   return principal;
-}
-
-/** Checks an agent's certificate: PEM X.509, an RSA key of at least 2048 bits, valid now. */
-function parseCertificate(pem: string): X509Certificate {
-  let certificate: X509Certificate;
-  try {
-    certificate = new X509Certificate(pem);
-  } catch {
-    throw badRequest('The certificate is not a PEM X.509 certificate.', ['body.certificate: is not a PEM X.509 certificate']);
-  }
-  const key = certificate.publicKey;
-  if (key.asymmetricKeyType !== 'rsa' || (key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_RSA_BITS) {
-    throw badRequest('The certificate must carry an RSA public key of at least 2048 bits.', [
-      `body.certificate: the public key is ${key.asymmetricKeyType}, not RSA of ${MIN_RSA_BITS} bits or more`,
-    ]);
-  }
-  const at = Date.now();
-  if (Date.parse(certificate.validFrom) > at || Date.parse(certificate.validTo) <= at) {
-    throw badRequest('The certificate is not valid now.', [
-      `body.certificate: valid from ${certificate.validFrom} to ${certificate.validTo}`,
-    ]);
-  }
-  return certificate;
 }
 
 export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  const { agentConnectedWindowSeconds: window, agentWorkLeaseSeconds, agentPollMaxWaitSeconds } = app.config;
-  const leaseMs = agentWorkLeaseSeconds * 1000;
-  const contactEveryMs = Math.min(CONTACT_EVERY_MS, (window * 1000) / 3);
-  const db = app.store.db;
-  /** Long polls waiting per agent on this process (MAX_POLLS_PER_AGENT at most). */
-  const pollsWaiting = new Map<string, number>();
+  const protocol = new AgentProtocol(
+    app.store.db,
+    app.store.dialect,
+    {
+      connectedWindowSeconds: app.config.agentConnectedWindowSeconds,
+      leaseMs: app.config.agentWorkLeaseSeconds * 1000,
+      pollMaxWaitSeconds: app.config.agentPollMaxWaitSeconds,
+    },
+    app.agentWorkReports,
+    () => app.shuttingDown,
+  );
 
   app.decorateRequest('agent', null as never);
   app.addHook('onRequest', async (request) => {
     request.agent = await authenticateAgent(app, bearerTokenOf(request));
   });
-
-  /** Records contact: the agent is connected from now for the window, and RUNNING unless it is paused. */
-  const touch = (agentId: string) =>
-    db
-      .updateTable('agents')
-      .set((eb) => ({
-        lastContactAt: now(),
-        status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
-      }))
-      .where('id', '=', agentId)
-      .execute();
 
   app.put(
     '/certificate',
@@ -153,13 +103,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request) => {
-      const certificate = parseCertificate(request.body.certificate);
-      await db
-        .updateTable('agents')
-        .set({ certificatePem: certificate.toString() })
-        .where('id', '=', request.agent.agentId)
-        .execute();
-      return { fingerprint256: certificate.fingerprint256, notAfter: new Date(certificate.validTo).toISOString() };
+      return protocol.registerCertificate(request.agent.agentId, request.body.certificate);
     },
   );
 
@@ -175,21 +119,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request) => {
-      const { agentId } = request.agent;
-      await touch(agentId);
-      const cancelledWorkIds = await renewAgentWork(db, agentId, request.body.heldWorkIds ?? [], leaseMs);
-      const row = await db
-        .selectFrom('agents')
-        .select(['status', 'pausedUntil'])
-        .where('id', '=', agentId)
-        .executeTakeFirstOrThrow();
-      return {
-        agentId,
-        agentStatus: isPaused(row) ? 'PAUSED' : row.status,
-        heartbeatIntervalSeconds: Math.max(1, Math.floor(window / 3)),
-        connectedWindowSeconds: window,
-        cancelledWorkIds,
-      };
+      return protocol.heartbeat(request.agent.agentId, request.body.heldWorkIds ?? []);
     },
   );
 
@@ -205,54 +135,10 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request, reply) => {
-      const { agentId } = request.agent;
-      const waiting = pollsWaiting.get(agentId) ?? 0;
-      if (waiting >= MAX_POLLS_PER_AGENT) {
-        throw new ProblemError(
-          429,
-          `This agent already has ${MAX_POLLS_PER_AGENT} polls waiting on this server; poll again when one of them answers.`,
-          { name: 'too-many-polls', headers: { 'retry-after': '1' } },
-        );
-      }
-      pollsWaiting.set(agentId, waiting + 1);
-      try {
-        return await poll(agentId, request, reply);
-      } finally {
-        const left = (pollsWaiting.get(agentId) ?? 1) - 1;
-        if (left > 0) pollsWaiting.set(agentId, left);
-        else pollsWaiting.delete(agentId);
-      }
+      const work = await protocol.poll(request.agent.agentId, request.query.waitSeconds, () => request.raw.socket.destroyed);
+      return work ?? reply.code(204).send(null);
     },
   );
-
-  async function poll(
-    agentId: string,
-    request: { query: { waitSeconds: number }; raw: { socket: { destroyed: boolean } } },
-    reply: FastifyReply,
-  ) {
-    const deadline = Date.now() + Math.min(request.query.waitSeconds, agentPollMaxWaitSeconds) * 1000;
-    let contactAt = 0;
-    for (;;) {
-      if (Date.now() - contactAt >= contactEveryMs) {
-        await touch(agentId);
-        contactAt = Date.now();
-      }
-      const agent = await db.selectFrom('agents').select('pausedUntil').where('id', '=', agentId).executeTakeFirstOrThrow();
-      const work = isPaused(agent) ? undefined : await claimAgentWork(db, app.store.dialect, agentId, leaseMs);
-      if (work) {
-        return {
-          workId: work.id,
-          kind: work.kind,
-          payload: work.payload,
-          delivery: work.deliveries,
-          leaseExpiresAt: new Date(Date.now() + leaseMs).toISOString(),
-        };
-      }
-      const left = deadline - Date.now();
-      if (left <= 0 || app.shuttingDown || request.raw.socket.destroyed) return reply.code(204).send(null);
-      await sleep(Math.min(POLL_INTERVAL_MS, left));
-    }
-  }
 
   app.post(
     '/work/:workId/reports',
@@ -267,16 +153,10 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request) => {
-      const report = { type: request.body.type, body: request.body.body ?? null };
-      const work = await recordAgentWorkReport(
-        db,
-        request.agent.agentId,
-        request.params.workId,
-        report,
-        leaseMs,
-        app.agentWorkReports,
-      );
-      return { workId: work.id, state: work.state };
+      return protocol.report(request.agent.agentId, request.params.workId, {
+        type: request.body.type,
+        body: request.body.body ?? null,
+      });
     },
   );
 
@@ -291,11 +171,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request, reply) => {
-      await db
-        .updateTable('agents')
-        .set({ status: 'STOPPED', lastContactAt: null })
-        .where('id', '=', request.agent.agentId)
-        .execute();
+      await protocol.signOff(request.agent.agentId);
       return reply.code(204).send(null);
     },
   );

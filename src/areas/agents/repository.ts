@@ -5,6 +5,7 @@ import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
+import type { AgentDeletion } from './deletion.ts';
 import type { AgentTable } from './tables.ts';
 import {
   DEPLOYMENTS_OF,
@@ -69,14 +70,14 @@ function checkPlacement(cloudProvider: string, deployment: string): void {
 
 const nameTaken = (name: string) => conflict(`An agent named "${name}" already exists in this account.`);
 
+/** Agent `agentId` of the account, if there is one. */
+export function findAgent(db: Executor, accountId: string, agentId: string): Promise<AgentRow | undefined> {
+  return db.selectFrom('agents').selectAll().where('id', '=', agentId).where('accountId', '=', accountId).executeTakeFirst();
+}
+
 /** The agent `agentId` of the account, or a 404: another account's agent is answered as one that does not exist. */
 export async function requireAgent(db: Executor, accountId: string, agentId: string): Promise<AgentRow> {
-  const row = await db
-    .selectFrom('agents')
-    .selectAll()
-    .where('id', '=', agentId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const row = await findAgent(db, accountId, agentId);
   if (!row) throw notFound(`Agent ${agentId} does not exist.`);
   return row;
 }
@@ -171,11 +172,10 @@ export async function updateAgent(
   return next;
 }
 
-/** Removes the agent with its work; refused while a streaming pipeline still names it. */
-export async function deleteAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
+/** Removes the agent with its work, unless a check of another area refuses (app.agentDeletion). */
+export async function deleteAgent(db: Executor, accountId: string, agentId: string, checks: AgentDeletion): Promise<void> {
   await requireAgent(db, accountId, agentId);
-  const pipeline = await db.selectFrom('streamingPipelines').select('name').where('agentId', '=', agentId).executeTakeFirst();
-  if (pipeline) throw conflict(`Streaming pipeline "${pipeline.name}" runs on this agent; delete it or move it first.`);
+  await checks.check(db, agentId);
   await db.deleteFrom('agents').where('id', '=', agentId).execute();
 }
 
@@ -193,4 +193,53 @@ export async function issueAgentCredentials(db: Db, accountId: string, agentId: 
     await trx.updateTable('agents').set({ clientId, secretHash }).where('id', '=', agentId).execute();
   });
   return { clientId, clientSecret };
+}
+
+/** Which of `agentIds` have been in contact (a poll or heartbeat) at or after `since`. */
+export async function agentsInContactSince(db: Executor, agentIds: readonly string[], since: string): Promise<Set<string>> {
+  if (agentIds.length === 0) return new Set();
+  const rows = await db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', 'in', [...new Set(agentIds)])
+    .where('lastContactAt', '>=', since)
+    .execute();
+  return new Set(rows.map((row) => row.id));
+}
+
+/** The agent whose current credentials are `clientId` (a token of replaced credentials names none). */
+export function findAgentOfClient(db: Executor, accountId: string, agentId: string, clientId: string) {
+  return db
+    .selectFrom('agents')
+    .select('id')
+    .where('id', '=', agentId)
+    .where('accountId', '=', accountId)
+    .where('clientId', '=', clientId)
+    .executeTakeFirst();
+}
+
+/** Records contact: connected from now for the window, and RUNNING unless paused (or already so). */
+export async function touchAgent(db: Executor, agentId: string): Promise<void> {
+  await db
+    .updateTable('agents')
+    .set((eb) => ({
+      lastContactAt: now(),
+      status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
+    }))
+    .where('id', '=', agentId)
+    .execute();
+}
+
+/** The agent's status and pause, or undefined once it is deleted. */
+export function agentState(db: Executor, agentId: string) {
+  return db.selectFrom('agents').select(['status', 'pausedUntil']).where('id', '=', agentId).executeTakeFirst();
+}
+
+export async function setAgentCertificate(db: Executor, agentId: string, certificatePem: string): Promise<void> {
+  await db.updateTable('agents').set({ certificatePem }).where('id', '=', agentId).execute();
+}
+
+/** Sign-off: STOPPED, and not connected until the agent's next contact. */
+export async function signOffAgent(db: Executor, agentId: string): Promise<void> {
+  await db.updateTable('agents').set({ status: 'STOPPED', lastContactAt: null }).where('id', '=', agentId).execute();
 }

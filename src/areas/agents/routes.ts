@@ -36,7 +36,7 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
     '/agents',
     {
       schema: {
-        summary: "List the account's agents with summary details (E18)",
+        summary: "List the account's agents with summary details",
         tags,
         querystring: AgentQuery,
         response: { 200: Page(AgentSummary) },
@@ -110,7 +110,9 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      await app.store.db.transaction().execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId));
+      await app.store.db
+        .transaction()
+        .execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId, app.agentDeletion));
       return reply.code(204).send(null);
     },
   );

@@ -244,3 +244,27 @@ export function recordAgentWorkReport(
     return work;
   });
 }
+
+/** Which of `workIds` are cancelled work (closed without a final report). */
+export async function cancelledWorkIds(db: Executor, workIds: readonly string[]): Promise<Set<string>> {
+  if (workIds.length === 0) return new Set();
+  const rows = await db
+    .selectFrom('agentWork')
+    .select('id')
+    .where('id', 'in', [...new Set(workIds)])
+    .where('state', '=', 'cancelled')
+    .execute();
+  return new Set(rows.map((row) => row.id));
+}
+
+/** The work of `kinds` an agent has not finished (queued or delivered), with its payload. */
+export async function unfinishedWorkOf(db: Executor, agentId: string, kinds: readonly string[]) {
+  const rows = await db
+    .selectFrom('agentWork')
+    .select(['id', 'payload'])
+    .where('agentId', '=', agentId)
+    .where('kind', 'in', [...kinds])
+    .where('state', 'in', ['queued', 'delivered'])
+    .execute();
+  return rows.map((row) => ({ id: row.id, payload: row.payload === null ? null : (JSON.parse(row.payload) as unknown) }));
+}

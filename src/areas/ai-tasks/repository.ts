@@ -3,7 +3,7 @@ import type { Selectable } from 'kysely';
 import type { Executor, Trx } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { positionOf, tokenPageOf, type TokenPageQuery } from '../../core/token-paging.ts';
+import { keyOf, tokenPageOf, type TokenPageQuery } from '../../core/token-paging.ts';
 import { refusal, TRANSITIONS, type TaskEvent, type TaskStatus } from './states.ts';
 import type { AiTaskMessageTable, AiTaskTable } from './tables.ts';
 import type { PendingPermission, Task, TaskMessageData } from './schemas.ts';
@@ -119,11 +119,11 @@ export async function listMessages(db: Executor, taskId: string, query: TokenPag
     .selectFrom('aiTaskMessages')
     .selectAll()
     .where('taskId', '=', taskId)
-    .where('id', '>', positionOf(query.paginationToken))
+    .where('id', '>', keyOf<[number]>(query.paginationToken, ['number'])?.[0] ?? 0)
     .orderBy('id')
     .limit(query.limit + 1)
     .execute();
-  return tokenPageOf(rows, query.limit, (row) => Number(row.id), toMessage);
+  return tokenPageOf(rows, query.limit, (row) => [Number(row.id)], toMessage);
 }
 
 /** The whole conversation, in order (what the model is shown). */

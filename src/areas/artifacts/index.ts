@@ -1,7 +1,7 @@
 /**
  * The artifacts area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { listPublishedPipelines, requireArtifact } from './repository.ts';
+export { artifactFilePaths, artifactFileText, listPublishedPipelines, requireArtifact } from './repository.ts';
 export { EnabledResult, VersionName } from './schemas.ts';
 export {
   UploadBody,

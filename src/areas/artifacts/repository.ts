@@ -1,4 +1,5 @@
 import type { Executor } from '../../core/db/database.ts';
+import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
@@ -124,7 +125,7 @@ export async function requireArtifact(db: Executor, environmentId: string, versi
 }
 
 /** File name endings of pipelines: orchestration and transformation. */
-export const PIPELINE_EXTENSIONS = ['.orch.yaml', '.tran.yaml'];
+const PIPELINE_EXTENSIONS = [PIPELINE_SUFFIXES.orchestration, PIPELINE_SUFFIXES.transformation];
 
 /**
  * The pipeline files of the environment's latest enabled version, by path, with the time that version
@@ -257,4 +258,26 @@ export async function setArtifactEnabled(
     .where('versionName', '=', versionName)
     .executeTakeFirst();
   if (result.numUpdatedRows === 0n) throw notFound(`Version "${versionName}" does not exist in this environment.`);
+}
+
+/** The paths of an artifact's files, in path order. */
+export async function artifactFilePaths(db: Executor, artifactId: number): Promise<string[]> {
+  const rows = await db
+    .selectFrom('artifactAssets')
+    .select('path')
+    .where('artifactId', '=', artifactId)
+    .orderBy('path')
+    .execute();
+  return rows.map((row) => row.path);
+}
+
+/** The text of file `path` of an artifact (one that artifactFilePaths listed). */
+export async function artifactFileText(db: Executor, artifactId: number, path: string): Promise<string> {
+  const row = await db
+    .selectFrom('artifactAssets')
+    .select('content')
+    .where('artifactId', '=', artifactId)
+    .where('path', '=', path)
+    .executeTakeFirstOrThrow();
+  return row.content.toString('utf8');
 }

@@ -100,7 +100,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         validatorCompiler: uploadValidatorCompiler,
         preValidation: decodeEnvironmentNameHeader,
         schema: {
-          summary: 'Upload an artifact: every file of the project as one version (E10)',
+          summary: 'Upload an artifact: every file of the project as one version',
           description:
             'Each part is one file, named by its relative path, text/plain. Parts that are not UTF-8 text, have an unsafe path or repeat a path are listed in `ignoredResources`. ' +
             `Connector profiles are parts named ${PROFILE_NAMES} with content type ${CONNECTOR_PROFILE_CONTENT_TYPE}.`,
@@ -145,7 +145,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/artifacts',
     {
       schema: {
-        summary: 'List the artifacts of an environment, the most recently deployed first (E11)',
+        summary: 'List the artifacts of an environment, the most recently deployed first',
         tags,
         params: ProjectParams,
         querystring: ListArtifactsQuery,
@@ -160,8 +160,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/artifacts/details',
     {
       schema: {
-        summary:
-          'Get one version of an environment (the latest enabled one without versionName): its asset paths and details (E12)',
+        summary: 'Get one version of an environment (the latest enabled one without versionName): its asset paths and details',
         tags,
         params: ProjectParams,
         querystring: ArtifactQuery,

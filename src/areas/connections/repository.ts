@@ -4,7 +4,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
-import { requireEnvironmentId } from '../environments/index.ts';
+import { environmentIdsByName, environmentNamesById, requireEnvironmentId } from '../environments/index.ts';
 import type { ConnectionTable } from './tables.ts';
 import {
   VAULT_LOCATION_FIELDS,
@@ -207,10 +207,25 @@ export async function deleteConnection(db: Executor, projectId: string, name: st
 }
 
 function selectOverrides(db: Executor) {
-  return db
-    .selectFrom('connectionOverrides')
-    .innerJoin('connections', 'connections.id', 'connectionOverrides.connectionId')
-    .innerJoin('environments', 'environments.id', 'connectionOverrides.environmentId');
+  return db.selectFrom('connectionOverrides').innerJoin('connections', 'connections.id', 'connectionOverrides.connectionId');
+}
+
+/** Overrides as answered: with the names of their environments (read through the environments area), by name. */
+async function namedOverrides(
+  db: Executor,
+  rows: { connectionName: string; environmentId: string; connectionDetails: string }[],
+): Promise<ConnectionOverride[]> {
+  const names = await environmentNamesById(
+    db,
+    rows.map((row) => row.environmentId),
+  );
+  const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+  return rows
+    .flatMap((row) => {
+      const environmentName = names.get(row.environmentId);
+      return environmentName === undefined ? [] : [toOverride({ ...row, environmentName })];
+    })
+    .sort((a, b) => byName(a.connectionName, b.connectionName) || byName(a.environmentName, b.environmentName));
 }
 
 function toOverride(row: { connectionName: string; environmentName: string; connectionDetails: string }): ConnectionOverride {
@@ -223,13 +238,13 @@ function toOverride(row: { connectionName: string; environmentName: string; conn
 
 const OVERRIDE_COLUMNS = [
   'connections.name as connectionName',
-  'environments.name as environmentName',
+  'connectionOverrides.environmentId',
   'connectionOverrides.connectionDetails',
 ] as const;
 
 async function overridesOf(db: Executor, connectionId: string): Promise<ConnectionOverride[]> {
   const rows = await selectOverrides(db).select(OVERRIDE_COLUMNS).where('connections.id', '=', connectionId).execute();
-  return rows.map(toOverride);
+  return namedOverrides(db, rows);
 }
 
 /** The connection and the environment an override is for, each or a 404. */
@@ -260,20 +275,18 @@ export async function createConnectionOverride(db: Executor, projectId: string, 
 }
 
 export async function listConnectionOverrides(db: Executor, projectId: string, query: ConnectionOverrideListQuery) {
+  // A project's overrides are at most its connections times its environments: they are read whole, named
+  // and ordered (connection, then environment name), and the page is cut from them.
   let filtered = selectOverrides(db).where('connections.projectId', '=', projectId);
-  if (query.environmentName !== undefined) filtered = filtered.where('environments.name', '=', query.environmentName);
+  if (query.environmentName !== undefined) {
+    const environmentId = (await environmentIdsByName(db, projectId, [query.environmentName])).get(query.environmentName);
+    if (environmentId === undefined) return { results: [], total: 0 };
+    filtered = filtered.where('connectionOverrides.environmentId', '=', environmentId);
+  }
   if (query.connectionNames !== undefined) filtered = filtered.where('connections.name', 'in', namesOf(query.connectionNames));
-  const [rows, total] = await Promise.all([
-    filtered
-      .select([...OVERRIDE_COLUMNS])
-      .orderBy('connections.name')
-      .orderBy('environments.name')
-      .limit(query.size)
-      .offset(offsetOf(query))
-      .execute(),
-    countOf(filtered),
-  ]);
-  return { results: rows.map(toOverride), total };
+  const all = await namedOverrides(db, await filtered.select([...OVERRIDE_COLUMNS]).execute());
+  const offset = offsetOf(query);
+  return { results: all.slice(offset, offset + query.size), total: all.length };
 }
 
 /** Replaces the override whole: a field left out is unset. */

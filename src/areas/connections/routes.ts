@@ -75,7 +75,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
     CONNECTIONS,
     {
       schema: {
-        summary: 'Replace a project connection; a field left out is unset (E1)',
+        summary: 'Replace a project connection; a field left out is unset',
         tags,
         params: ProjectParams,
         querystring: ConnectionNameQuery,
@@ -96,7 +96,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
     CONNECTIONS,
     {
       schema: {
-        summary: 'Delete a project connection and its environment overrides (E2)',
+        summary: 'Delete a project connection and its environment overrides',
         tags,
         params: ProjectParams,
         querystring: ConnectionNameQuery,

@@ -36,7 +36,7 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     '/flex-connectors',
     {
       schema: {
-        summary: 'List the flex connector profiles (E24)',
+        summary: 'List the flex connector profiles',
         description:
           'The catalogue this server ships, keyed by alternateId; a publishing tool uploads each as part `connector-profile:flex-<alternateId>.json`.',
         tags,

@@ -1,5 +1,11 @@
 /**
  * The environments area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { listEnvironments, requireEnvironmentId } from './repository.ts';
+export {
+  environmentIdsByName,
+  environmentNamesById,
+  listEnvironments,
+  requireEnvironment,
+  requireEnvironmentId,
+} from './repository.ts';
 export { EnvironmentName } from './schemas.ts';

@@ -73,3 +73,42 @@ export async function deleteEnvironment(db: Executor, projectId: string, name: s
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Environment "${name}" does not exist in this project.`);
 }
+
+/** Environment `name` of the project with its default agent, or a 404. */
+export async function requireEnvironment(db: Executor, projectId: string, name: string) {
+  const row = await db
+    .selectFrom('environments')
+    .select(['id', 'name', 'defaultAgentId'])
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
+  return row;
+}
+
+/** The names of environments by id (ids that name no environment are absent). */
+export async function environmentNamesById(db: Executor, ids: readonly string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('environments')
+    .select(['id', 'name'])
+    .where('id', 'in', [...new Set(ids)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.name]));
+}
+
+/** The ids of the project's environments by name, for the names that exist. */
+export async function environmentIdsByName(
+  db: Executor,
+  projectId: string,
+  names: readonly string[],
+): Promise<Map<string, string>> {
+  if (names.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('environments')
+    .select(['id', 'name'])
+    .where('projectId', '=', projectId)
+    .where('name', 'in', [...new Set(names)])
+    .execute();
+  return new Map(rows.map((row) => [row.name, row.id]));
+}

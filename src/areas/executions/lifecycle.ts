@@ -5,7 +5,7 @@
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
-import { cancelAgentWork, type AgentReport, type AgentWork } from '../agents/index.ts';
+import { agentsInContactSince, cancelAgentWork, cancelledWorkIds, type AgentReport, type AgentWork } from '../agents/index.ts';
 import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
@@ -78,24 +78,28 @@ export async function cancelExecution(trx: Executor, run: ExecutionRow, force: b
  */
 export async function sweepExecutions(db: Executor, windowMs: number): Promise<number> {
   const cutoff = new Date(Date.now() - windowMs).toISOString();
-  const lost = await db
+  // Runs with no report since the cutoff, of agents that have not been in contact since either.
+  const quiet = db
     .selectFrom('executions')
-    .leftJoin('agents', 'agents.id', 'executions.agentId')
-    .select('executions.id')
-    .where('executions.status', 'in', ['RUNNING', 'CANCELLING'])
-    .where('executions.startedAt', '<', cutoff)
-    .where((eb) => eb.or([eb('executions.lastReportAt', 'is', null), eb('executions.lastReportAt', '<', cutoff)]))
-    .where((eb) => eb.or([eb('agents.lastContactAt', 'is', null), eb('agents.lastContactAt', '<', cutoff)]))
-    .limit(500)
-    .execute();
-  const closed = await db
+    .where('status', 'in', ['RUNNING', 'CANCELLING'])
+    .where('startedAt', '<', cutoff)
+    .where((eb) => eb.or([eb('lastReportAt', 'is', null), eb('lastReportAt', '<', cutoff)]));
+  const quietAgents = (await quiet.select('agentId').distinct().execute()).map((row) => row.agentId);
+  const inContact = await agentsInContactSince(db, quietAgents, cutoff);
+  const lostAgents = quietAgents.filter((agentId) => !inContact.has(agentId));
+  const lost = lostAgents.length === 0 ? [] : await quiet.select('id').where('agentId', 'in', lostAgents).limit(500).execute();
+  // Runs whose work the agents area closed as cancelled.
+  const held = await db
     .selectFrom('executions')
-    .innerJoin('agentWork', 'agentWork.id', 'executions.agentWorkId')
-    .select('executions.id')
-    .where('executions.status', 'in', ['CANCELLING', 'UNKNOWN'])
-    .where('agentWork.state', '=', 'cancelled')
-    .limit(500)
+    .select(['id', 'agentWorkId'])
+    .where('status', 'in', ['CANCELLING', 'UNKNOWN'])
+    .where('agentWorkId', 'is not', null)
     .execute();
+  const cancelled = await cancelledWorkIds(
+    db,
+    held.map((row) => row.agentWorkId!),
+  );
+  const closed = held.filter((row) => cancelled.has(row.agentWorkId!)).slice(0, 500);
   const moves: [string, ExecutionEvent, string][] = [
     ...lost.map((row): [string, ExecutionEvent, string] => [
       row.id,

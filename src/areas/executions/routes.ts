@@ -26,12 +26,11 @@ import {
   createExecution,
   listExecutions,
   listSteps,
-  preparePipelineRun,
-  prepareTestRun,
   requireExecution,
   type ExecutionKind,
   type ExecutionRow,
 } from './repository.ts';
+import { preparePipelineRun, prepareTestRun } from './run-start.ts';
 import { applyAgentReport, cancelExecution, sweepExecutions } from './lifecycle.ts';
 import type { ExecutionStatus } from './states.ts';
 import { runPeriodically } from '../../core/ticker.ts';
@@ -98,7 +97,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/pipeline-executions/:pipelineExecutionId/status',
     {
       schema: {
-        summary: 'The status of a pipeline execution (E23)',
+        summary: 'The status of a pipeline execution',
         tags,
         params: PipelineExecutionParams,
         response: { 200: ExecutionStatusResponse },
@@ -271,7 +270,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/test-executions/:testExecutionId',
     {
       schema: {
-        summary: 'Cancel a test execution, optionally forcing termination (E22)',
+        summary: 'Cancel a test execution, optionally forcing termination',
         description:
           'status must be CANCELLED (any other is 400). Same rules as a pipeline execution cancel; a finished run is 409.',
         tags: testTags,

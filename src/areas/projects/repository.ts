@@ -198,3 +198,30 @@ export async function deleteProject(db: Executor, accountId: string, projectId: 
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`Project ${projectId} does not exist.`);
 }
+
+/** The accounts of projects by project id (ids that name no project are absent). */
+export async function accountsOfProjects(db: Executor, projectIds: readonly string[]): Promise<Map<string, string>> {
+  if (projectIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('projects')
+    .select(['id', 'accountId'])
+    .where('id', 'in', [...new Set(projectIds)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.accountId]));
+}
+
+/** The names of the account's projects by id, for the ids that are projects of the account. */
+export async function projectNamesById(
+  db: Executor,
+  accountId: string,
+  projectIds: readonly string[],
+): Promise<Map<string, string>> {
+  if (projectIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('projects')
+    .select(['id', 'name'])
+    .where('accountId', '=', accountId)
+    .where('id', 'in', [...new Set(projectIds)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, row.name]));
+}

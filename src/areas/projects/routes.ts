@@ -45,7 +45,7 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
     {
       config: { role: 'admin' },
       schema: {
-        summary: 'Delete a project and everything attached to it (E27)',
+        summary: 'Delete a project and everything attached to it',
         tags,
         params: ProjectParams,
         response: { 204: { type: 'null', description: 'The project is deleted.' } },

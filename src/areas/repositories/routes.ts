@@ -134,9 +134,9 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
     {
       config: { role: 'admin' },
       schema: {
-        summary: "Start migrating the project's repository to another repository or provider (E28)",
+        summary: "Start migrating the project's repository to another repository or provider",
         description:
-          'Answers at once; the migration runs in the background (poll E29). MIRROR_PUSH needs an empty target; RECONFIGURE a target holding every branch.',
+          'Answers at once; the migration runs in the background (poll the migration status). MIRROR_PUSH needs an empty target; RECONFIGURE a target holding every branch.',
         tags: ['Repositories'],
         params: ProjectParams,
         headers: StartMigrationHeaders,
@@ -160,7 +160,7 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
     {
       config: { role: 'admin' },
       schema: {
-        summary: 'The status of a repository migration (E29); ask again while it is IN_PROGRESS or UNKNOWN',
+        summary: 'The status of a repository migration; ask again while it is IN_PROGRESS or UNKNOWN',
         tags: ['Repositories'],
         params: MigrationParams,
         response: { 200: MigrationResult },

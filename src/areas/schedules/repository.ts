@@ -4,12 +4,11 @@ import type { Db, Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import { createExecution, EXECUTION_STATUSES, isFinal, preparePipelineRun, recordSkippedRun } from '../executions/index.ts';
+import { createExecution, hasUnfinishedRun, preparePipelineRun, recordSkippedRun } from '../executions/index.ts';
+import { accountsOfProjects } from '../projects/index.ts';
 import type { ScheduleTable } from './tables.ts';
 import type { CreateScheduleRequest, Schedule, UpdateScheduleRequest } from './schemas.ts';
-import { requireEnvironmentId } from '../environments/index.ts';
-
-const UNFINISHED = EXECUTION_STATUSES.filter((status) => !isFinal(status));
+import { environmentNamesById, requireEnvironmentId } from '../environments/index.ts';
 
 type ScheduleRow = ScheduleTable & { environmentName: string };
 
@@ -51,12 +50,16 @@ function toSchedule(row: ScheduleRow): Schedule {
   };
 }
 
-function withEnvironment(db: Executor) {
-  return db
-    .selectFrom('schedules')
-    .innerJoin('environments', 'environments.id', 'schedules.environmentId')
-    .selectAll('schedules')
-    .select('environments.name as environmentName');
+/** Schedules with the names of their environments (read through the environments area). */
+async function withEnvironmentNames(db: Executor, rows: ScheduleTable[]): Promise<ScheduleRow[]> {
+  const names = await environmentNamesById(
+    db,
+    rows.map((row) => row.environmentId),
+  );
+  return rows.flatMap((row) => {
+    const environmentName = names.get(row.environmentId);
+    return environmentName === undefined ? [] : [{ ...row, environmentName }];
+  });
 }
 
 const nameTaken = (name: string) => conflict(`A schedule named "${name}" already exists in this project.`);
@@ -88,10 +91,13 @@ export async function createSchedule(db: Executor, projectId: string, request: C
 }
 
 export async function requireSchedule(db: Executor, projectId: string, id: string): Promise<ScheduleRow> {
-  const row = await withEnvironment(db)
-    .where('schedules.id', '=', id)
-    .where('schedules.projectId', '=', projectId)
+  const found = await db
+    .selectFrom('schedules')
+    .selectAll()
+    .where('id', '=', id)
+    .where('projectId', '=', projectId)
     .executeTakeFirst();
+  const [row] = found ? await withEnvironmentNames(db, [found]) : [];
   if (!row) throw notFound(`Schedule ${id} does not exist in this project.`);
   return row;
 }
@@ -145,12 +151,13 @@ export async function deleteSchedule(db: Executor, projectId: string, id: string
 export async function listSchedules(db: Executor, projectId: string, query: PageQuery) {
   const inProject = db.selectFrom('schedules').where('projectId', '=', projectId);
   const [rows, total] = await Promise.all([
-    withEnvironment(db)
-      .where('schedules.projectId', '=', projectId)
-      .orderBy('schedules.name')
+    inProject
+      .selectAll()
+      .orderBy('name')
       .limit(query.size)
       .offset(offsetOf(query))
-      .execute(),
+      .execute()
+      .then((rows) => withEnvironmentNames(db, rows)),
     countOf(inProject),
   ]);
   return {
@@ -172,19 +179,24 @@ export async function listSchedules(db: Executor, projectId: string, query: Page
  */
 export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number> {
   const at = new Date();
-  const due = await db
+  const dueRows = await db
     .selectFrom('schedules')
-    .innerJoin('projects', 'projects.id', 'schedules.projectId')
-    .innerJoin('environments', 'environments.id', 'schedules.environmentId')
-    .selectAll('schedules')
-    .select(['projects.accountId', 'environments.name as environmentName'])
-    .where('schedules.enabled', '=', 1)
-    .where('schedules.nextRunAt', '<=', at.toISOString())
-    .orderBy('schedules.nextRunAt')
+    .selectAll()
+    .where('enabled', '=', 1)
+    .where('nextRunAt', '<=', at.toISOString())
+    .orderBy('nextRunAt')
     .limit(100)
     .execute();
+  const due = await withEnvironmentNames(db, dueRows);
+  const accounts = await accountsOfProjects(
+    db,
+    due.map((row) => row.projectId),
+  );
   let started = 0;
-  for (const schedule of due) {
+  for (const row of due) {
+    const accountId = accounts.get(row.projectId);
+    if (accountId === undefined) continue;
+    const schedule = { ...row, accountId };
     const cron = cronOf(schedule.cronExpression, schedule.timezone);
     const latest = cron.previousRuns(1, new Date(at.getTime() + 1))[0] ?? new Date(schedule.nextRunAt!);
     const runNow = at.getTime() - latest.getTime() <= catchUpMs;
@@ -215,14 +227,7 @@ export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number
           .where('enabled', '=', 1)
           .executeTakeFirst();
         if (moved.numUpdatedRows === 0n || prepared === undefined) return false;
-        const unfinished = await trx
-          .selectFrom('executions')
-          .select('id')
-          .where('scheduleId', '=', schedule.id)
-          .where('status', 'in', UNFINISHED)
-          .limit(1)
-          .executeTakeFirst();
-        if (unfinished) {
+        if (await hasUnfinishedRun(trx, schedule.id)) {
           await recordSkippedRun(trx, base, "Skipped: the schedule's previous run is still going.");
         } else if (prepared instanceof ProblemError) {
           await recordSkippedRun(trx, base, `Skipped: ${prepared.message}`);

@@ -21,6 +21,7 @@ import {
   type Incoming,
 } from './resources.ts';
 import type { ListQuery } from './schemas.ts';
+import { projectNamesById } from '../projects/index.ts';
 
 /** Who asks and how answers address resources: the account, the store's dialect, the service's base URL. */
 export interface Scope {
@@ -471,19 +472,11 @@ async function membersOf(db: Executor, scope: Scope, groupIds: string[]): Promis
 async function derivedFields(db: Executor, scope: Scope, rows: GroupRow[]): Promise<Map<string | null, Document>> {
   const account = await db.selectFrom('accounts').select('name').where('id', '=', scope.accountId).executeTakeFirst();
   const projectIds = [...new Set(rows.map((r) => r.projectId).filter((p): p is string => p !== null))];
-  const projects =
-    projectIds.length === 0
-      ? []
-      : await db
-          .selectFrom('projects')
-          .select(['id', 'name'])
-          .where('accountId', '=', scope.accountId)
-          .where('id', 'in', projectIds)
-          .execute();
+  const projectNames = await projectNamesById(db, scope.accountId, projectIds);
   const common = { accountId: scope.accountId, accountName: account?.name };
   const result = new Map<string | null, Document>([[null, common]]);
   for (const projectId of projectIds) {
-    result.set(projectId, { ...common, projectName: projects.find((p) => p.id === projectId)?.name });
+    result.set(projectId, { ...common, projectName: projectNames.get(projectId) });
   }
   return result;
 }
@@ -533,13 +526,8 @@ export async function getGroup(scope: Scope, id: string, projection: Projection)
 async function groupColumns(db: Executor, scope: Scope, document: Document, kept: string | null = null) {
   const projectId = typeof document.projectId === 'string' ? document.projectId : null;
   if (projectId !== null && projectId !== kept) {
-    const project = await db
-      .selectFrom('projects')
-      .select('id')
-      .where('accountId', '=', scope.accountId)
-      .where('id', '=', projectId)
-      .executeTakeFirst();
-    if (!project) throw invalidValue(`projectId ${projectId} is not a project of this account.`);
+    const project = await projectNamesById(db, scope.accountId, [projectId]);
+    if (!project.has(projectId)) throw invalidValue(`projectId ${projectId} is not a project of this account.`);
   }
   const role = typeof document.role === 'string' ? document.role : null;
   if (role !== null && !isRole(role)) throw invalidValue(`role must be one of ${ROLES.join(', ')}.`);
@@ -813,17 +801,21 @@ export async function projectGrantsOf(scope: Scope, userId: string) {
   const rows = await scope.db
     .selectFrom('scimGroupMembers')
     .innerJoin('scimGroups', 'scimGroups.id', 'scimGroupMembers.groupId')
-    .innerJoin('projects', 'projects.id', 'scimGroups.projectId')
-    .select([
-      'scimGroups.projectId as projectId',
-      'projects.name as projectName',
-      'scimGroups.role as role',
-      'scimGroups.id as groupId',
-    ])
+    .select(['scimGroups.projectId as projectId', 'scimGroups.role as role', 'scimGroups.id as groupId'])
     .where('scimGroupMembers.userId', '=', userId)
     .where('scimGroups.role', 'is not', null)
-    .where('projects.accountId', '=', scope.accountId)
-    .orderBy('projects.name')
+    .where('scimGroups.projectId', 'is not', null)
     .execute();
-  return rows.map((row) => ({ ...row, projectId: row.projectId!, role: row.role! }));
+  // A grant of a project that is gone (or not the account's) is void.
+  const names = await projectNamesById(
+    scope.db,
+    scope.accountId,
+    rows.map((row) => row.projectId!),
+  );
+  return rows
+    .flatMap((row) => {
+      const projectName = names.get(row.projectId!);
+      return projectName === undefined ? [] : [{ projectId: row.projectId!, projectName, role: row.role!, groupId: row.groupId }];
+    })
+    .sort((a, b) => (a.projectName < b.projectName ? -1 : a.projectName > b.projectName ? 1 : 0));
 }

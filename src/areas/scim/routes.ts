@@ -196,7 +196,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       `${path}/:id`,
       {
         schema: {
-          summary: name === 'User' ? 'Read a User (E26)' : 'Read a Group',
+          summary: name === 'User' ? 'Read a User' : 'Read a Group',
           tags,
           params: ResourceParams,
           querystring: ProjectionQuery,
@@ -246,9 +246,7 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       {
         schema: {
           summary:
-            name === 'Group'
-              ? 'Patch a Group (E25): members and attributes, atomically'
-              : 'Patch a User (RFC 7644 3.5.2), atomically',
+            name === 'Group' ? 'Patch a Group: members and attributes, atomically' : 'Patch a User (RFC 7644 3.5.2), atomically',
           tags,
           params: ResourceParams,
           querystring: ProjectionQuery,

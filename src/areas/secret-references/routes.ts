@@ -35,7 +35,7 @@ export async function secretReferenceRoutes(fastify: FastifyInstance): Promise<v
     '/projects/:projectId/secret-references',
     {
       schema: {
-        summary: 'List the secret references of one type, PASSWORD unless told (E16)',
+        summary: 'List the secret references of one type, PASSWORD unless told',
         tags,
         params: ProjectParams,
         querystring: SecretReferenceQuery,
@@ -57,7 +57,7 @@ export async function secretReferenceRoutes(fastify: FastifyInstance): Promise<v
     '/projects/:projectId/secret-references/:secretReferenceName',
     {
       schema: {
-        summary: 'Delete a secret reference (E17)',
+        summary: 'Delete a secret reference',
         tags,
         params: SecretReferenceParams,
         response: noContent('The secret reference is deleted.'),

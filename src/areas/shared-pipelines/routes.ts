@@ -87,7 +87,7 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
     '/shared-pipelines/artifacts',
     {
       schema: {
-        summary: 'Enable or disable a version of shared pipelines (E13)',
+        summary: 'Enable or disable a version of shared pipelines',
         tags,
         body: SetSharedPipelinesEnabledRequest,
         response: { 200: EnabledResult },
@@ -105,7 +105,7 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
     '/shared-pipelines/artifacts/details',
     {
       schema: {
-        summary: 'Get a version of shared pipelines, by default the most recently published (E14)',
+        summary: 'Get a version of shared pipelines, by default the most recently published',
         tags,
         querystring: SharedPipelinesQuery,
         response: { 200: SharedPipelinesResult },

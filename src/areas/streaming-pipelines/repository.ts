@@ -5,7 +5,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
-import { cancelAgentWork, enqueueAgentWork, type AgentWorkReportHandler } from '../agents/index.ts';
+import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import {
   SECRET_REFERENCE_FIELDS,
@@ -100,14 +100,15 @@ export function statusOf(row: PipelineRow) {
   };
 }
 
+/** Refuses to delete an agent that a streaming pipeline runs on (registered with app.agentDeletion). */
+export async function refuseAgentDeletion(db: Executor, agentId: string): Promise<void> {
+  const pipeline = await db.selectFrom('streamingPipelines').select('name').where('agentId', '=', agentId).executeTakeFirst();
+  if (pipeline) throw conflict(`Streaming pipeline "${pipeline.name}" runs on this agent; delete it or move it first.`);
+}
+
 /** The agent must be one of the account's (422 otherwise, as a field of the body). */
 async function checkAgent(db: Executor, accountId: string, agentId: string): Promise<void> {
-  const agent = await db
-    .selectFrom('agents')
-    .select('id')
-    .where('id', '=', agentId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const agent = await findAgent(db, accountId, agentId);
   if (!agent) throw unprocessable('The agent does not exist in this account.', ['body.agentId: is not an agent of this account']);
 }
 
@@ -269,15 +270,8 @@ async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typ
   if (IDLE.includes(row.status as StreamingPipelineStatus)) {
     throw conflict(`The streaming pipeline is ${row.status} already.`);
   }
-  const outstanding = await db
-    .selectFrom('agentWork')
-    .select(['id', 'payload'])
-    .where('agentId', '=', row.agentId)
-    .where('kind', 'in', [START_WORK, STOP_WORK])
-    .where('state', 'in', ['queued', 'delivered'])
-    .execute();
-  for (const work of outstanding) {
-    const payload = work.payload === null ? null : (JSON.parse(work.payload) as { streamingPipelineId?: string });
+  for (const work of await unfinishedWorkOf(db, row.agentId, [START_WORK, STOP_WORK])) {
+    const payload = work.payload as { streamingPipelineId?: string } | null;
     if (payload?.streamingPipelineId === row.id) await cancelAgentWork(db, work.id);
   }
   await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');

@@ -19,6 +19,7 @@ import {
   deletePipeline,
   listPipelines,
   onRunReport,
+  refuseAgentDeletion,
   readPipeline,
   replacePipeline,
   requestRun,
@@ -34,12 +35,14 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
   const db = app.store.db;
   app.agentWorkReports.on(START_WORK, onRunReport('start'));
   app.agentWorkReports.on(STOP_WORK, onRunReport('stop'));
+  // An agent that a streaming pipeline runs on cannot be deleted.
+  app.agentDeletion.refuseWhen(refuseAgentDeletion);
 
   app.get(
     '/projects/:projectId/streaming-pipelines',
     {
       schema: {
-        summary: 'List the streaming pipeline definitions of the project (E19); the page may be empty',
+        summary: 'List the streaming pipeline definitions of the project; the page may be empty',
         tags,
         params: ProjectParams,
         querystring: StreamingPipelineQuery,

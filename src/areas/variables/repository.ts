@@ -5,7 +5,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { projectList } from '../projects/index.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
-import { requireEnvironmentId } from '../environments/index.ts';
+import { environmentIdsByName, environmentNamesById, requireEnvironmentId } from '../environments/index.ts';
 import type { ProjectVariableTable } from './tables.ts';
 import type {
   CreateVariableRequest,
@@ -172,14 +172,23 @@ export async function deleteVariable(db: Executor, projectId: string, name: stri
 }
 
 export async function overridesOf(db: Executor, variableId: string, environmentName?: string): Promise<Override[]> {
-  let query = db
+  const rows = await db
     .selectFrom('variableOverrides')
-    .innerJoin('environments', 'environments.id', 'variableOverrides.environmentId')
-    .select(['environments.name as environmentName', 'variableOverrides.value'])
-    .where('variableOverrides.variableId', '=', variableId);
-  if (environmentName !== undefined) query = query.where('environments.name', '=', environmentName);
-  const rows = await query.orderBy('environments.name').execute();
-  return rows.map((row) => ({ environmentName: row.environmentName, value: JSON.parse(row.value) as VariableValue }));
+    .select(['environmentId', 'value'])
+    .where('variableId', '=', variableId)
+    .execute();
+  const names = await environmentNamesById(
+    db,
+    rows.map((row) => row.environmentId),
+  );
+  return rows
+    .flatMap((row) => {
+      const name = names.get(row.environmentId);
+      return name === undefined || (environmentName !== undefined && name !== environmentName)
+        ? []
+        : [{ environmentName: name, value: JSON.parse(row.value) as VariableValue }];
+    })
+    .sort((a, b) => (a.environmentName < b.environmentName ? -1 : a.environmentName > b.environmentName ? 1 : 0));
 }
 
 export function variableWithOverrides(row: VariableRow, overrides: Override[]) {
@@ -205,13 +214,7 @@ export async function writeOverrides(
   });
   if (repeated.length > 0) throw badRequest('Each environment may be listed once.', repeated);
 
-  const environments = await db
-    .selectFrom('environments')
-    .select(['id', 'name'])
-    .where('projectId', '=', projectId)
-    .where('name', 'in', [...seen])
-    .execute();
-  const environmentIds = new Map(environments.map((environment) => [environment.name, environment.id]));
+  const environmentIds = await environmentIdsByName(db, projectId, [...seen]);
   const type = variable.type as VariableType;
   const answer: WriteOverridesResponse = { overrides: [], failedOverride: [] };
   const rows = [];
@@ -249,4 +252,22 @@ export async function deleteOverride(
     .where('environmentId', '=', environmentId)
     .executeTakeFirst();
   if (result.numDeletedRows === 0n) throw notFound(`The variable has no override in environment "${environmentName}".`);
+}
+
+/**
+ * The project's variables as a run in `environmentId` sees them: each with its type and its value as stored
+ * (JSON text), the environment's override in place of the project default; null when neither is set.
+ */
+export async function variableValuesIn(db: Executor, projectId: string, environmentId: string) {
+  const rows = await db
+    .selectFrom('projectVariables')
+    .leftJoin('variableOverrides', (join) =>
+      join
+        .onRef('variableOverrides.variableId', '=', 'projectVariables.id')
+        .on('variableOverrides.environmentId', '=', environmentId),
+    )
+    .select(['projectVariables.name', 'projectVariables.type', 'projectVariables.value', 'variableOverrides.value as override'])
+    .where('projectVariables.projectId', '=', projectId)
+    .execute();
+  return rows.map((row) => ({ name: row.name, type: row.type, value: row.override ?? row.value }));
 }

@@ -39,7 +39,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables',
     {
       schema: {
-        summary: 'List the project variables, by name (E3)',
+        summary: 'List the project variables, by name',
         tags,
         params: ProjectParams,
         querystring: PageQuery,
@@ -55,7 +55,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables',
     {
       schema: {
-        summary: 'Create a project variable (E4)',
+        summary: 'Create a project variable',
         tags,
         params: ProjectParams,
         body: CreateVariableRequest,
@@ -76,7 +76,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables/:variableName',
     {
       schema: {
-        summary: 'Update a project variable; its name is immutable (E5)',
+        summary: 'Update a project variable; its name is immutable',
         tags,
         params: VariableParams,
         body: UpdateVariableRequest,
@@ -95,7 +95,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables/:variableName',
     {
       schema: {
-        summary: 'Delete a project variable and all its environment overrides (E6)',
+        summary: 'Delete a project variable and all its environment overrides',
         tags,
         params: VariableParams,
         response: noContent('The variable and its overrides are deleted.'),
@@ -114,7 +114,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables/:variableName/environment-overrides',
     {
       schema: {
-        summary: 'The variable with all its environment overrides, or the override of one environment (E7)',
+        summary: 'The variable with all its environment overrides, or the override of one environment',
         tags,
         params: VariableParams,
         querystring: OverrideQuery,
@@ -141,7 +141,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables/:variableName/environment-overrides',
     {
       schema: {
-        summary: 'Create or update environment overrides of a variable (E8)',
+        summary: 'Create or update environment overrides of a variable',
         description: 'Overrides that cannot be written are answered in failedOverride with the reason; the others are written.',
         tags,
         params: VariableParams,
@@ -162,7 +162,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     '/projects/:projectId/variables/:variableName/environment-overrides/:environmentName',
     {
       schema: {
-        summary: 'Remove the override of one environment (E9)',
+        summary: 'Remove the override of one environment',
         tags,
         params: OverrideParams,
         response: noContent('The override is deleted.'),

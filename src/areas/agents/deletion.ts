@@ -1,0 +1,28 @@
+import type { Executor } from '../../core/db/database.ts';
+
+/** A check another area makes before an agent is deleted, in the deleting transaction; it throws to refuse. */
+export type AgentDeletionCheck = (trx: Executor, agentId: string) => Promise<void>;
+
+/**
+ * What deleting an agent involves beyond its own rows. The agents area owns the deletion; an area whose rows
+ * name an agent registers its check at start-up (streaming-pipelines refuses while a pipeline runs on it), so
+ * agents imports none of them.
+ */
+export class AgentDeletion {
+  readonly #checks: AgentDeletionCheck[] = [];
+
+  refuseWhen(check: AgentDeletionCheck): void {
+    this.#checks.push(check);
+  }
+
+  async check(trx: Executor, agentId: string): Promise<void> {
+    for (const check of this.#checks) await check(trx, agentId);
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The checks of deleting an agent that other areas own (see AgentDeletion). */
+    agentDeletion: AgentDeletion;
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * Starting a run: the rules that decide what a pipeline or test run gets before it is created. The
+ * environment, its runnable version, the pipeline file (parsed, so a broken file is refused now, not on the
+ * agent), the agent, and the variables (project default < environment override < request). Everything is
+ * read through the owning areas' faces; nothing here writes (createExecution does, in the caller's
+ * transaction).
+ */
+import type { Executor } from '../../core/db/database.ts';
+import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
+import { requireAgent } from '../agents/index.ts';
+import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
+import { requireEnvironment } from '../environments/index.ts';
+import { variableValuesIn } from '../variables/index.ts';
+import {
+  parsePipeline,
+  PIPELINE_SUFFIXES,
+  PipelineFileError,
+  type Pipeline,
+  type VariableValue,
+} from '../../contract/pipeline-file.ts';
+
+const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
+const TEST_ORCHESTRATION = PIPELINE_SUFFIXES.test;
+
+/**
+ * The artifact a run reads: version `versionName` (404 when unknown, 410 when disabled), or the latest
+ * enabled version of the environment (404 when it has none).
+ */
+async function requireRunnableArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
+  const row = await requireArtifact(db, environmentId, versionName);
+  if (row.enabled !== 1)
+    throw new ProblemError(410, `Version "${row.versionName}" is disabled; enable it or run another version.`);
+  return row;
+}
+
+/** The pipeline files of an artifact (orchestration only), by path. */
+async function orchestrationPaths(db: Executor, artifactId: number): Promise<string[]> {
+  return (await artifactFilePaths(db, artifactId)).filter((path) => path.endsWith(ORCHESTRATION));
+}
+
+/** The path of pipeline `name` (a path, with or without `.orch.yaml`) among `paths`, or a 404. */
+function requirePipelinePath(paths: string[], name: string, what = 'Pipeline'): string {
+  const path = [name, `${name}${ORCHESTRATION}`].find((candidate) => paths.includes(candidate));
+  if (!path) throw notFound(`${what} "${name}" is not an orchestration pipeline of this version.`);
+  return path;
+}
+
+/** The agent that runs the work: the one named (of the caller's account), else the environment's default. */
+async function chooseAgent(db: Executor, accountId: string, named: string | undefined, environmentDefault: string | null) {
+  const agentId = named ?? environmentDefault;
+  if (agentId === null) {
+    throw badRequest('The environment has no default agent; name one.', [
+      'agentId: required, the environment has no default agent',
+    ]);
+  }
+  await requireAgent(db, accountId, agentId);
+  return agentId;
+}
+
+function parseOrRefuse(text: string, path: string): Pipeline {
+  try {
+    return parsePipeline(text);
+  } catch (error) {
+    if (error instanceof PipelineFileError) {
+      throw new ProblemError(422, `Pipeline "${path}" cannot run: ${error.message}`);
+    }
+    throw error;
+  }
+}
+
+function fits(type: string, value: unknown): boolean {
+  return type === 'NUMBER' ? typeof value === 'number' : typeof value === 'string';
+}
+
+/**
+ * The variables a run starts with: the project defaults, replaced by the environment's overrides,
+ * replaced by what the request gives. A request's scalar must name a project variable (or a TEXT/NUMBER
+ * variable the pipeline declares) and fit its type; a grid must name a GRID variable the pipeline declares.
+ * Every misfit is a violation of one 400.
+ */
+async function resolveVariables(
+  db: Executor,
+  projectId: string,
+  environmentId: string,
+  declared: Pipeline['variables'],
+  scalars: Record<string, VariableValue> = {},
+  grids: Record<string, VariableValue[][]> = {},
+): Promise<Record<string, VariableValue | VariableValue[][]>> {
+  const project = await variableValuesIn(db, projectId, environmentId);
+  // Keyed by user-chosen names: no prototype, so `__proto__` or `constructor` is a name like any other.
+  const resolved = Object.create(null) as Record<string, VariableValue | VariableValue[][]>;
+  const types = new Map<string, string>();
+  for (const [name, variable] of Object.entries(declared)) types.set(name, variable.type);
+  for (const row of project) {
+    types.set(row.name, row.type);
+    if (row.value !== null) resolved[row.name] = JSON.parse(row.value) as VariableValue;
+  }
+  const violations: string[] = [];
+  for (const [name, value] of Object.entries(scalars)) {
+    const type = types.get(name);
+    if (type === undefined || type === 'GRID') violations.push(`scalarVariables.${name}: not a project variable`);
+    else if (!fits(type, value))
+      violations.push(`scalarVariables.${name}: must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`);
+    else resolved[name] = value;
+  }
+  for (const [name, rows] of Object.entries(grids)) {
+    if (!Object.hasOwn(declared, name) || declared[name].type !== 'GRID')
+      violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
+    else resolved[name] = rows;
+  }
+  if (violations.length > 0) throw badRequest('Some variables cannot be given to this run.', violations);
+  return resolved;
+}
+
+export interface RunRequest {
+  accountId: string;
+  projectId: string;
+  environmentName: string;
+  versionName?: string;
+  agentId?: string;
+  trigger: 'MANUAL' | 'SCHEDULE';
+  scheduleId?: string;
+  scheduledFor?: string;
+}
+
+/** What a run needs that is read before its transaction: parsing a pipeline file is kept out of it. */
+export interface PreparedRun {
+  request: RunRequest;
+  environment: { id: string; name: string };
+  versionName: string;
+  agentId: string;
+  pipelines: Record<string, string>;
+  variables: Record<string, VariableValue | VariableValue[][]>;
+}
+
+/** Reads and checks what a pipeline run of `pipelineName` needs. */
+export async function preparePipelineRun(
+  db: Executor,
+  request: RunRequest & {
+    pipelineName: string;
+    scalarVariables?: Record<string, VariableValue>;
+    gridVariables?: Record<string, VariableValue[][]>;
+  },
+): Promise<PreparedRun & { pipelineName: string }> {
+  const environment = await requireEnvironment(db, request.projectId, request.environmentName);
+  const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
+  const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
+  const text = await artifactFileText(db, artifact.id, pipelineName);
+  const pipeline = parseOrRefuse(text, pipelineName);
+  const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
+  const variables = await resolveVariables(
+    db,
+    request.projectId,
+    environment.id,
+    pipeline.variables,
+    request.scalarVariables,
+    request.gridVariables,
+  );
+  return {
+    request,
+    environment,
+    versionName: artifact.versionName,
+    agentId,
+    pipelines: { [pipelineName]: text },
+    variables,
+    pipelineName,
+  };
+}
+
+/**
+ * Reads and checks what a test run needs. Test pipelines are orchestration pipelines whose file ends in
+ * `.test.orch.yaml`: scope TEST runs `testName`, PIPELINE the tests beside `pipelineName` whose name
+ * starts with its name, PROJECT every test of the version.
+ */
+export async function prepareTestRun(
+  db: Executor,
+  request: RunRequest & { scope: 'TEST' | 'PIPELINE' | 'PROJECT'; pipelineName?: string; testName?: string },
+): Promise<PreparedRun & { tests: string[]; pipelineName: string | null; testName: string | null }> {
+  const missing =
+    request.scope === 'TEST' && request.testName === undefined
+      ? 'testName: required for scope TEST'
+      : request.scope === 'PIPELINE' && request.pipelineName === undefined
+        ? 'pipelineName: required for scope PIPELINE'
+        : undefined;
+  if (missing) throw badRequest('The scope needs a name.', [missing]);
+  const environment = await requireEnvironment(db, request.projectId, request.environmentName);
+  const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
+  const paths = await orchestrationPaths(db, artifact.id);
+  const allTests = paths.filter((path) => path.endsWith(TEST_ORCHESTRATION));
+  let tests: string[];
+  let pipelineName: string | null = null;
+  let testName: string | null = null;
+  if (request.scope === 'TEST') {
+    const name = request.testName!;
+    testName = requirePipelinePath(
+      allTests,
+      name.endsWith(TEST_ORCHESTRATION)
+        ? name
+        : `${name.endsWith(ORCHESTRATION) ? name.slice(0, -ORCHESTRATION.length) : name}${TEST_ORCHESTRATION}`,
+      'Test',
+    );
+    tests = [testName];
+  } else if (request.scope === 'PIPELINE') {
+    pipelineName = requirePipelinePath(paths, request.pipelineName!);
+    const stem = pipelineName.slice(0, -ORCHESTRATION.length);
+    tests = allTests.filter((path) => path !== pipelineName && path.startsWith(stem));
+  } else {
+    tests = allTests;
+  }
+  if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
+  const pipelines = Object.create(null) as Record<string, string>;
+  for (const path of tests) pipelines[path] = await artifactFileText(db, artifact.id, path);
+  const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
+  const variables = await resolveVariables(db, request.projectId, environment.id, {});
+  return {
+    request,
+    environment,
+    versionName: artifact.versionName,
+    agentId,
+    pipelines,
+    variables,
+    tests,
+    pipelineName,
+    testName,
+  };
+}
