@@ -59,7 +59,9 @@ for (const area of edges.keys()) walk(area, [area]);
 // interface); a query of another area's table (selectFrom, a join, a write) goes through that area's face.
 const areasDir = 'src/areas';
 const owner = new Map();
-for (const area of readdirSync(areasDir)) {
+for (const area of readdirSync(areasDir, { withFileTypes: true })
+  .filter((entry) => entry.isDirectory())
+  .map((entry) => entry.name)) {
   let text;
   try {
     text = readFileSync(path.join(areasDir, area, 'tables.ts'), 'utf8');
@@ -70,7 +72,9 @@ for (const area of readdirSync(areasDir)) {
   for (const [, table] of body.matchAll(/^\s+(\w+):/gm)) owner.set(table, area);
 }
 const QUERY = /\b(selectFrom|updateTable|insertInto|deleteFrom|innerJoin|leftJoin|rightJoin|fullJoin|mergeInto)\(\s*'(\w+)/g;
-for (const area of readdirSync(areasDir)) {
+for (const area of readdirSync(areasDir, { withFileTypes: true })
+  .filter((entry) => entry.isDirectory())
+  .map((entry) => entry.name)) {
   const dir = path.join(areasDir, area);
   for (const file of readdirSync(dir, { recursive: true }).filter((name) => String(name).endsWith('.ts'))) {
     const full = path.join(dir, String(file));

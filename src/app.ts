@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
+import etag from '@fastify/etag';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import pino from 'pino';
 import './core/context.ts';
@@ -17,6 +18,7 @@ import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
+import { acceptEmptyJsonBodies } from './core/json-bodies.ts';
 import { AgentDeletion, AgentWorkReports } from './areas/agents/index.ts';
 import { ProjectDeletion } from './areas/projects/index.ts';
 import { healthRoutes } from './areas/health/routes.ts';
@@ -41,6 +43,7 @@ import { streamingPipelineRoutes } from './areas/streaming-pipelines/routes.ts';
 import { repositoryRoutes } from './areas/repositories/routes.ts';
 import { gitHostingRoutes } from './areas/repositories/git-routes.ts';
 import { aiTaskRoutes } from './areas/ai-tasks/routes.ts';
+import { consoleRoutes } from './areas/console/routes.ts';
 
 /** The operations under /dpc/v1, each area in its own folder. Add an area here. */
 const v1Areas = [
@@ -174,10 +177,13 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
 
   // JSON operations answer 415 to anything but JSON; multipart areas add their own parser.
   app.removeContentTypeParser('text/plain');
+  // An empty JSON body is no body (clients send one header set on every call).
+  acceptEmptyJsonBodies(app);
   await app.register(errorsPlugin);
   await app.register(openApiPlugin);
   await app.register(metricsPlugin);
   await app.register(healthRoutes);
+  await app.register(consoleRoutes);
   await app.register(async (scope) => {
     if (config.rateLimitMax > 0) {
       // Counted per API client or agent where there is one (after authentication), else per address.
@@ -193,6 +199,9 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     await scope.register(
       async (v1) => {
         await v1.register(authPlugin);
+        // Every answer carries a strong ETag of its body: a GET sent again with If-None-Match answers 304
+        // without the body when nothing changed, which is how the console polls (at most one request a view per 2 s).
+        await v1.register(etag);
         await v1.register(auditPlugin);
         for (const area of v1Areas) await v1.register(area);
       },

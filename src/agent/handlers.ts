@@ -27,17 +27,24 @@ const writeSecret: WorkHandler = async (work, ctx) => {
   return written;
 };
 
+/** A secret reference of a streaming definition, in the specification's form or the vendor's ({secretType, secretName, key}). */
 interface SecretReference {
   secretName: string;
   secretKey?: string;
+  key?: string;
 }
 
 interface StreamingPipelinePayload {
   streamingPipelineId: string;
-  definition: {
-    streamingSource: { connection: { password: SecretReference } };
-    streamingTarget: { accountKey?: SecretReference };
-  };
+  definition: { streamingSource: unknown; streamingTarget: unknown };
+}
+
+/** Every secret reference in a definition, wherever its source or target type keeps one (password, accountKey, privateKey, ...). */
+function secretReferencesIn(value: unknown): SecretReference[] {
+  if (Array.isArray(value)) return value.flatMap(secretReferencesIn);
+  if (!value || typeof value !== 'object') return [];
+  if (typeof (value as SecretReference).secretName === 'string') return [value as SecretReference];
+  return Object.values(value).flatMap(secretReferencesIn);
 }
 
 /**
@@ -48,11 +55,9 @@ const runningPipelines = new Set<string>();
 
 const startStreamingPipeline: WorkHandler = async (work, ctx) => {
   const { streamingPipelineId, definition } = work.payload as StreamingPipelinePayload;
-  const references = [definition.streamingSource.connection.password, definition.streamingTarget.accountKey].filter(
-    (reference): reference is SecretReference => reference !== undefined,
-  );
+  const references = secretReferencesIn([definition.streamingSource, definition.streamingTarget]);
   for (const reference of references) {
-    const key = reference.secretKey ?? 'value';
+    const key = reference.secretKey ?? reference.key ?? 'value';
     if ((await ctx.vault.read(reference.secretName, key)) === undefined) {
       throw new WorkFailure(`secret ${reference.secretName} (key ${key}) is not in the vault`, FAILURE_CODES.secretMissing);
     }

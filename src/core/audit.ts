@@ -59,7 +59,7 @@ class AuditBatches {
 }
 
 /**
- * Records every successful write of the scope it is registered in: who, what, when and the outcome.
+ * Records every successful write of the scope it is registered in (and every read marked `audited`): who, what, when and the outcome.
  * Only the route, the path parameters and ids a handler names are kept, never a body, so secret
  * values cannot reach the trail.
  */
@@ -71,7 +71,8 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
   const trail = new AuditBatches(app.store.db);
   // Before the answer leaves, so that a client that saw its write succeed finds it in the trail.
   const recordWrite = async (request: FastifyRequest, reply: FastifyReply) => {
-    if (!WRITES.has(request.method) || reply.statusCode >= 400 || !request.principal) return;
+    const audited = WRITES.has(request.method) || request.routeOptions.config.audited === true;
+    if (!audited || reply.statusCode >= 400 || !request.principal) return;
     const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
     const failure = await trail.record({
       accountId: request.principal.accountId,
@@ -86,10 +87,10 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
     });
     if (failure) request.log.error({ err: failure }, 'audit event not recorded');
   };
-  // Hooked onto write routes only: a read pays nothing for the trail.
+  // Hooked onto write routes (and reads marked `audited`) only: a read pays nothing for the trail.
   app.addHook('onRoute', (route) => {
     const methods = [route.method].flat();
-    if (!methods.some((method) => WRITES.has(method)) || route.config?.readOnly) return;
+    if (!(methods.some((method) => WRITES.has(method)) || route.config?.audited) || route.config?.readOnly) return;
     route.onRequest = [startAuditIds, ...[route.onRequest ?? []].flat()];
     route.onSend = [recordWrite, ...[route.onSend ?? []].flat()];
   });

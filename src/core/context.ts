@@ -9,6 +9,8 @@ import type { AgentPrincipal, Principal, TokenService } from './auth/tokens.ts';
 import type { JobQueue } from './jobs.ts';
 import type { SecretBox } from './secret-box.ts';
 import type { Metrics } from './metrics.ts';
+import type { ErrorSender } from './errors-plugin.ts';
+import type { FastifyReply } from 'fastify';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -21,6 +23,11 @@ declare module 'fastify' {
     metrics: Metrics;
     /** Set at the start of a graceful shutdown: /readyz answers 503 from then on. */
     shuttingDown: boolean;
+    /**
+     * Answers a request no route takes: 405 (with Allow) where the path has other methods, else 404; `send`
+     * renders it (problem+json unless an area, as SCIM does, answers in its own error form).
+     */
+    answerNoRoute(request: FastifyRequest, reply: FastifyReply, send?: ErrorSender): FastifyReply;
   }
   interface FastifyRequest {
     /** Set by the auth hook on every /dpc/v1 operation. */
@@ -37,6 +44,8 @@ declare module 'fastify' {
     directoryIntegration?: boolean;
     /** Changes nothing although sent as POST (SCIM's .search): no audit event. */
     readOnly?: boolean;
+    /** A read that hands out a secret (an agent's credentials): it leaves an audit event like a write. */
+    audited?: boolean;
   }
 }
 

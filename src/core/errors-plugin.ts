@@ -3,6 +3,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import fp from 'fastify-plugin';
 import FindMyWay from 'find-my-way';
 import { isForeignKeyViolation, isTransientStoreFailure } from './db/database.ts';
+import { isMissingBody, MISSING_BODY_DETAIL } from './json-bodies.ts';
 import { PROBLEM_CONTENT_TYPE, ProblemError, problemBody, type ProblemOptions } from './problems.ts';
 import { RESERVED_NAME_MESSAGE } from './reserved-names.ts';
 
@@ -31,6 +32,10 @@ export function violationsOf(
     if (issue.keyword === 'required') {
       segments.push(String(issue.params.missingProperty));
       message = 'is required';
+    } else if (issue.keyword === 'discriminator') {
+      // A oneOf chosen by a property (streaming sources and targets by `type`): the property is what is wrong.
+      segments.push(String(issue.params.tag));
+      message = issue.params.error === 'tag' ? 'is required (a string)' : 'is not one of the types this field takes';
     } else if (issue.keyword === 'additionalProperties') {
       segments.push(String(issue.params.additionalProperty));
       message = 'is not allowed';
@@ -111,16 +116,18 @@ export const errorsPlugin = fp(async (app: FastifyInstance) => {
     }
   });
 
-  app.setNotFoundHandler((request, reply) => {
+  const answerNoRoute = (request: FastifyRequest, reply: FastifyReply, send: ErrorSender = sendProblem) => {
     const path = request.url.split('?')[0];
     const allowed = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'].filter((m) => routes.find(m as never, path));
     if (allowed.length > 0) {
-      return sendProblem(request, reply, 405, `${request.method} is not supported on ${path}.`, {
+      return send(request, reply, 405, `${request.method} is not supported on ${path}.`, {
         headers: { allow: allowed.join(', ') },
       });
     }
-    return sendProblem(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
-  });
+    return send(request, reply, 404, `No operation is found at ${request.method} ${path}.`);
+  };
+  app.decorate('answerNoRoute', answerNoRoute);
+  app.setNotFoundHandler((request, reply) => answerNoRoute(request, reply));
 
   app.setErrorHandler((error: FastifyError | ProblemError, request, reply) => answerError(error, request, reply));
 });
@@ -140,6 +147,9 @@ export async function answerError(
   }
   if (error instanceof ProblemError) {
     return send(request, reply, error.status, error.message, error.options);
+  }
+  if (error.validation && isMissingBody(request, error.validationContext)) {
+    return send(request, reply, 400, MISSING_BODY_DETAIL, { violations: ['body: is required'] });
   }
   if (error.validation) {
     return send(request, reply, 400, 'The request is not valid.', {

@@ -13,7 +13,8 @@ function ajv(options: Options): Ajv {
 // Query strings, paths and headers are text, so their values are coerced to the declared types.
 // JSON bodies are not: a number sent where a string belongs is an error, never silently "5".
 const coercing = ajv({ coerceTypes: 'array' });
-const exact = ajv({ coerceTypes: false });
+// `discriminator`: a oneOf chosen by a property (OpenAPI's), so a bad field is reported in the variant chosen.
+const exact = ajv({ coerceTypes: false, discriminator: true });
 
 interface ObjectSchema {
   properties: Record<string, unknown>;

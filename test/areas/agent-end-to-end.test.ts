@@ -176,11 +176,11 @@ describeEachStore('the reference agent, end to end', (kind) => {
         name: 'orders',
         agentId,
         streamingSource: {
-          type: 'POSTGRES',
-          connection: { host: 'db', port: 5432, username: 'u', password: secretsOf.password },
+          type: 'postgres',
+          connection: { host: 'db', port: 5432, database: 'orders', username: 'u', password: secretsOf.password },
           tables: [{ schema: 'public', table: 'orders' }],
         },
-        streamingTarget: { type: 'AZURE_BLOB', accountName: 'lake', accountKey: secretsOf.accountKey },
+        streamingTarget: { type: 'abs', accountName: 'lake', container: 'cdc', accountKey: secretsOf.accountKey },
       });
       assert.equal(pipeline.status, 201, pipeline.text);
       const pipelinePath = `/projects/${projectId}/streaming-pipelines/${pipeline.body.streamingPipelineId}`;

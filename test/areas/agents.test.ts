@@ -104,7 +104,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('GET', '/agents?status=SLEEPING'), 400);
 
     const paused = await api('PATCH', `/agents/${agentId}`, { pausedUntil: '2999-01-01T00:00:00Z', description: null });
-    assert.equal(paused.status, 200, paused.text);
+    assert.equal(paused.status, 202, paused.text);
     assert.equal(paused.body.agentStatus, 'PAUSED');
     assert.equal(paused.body.description, undefined);
     assert.deepEqual(
@@ -115,7 +115,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('PATCH', `/agents/${agentId}`, { cloudProvider: 'azure' }), 422);
     assert.equal((await api('PATCH', `/agents/${agentId}`, { pausedUntil: null })).body.agentStatus, 'PENDING');
 
-    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 202);
     expectProblem(await api('GET', `/agents/${agentId}`), 404);
     expectProblem(await api('DELETE', `/agents/${agentId}`), 404);
     expectProblem(await api('GET', '/agents/not-a-uuid'), 400);
@@ -270,7 +270,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     const { agentId, token } = await connectedAgent();
     const polling = agentCall(token, 'GET', '/work?waitSeconds=5');
     await new Promise((r) => setTimeout(r, 400));
-    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 202);
     expectProblem(await polling, 401);
     expectProblem(await agentCall(token, 'POST', '/heartbeat', {}), 401);
   });
@@ -389,7 +389,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
       // Let the waiting request see the work (queued, or taken) before the deletion.
       await new Promise((resolve) => setTimeout(resolve, 300));
       const started = Date.now();
-      assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 204);
+      assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 202);
       const problem = expectProblem(await writing, 409, 'agent-deleted');
       assert.ok(Date.now() - started < 1000, 'answered at once, not after the timeout');
       assert.match(problem.detail, take ? /MAY have been written/ : /NOT written/);

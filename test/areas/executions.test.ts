@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { CHECKING, eventually, insertAgent, orchestration, uploadVersion, WAITING } from '../helpers/executions.ts';
 import { claimAgentWork, recordAgentWorkReport, renewAgentWork } from '../../src/areas/agents/work.ts';
+import { ProblemError } from '../../src/core/problems.ts';
 import { workHandler } from '../../src/agent/handlers.ts';
 import { WorkFailure, type WorkContext } from '../../src/agent/work-context.ts';
 import { sweepExecutions } from '../../src/areas/executions/lifecycle.ts';
@@ -45,17 +46,22 @@ class Agent {
     await this.loop;
   }
 
-  private report(workId: string, type: 'progress' | 'done' | 'failed', body: unknown) {
-    if (this.silent) return Promise.resolve();
-    const { db } = this.server();
-    return recordAgentWorkReport(
-      db,
-      this.agentId,
-      workId,
-      { type, body },
-      LEASE_MS,
-      this.server().server.app.agentWorkReports,
-    ).then(() => undefined);
+  /**
+   * Reports through the current server; a report that fails because its server stopped under it (the restart
+   * test swaps servers mid-run) is sent again through the one current then, as a real agent retries.
+   */
+  private async report(workId: string, type: 'progress' | 'done' | 'failed', body: unknown): Promise<void> {
+    for (let attempt = 1; ; attempt += 1) {
+      if (this.silent) return;
+      const { db, server } = this.server();
+      try {
+        await recordAgentWorkReport(db, this.agentId, workId, { type, body }, LEASE_MS, server.app.agentWorkReports);
+        return;
+      } catch (error) {
+        if (error instanceof ProblemError || attempt >= 5) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
   }
 
   /** Takes one piece of work and runs it in the background; false when there was none. */
@@ -186,7 +192,7 @@ describeEachStore('pipeline and test executions', (kind) => {
     assert.equal(details.body.pipelineName, 'pipelines/check.orch.yaml');
     assert.equal(details.body.agentId, agentId);
     assert.equal(details.body.versionName, 'v1');
-    assert.equal(details.body.trigger, 'MANUAL');
+    assert.equal(details.body.trigger, 'API');
     assert.ok(details.body.finishedAt >= details.body.startedAt);
   });
 

@@ -10,6 +10,7 @@ import { describeEachStore, expectProblem, TestServer, type Answer, type Caller 
 const SCIM = 'application/scim+json';
 const PATCH_OP = 'urn:ietf:params:scim:api:messages:2.0:PatchOp';
 const ERROR = 'urn:ietf:params:scim:api:messages:2.0:Error';
+const PROBLEM = 'application/problem+json';
 const GROUP_EXTENSION = 'urn:matillion:params:scim:schemas:extension:dpc:2.0:Group';
 const BASE = '/directory-integration/scim/v2';
 
@@ -217,12 +218,12 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     assert.ok(!validate({ ...(failure.body as object), status: failure.status }), 'status is a string in SCIM');
   });
 
-  test('errors: SCIM error schema for scim+json clients, problem+json (with scimType) for the others', async () => {
+  test('errors: SCIM error schema unless the client asks for problem+json only (then with scimType)', async () => {
     const bad = `${BASE}/Users?filter=${encodeURIComponent('userName eq')}`;
     expectScimError(await server.api('GET', bad, { token, headers: { accept: SCIM } }), 400, 'invalidFilter');
-    const problem = expectProblem(await server.api('GET', bad, { token }), 400);
+    const problem = expectProblem(await server.api('GET', bad, { token, headers: { accept: PROBLEM } }), 400);
     assert.equal((problem as { scimType?: string }).scimType, 'invalidFilter');
-    const missing = await server.api('POST', `${BASE}/Users`, { token, body: {} });
+    const missing = await server.api('POST', `${BASE}/Users`, { token, body: {}, headers: { accept: PROBLEM } });
     assert.equal(expectProblem(missing, 400).detail, 'userName is required.');
     expectScimError(await scim('POST', '/Users', { displayName: 'no user name' }), 400, 'invalidValue');
     expectScimError(await scim('POST', '/Users', { userName: ' ' }), 400, 'invalidValue');
@@ -250,7 +251,12 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     });
     expectScimError(plain, 415);
     expectScimError(await scim('GET', '/Users?count=many'), 400);
-    expectProblem(await server.api('GET', `${BASE}/Users?count=many`, { token }), 400);
+    expectProblem(await server.api('GET', `${BASE}/Users?count=many`, { token, headers: { accept: PROBLEM } }), 400);
+    // Any other Accept (or none) gets the SCIM form.
+    for (const accept of ['*/*', 'application/json', 'application/problem+json, */*']) {
+      expectScimError(await server.api('GET', `${BASE}/Users?count=many`, { token, headers: { accept } }), 400);
+    }
+    expectScimError(await server.api('GET', `${BASE}/Users?count=many`, { token }), 400);
   });
 
   test('filters compile every operator, logic, parentheses and attribute paths, case-insensitively where the attribute is', async () => {
@@ -430,7 +436,8 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     const projectId = await server.newProject(other, 'Derived');
     const made = await scim('POST', '/Groups', { displayName: 'derived', projectId, role: 'viewer' }, {}, other.token);
     assert.equal(made.status, 201, made.text);
-    assert.equal(made.body.accountId, other.accountId);
+    assert.equal(made.body[GROUP_EXTENSION].accountId, other.accountId);
+    assert.equal(made.body.accountId, undefined, 'extension attributes only in their extension object');
     const groups = (query: string) => scim('GET', `/Groups?${query}`, undefined, {}, other.token);
     for (const bad of [
       `accountId eq "${other.accountId}"`,
@@ -666,7 +673,11 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     }
     expectScimError(await search({ schemas: [SEARCH], filter: 'title zz "pilot"' }), 400, 'invalidFilter');
     // problem+json callers get the violations as a list, with the scimType.
-    const plain = await server.api('POST', `${BASE}/Users/.search`, { token: other.token, body: { schemas: [] } });
+    const plain = await server.api('POST', `${BASE}/Users/.search`, {
+      token: other.token,
+      body: { schemas: [] },
+      headers: { accept: PROBLEM },
+    });
     expectProblem(plain, 400);
     assert.equal(plain.body.scimType, 'invalidSyntax');
     assert.ok(
@@ -1099,7 +1110,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     // Its answer lost the projectName: a new version.
     const after = await scim('GET', path, undefined, { 'if-none-match': made.meta.version });
     assert.equal(after.status, 200);
-    assert.equal(after.body.projectName, undefined);
+    assert.equal(after.body[GROUP_EXTENSION].projectName, undefined);
     assert.notEqual(after.body.meta.version, made.meta.version);
     const added = await scim('PATCH', path, patchOf({ op: 'add', path: 'members', value: [{ value: member.id }] }));
     assert.equal(added.status, 200, added.text);
@@ -1176,7 +1187,8 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       role: 'developer',
     };
     assert.deepEqual(created[GROUP_EXTENSION], fields);
-    for (const [name, value] of Object.entries(fields)) assert.equal(created[name], value, name);
+    // Strict SCIM clients (RFC 7643 3.3): extension attributes only inside their extension object.
+    for (const name of Object.keys(fields)) assert.equal(created[name], undefined, name);
     assert.deepEqual(created.members, [
       { value: ann.id, $ref: `${created.meta.location.split('/Groups/')[0]}/Users/${ann.id}`, display: 'Ann', type: 'USER' },
     ]);
@@ -1901,7 +1913,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
       [GROUP_EXTENSION]: { displayName: 'Overridden', members: [{ value: ann.id }], environment: 'production' },
     });
     assert.equal(created.displayName, 'Real');
-    assert.equal(created.environment, 'production');
+    assert.equal(created[GROUP_EXTENSION].environment, 'production');
     assert.equal(created[GROUP_EXTENSION].displayName, undefined);
     assert.deepEqual(created.members, [], 'members inside the extension object are not members');
     const first = await scim('POST', '/Groups', { [GROUP_EXTENSION]: { displayName: 'Overridden' }, displayName: 'Real' });
@@ -1913,7 +1925,7 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     const put = await scim('PUT', path, { displayName: 'Put', [GROUP_EXTENSION]: { displayName: 'Overridden', role: 'viewer' } });
     assert.equal(put.status, 200, put.text);
     assert.equal(put.body.displayName, 'Put');
-    assert.equal(put.body.role, 'viewer');
+    assert.equal(put.body[GROUP_EXTENSION].role, 'viewer');
     expectScimError(
       await scim('PATCH', path, patchOf({ op: 'replace', path: `${GROUP_EXTENSION}:displayName`, value: 'Overridden' })),
       400,
@@ -1930,8 +1942,8 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     );
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.body.displayName, 'Put');
-    assert.equal(answer.body.environment, 'staging');
-    assert.equal(answer.body.role, 'developer');
+    assert.equal(answer.body[GROUP_EXTENSION].environment, 'staging');
+    assert.equal(answer.body[GROUP_EXTENSION].role, 'developer');
     answer = await scim(
       'PATCH',
       path,
@@ -1949,18 +1961,17 @@ describeEachStore('directory integration (SCIM 2.0)', (kind) => {
     );
     assert.equal(declared.caseExact, false);
     const created = await group('Role case', { projectId, role: 'ADMIN', members: [{ value: member.id }] });
-    assert.equal(created.role, 'admin');
     assert.equal(created[GROUP_EXTENSION].role, 'admin');
     assert.deepEqual(ids(await find('role eq "Admin"', 'Groups')), ['Role case']);
     const patched = await scim('PATCH', `/Groups/${created.id}`, patchOf({ op: 'replace', path: 'role', value: 'Developer' }));
     assert.equal(patched.status, 200, patched.text);
-    assert.equal(patched.body.role, 'developer');
+    assert.equal(patched.body[GROUP_EXTENSION].role, 'developer');
     const row = await server.db.selectFrom('scimGroups').select('role').where('id', '=', created.id).executeTakeFirstOrThrow();
     assert.equal(row.role, 'developer');
     const grants = await server.api('GET', `/directory-integration/users/${member.id}/project-grants`, { token: caller.token });
     assert.deepEqual(grants.body, [{ projectId, projectName: 'Roles', role: 'developer', groupId: created.id }]);
     const put = await scim('PUT', `/Groups/${created.id}`, { displayName: 'Role case', [GROUP_EXTENSION]: { role: 'Viewer' } });
-    assert.equal(put.body.role, 'viewer');
+    assert.equal(put.body[GROUP_EXTENSION].role, 'viewer');
     expectScimError(await scim('POST', '/Groups', { displayName: 'x', role: 'Owner' }), 400, 'invalidValue');
   });
 });

@@ -51,7 +51,7 @@ describeEachStore('services, called directly', (kind) => {
       projectId,
       environmentName: 'prod',
       pipelineName: 'pipelines/check',
-      trigger: 'MANUAL',
+      trigger: 'API',
       ...overrides,
     });
 

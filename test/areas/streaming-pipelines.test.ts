@@ -8,10 +8,11 @@ export function pipelineBody(agentId: string, name = 'orders-cdc') {
     agentId,
     advancedProperties: { 'snapshot.mode': 'initial' },
     streamingSource: {
-      type: 'POSTGRES',
+      type: 'postgres',
       connection: {
         host: 'db.internal',
         port: 5432,
+        database: 'orders',
         username: 'replicator',
         password: {
           secretName: 'orders-db',
@@ -24,12 +25,12 @@ export function pipelineBody(agentId: string, name = 'orders-cdc') {
       tables: [{ schema: 'public', table: 'orders' }],
     },
     streamingTarget: {
-      type: 'AZURE_BLOB',
+      type: 'abs',
       accountName: 'lake',
       accountKey: { secretName: 'lake', secretKey: 'key' },
       container: 'cdc',
       prefix: 'orders/',
-      decimalMapping: 'STRING',
+      decimalMapping: 'LOGICAL',
     },
   };
 }
@@ -103,7 +104,7 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     valued.streamingTarget.accountKey = { secretName: 'lake', value: 'hunter2-key' };
     const named = expectProblem(await api('POST', pipelines(), valued), 400);
     assert.deepEqual(named.violations, [
-      'body.streamingTarget.accountKey.value: a secret reference holds only secretName, secretType, secretKey, secretLocation, never a value',
+      'body.streamingTarget.accountKey.value: a secret reference holds only secretName, secretType, secretKey, secretLocation, key, never a value',
     ]);
     const inProperties = structuredClone(body) as any;
     inProperties.streamingSource.connection.jdbcProperties = { password: 'hunter2' };

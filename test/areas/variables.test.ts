@@ -146,7 +146,7 @@ describeEachStore('project variables and environment overrides', (kind) => {
     );
     assert.deepEqual(text.violations, ['body.value: must be a string for a TEXT variable']);
     const number = expectProblem(
-      await api().post(variables(), { name: 'n1', type: 'NUMBER', behaviour: 'SHARED', value: '5' }),
+      await api().post(variables(), { name: 'n1', type: 'NUMBER', behaviour: 'SHARED', value: 'five' }),
       422,
     );
     assert.deepEqual(number.violations, ['body.value: must be a number for a NUMBER variable']);

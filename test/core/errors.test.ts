@@ -154,7 +154,7 @@ describeEachStore('every error is problem+json', (kind) => {
         await server.api('POST', '/directory-integration/scim/v2/Users', {
           token: caller.token,
           body: `{"userName":"deep","title":${'['.repeat(depth)}${']'.repeat(depth)}}`,
-          headers: { 'content-type': 'application/json' },
+          headers: { 'content-type': 'application/json', accept: 'application/problem+json' },
         }),
         400,
       );

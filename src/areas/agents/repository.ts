@@ -1,11 +1,13 @@
 import { randomUUID, X509Certificate } from 'node:crypto';
-import type { Selectable } from 'kysely';
+import type { Expression, ExpressionBuilder, Selectable } from 'kysely';
+import type { Database } from '../../core/db/schema.ts';
 import type { Db, Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
 import { conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
 import type { AgentDeletion } from './deletion.ts';
+import type { SecretBox } from '../../core/secret-box.ts';
 import type { AgentTable } from './tables.ts';
 import {
   DEPLOYMENTS_OF,
@@ -100,6 +102,7 @@ export async function createAgent(db: Executor, accountId: string, request: Crea
         pausedUntil: null,
         clientId: null,
         secretHash: null,
+        sealedSecret: null,
         certificatePem: null,
         lastContactAt: null,
         createdAt: now(),
@@ -179,20 +182,59 @@ export async function deleteAgent(db: Executor, accountId: string, agentId: stri
   await db.deleteFrom('agents').where('id', '=', agentId).execute();
 }
 
+/** What an agent's secret is sealed with: the agent and the client it belongs to, so it opens nowhere else. */
+const sealContext = (agentId: string, clientId: string) => `agents:${agentId}:client:${clientId}`;
+
 /**
  * New client credentials for the agent; the old ones (and every token they got) stop working at once,
- * because agent tokens are checked against the agent's current client id. The secret is kept as a hash,
- * made before the transaction (hashing takes tens of milliseconds; a transaction holds the store).
+ * because agent tokens are checked against the agent's current client id. The secret is kept as a hash
+ * (what tokens are checked against) and sealed with the server's key (what `readAgentCredentials` answers),
+ * both made before the transaction (hashing takes tens of milliseconds; a transaction holds the store).
+ * With `onlyIfNone` the agent keeps credentials it already has (answered undefined then).
  */
-export async function issueAgentCredentials(db: Db, accountId: string, agentId: string) {
+async function issue(
+  db: Db,
+  box: SecretBox,
+  accountId: string,
+  agentId: string,
+  onlyIfNone = false,
+): Promise<{ clientId: string; clientSecret: string } | undefined> {
   const clientId = randomUUID();
   const clientSecret = newClientSecret();
   const secretHash = await hashSecret(clientSecret);
-  await db.transaction().execute(async (trx) => {
+  const sealedSecret = box.seal(clientSecret, sealContext(agentId, clientId));
+  const issued = await db.transaction().execute(async (trx) => {
     await requireAgent(trx, accountId, agentId);
-    await trx.updateTable('agents').set({ clientId, secretHash }).where('id', '=', agentId).execute();
+    let update = trx.updateTable('agents').set({ clientId, secretHash, sealedSecret }).where('id', '=', agentId);
+    if (onlyIfNone) update = update.where('clientId', 'is', null);
+    return (await update.executeTakeFirst()).numUpdatedRows > 0n;
   });
-  return { clientId, clientSecret };
+  return issued ? { clientId, clientSecret } : undefined;
+}
+
+/** New credentials for the agent, replacing (and so revoking) any it has. */
+export async function issueAgentCredentials(db: Db, box: SecretBox, accountId: string, agentId: string) {
+  return (await issue(db, box, accountId, agentId)) as { clientId: string; clientSecret: string };
+}
+
+/**
+ * The agent's current credentials, the same on every read until they are rotated (a read never rotates);
+ * an agent without any gets its first. Credentials issued before secrets were sealed cannot be read back (409).
+ */
+export async function readAgentCredentials(db: Db, box: SecretBox, accountId: string, agentId: string) {
+  const row = await requireAgent(db, accountId, agentId);
+  if (row.clientId === null) {
+    const issued = await issue(db, box, accountId, agentId, true);
+    if (issued) return issued;
+    // Another request issued them meanwhile: answer those.
+    return readAgentCredentials(db, box, accountId, agentId);
+  }
+  if (row.sealedSecret === null) {
+    throw conflict(
+      "The agent's credentials were issued before they were kept sealed and cannot be read back; issue new ones (POST).",
+    );
+  }
+  return { clientId: row.clientId, clientSecret: box.open(row.sealedSecret, sealContext(agentId, row.clientId)) };
 }
 
 /** Which of `agentIds` have been in contact (a poll or heartbeat) at or after `since`. */
@@ -242,4 +284,22 @@ export async function setAgentCertificate(db: Executor, agentId: string, certifi
 /** Sign-off: STOPPED, and not connected until the agent's next contact. */
 export async function signOffAgent(db: Executor, agentId: string): Promise<void> {
   await db.updateTable('agents').set({ status: 'STOPPED', lastContactAt: null }).where('id', '=', agentId).execute();
+}
+
+/**
+ * For lists of other areas that show an agent's name beside its id: a scalar subquery, the name of the agent
+ * `agentId` refers to when it is one of account `accountId`'s (else null).
+ */
+export function agentNameWhere(
+  eb: ExpressionBuilder<Database, any>,
+  agentId: Expression<string | null>,
+  accountId: Expression<string | null>,
+) {
+  return eb
+    .selectFrom('agents')
+    .select('agents.name')
+    .where((inner) =>
+      inner.and([inner(inner.ref('agents.id'), '=', agentId), inner(inner.ref('agents.accountId'), '=', accountId)]),
+    )
+    .$asScalar();
 }

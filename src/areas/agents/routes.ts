@@ -3,7 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
 import { pageOf } from '../../core/paging.ts';
-import { noContent, problems } from '../../core/openapi.ts';
+import { problems } from '../../core/openapi.ts';
 import {
   Agent,
   AgentCredentials,
@@ -19,6 +19,7 @@ import {
   deleteAgent,
   issueAgentCredentials,
   listAgents,
+  readAgentCredentials,
   requireAgent,
   toAgent,
   toSummary,
@@ -84,17 +85,18 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       config: { role: 'admin' },
       schema: {
         summary: 'Update an agent: rename it, describe it, move it, pause or resume it',
+        description: 'Answers 202 with the agent as updated, as the real service does (its clients expect 202).',
         tags,
         params: AgentParams,
         body: UpdateAgentRequest,
-        response: { 200: Agent, ...problems(409, 422) },
+        response: { 202: Agent, ...problems(409, 422) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const row = await app.store.db
         .transaction()
         .execute((trx) => updateAgent(trx, request.principal.accountId, request.params.agentId, request.body));
-      return toAgent(row, window);
+      return reply.code(202).send(toAgent(row, window));
     },
   );
 
@@ -104,16 +106,41 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       config: { role: 'admin' },
       schema: {
         summary: 'Delete an agent, its credentials and its pending work',
+        description: 'Answers 202 with no body, as the real service does (its clients expect 202); the agent is gone at once.',
         tags,
         params: AgentParams,
-        response: { ...noContent('The agent is deleted.'), ...problems(409) },
+        response: { 202: { type: 'null', description: 'The agent is deleted.' }, ...problems(409) },
       },
     },
     async (request, reply) => {
       await app.store.db
         .transaction()
         .execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId, app.agentDeletion));
-      return reply.code(204).send(null);
+      return reply.code(202).send(null);
+    },
+  );
+
+  app.get(
+    '/agents/:agentId/credentials',
+    {
+      config: { role: 'admin', audited: true },
+      schema: {
+        summary: "Read the agent's client credentials (issued on first read; the same until rotated)",
+        description:
+          'Admins only; every read leaves an audit event and none rotates. The secret is kept sealed with the server key. An agent without credentials gets its first. Credentials issued before secrets were kept sealed cannot be read back (409): issue new ones with POST.',
+        tags,
+        params: AgentParams,
+        response: { 200: AgentCredentials, ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const credentials = await readAgentCredentials(
+        app.store.db,
+        app.secretBox,
+        request.principal.accountId,
+        request.params.agentId,
+      );
+      return reply.header('cache-control', 'no-store').send(credentials);
     },
   );
 
@@ -124,14 +151,15 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         summary: "Issue the agent's client credentials (replacing, and so revoking, any earlier ones)",
         description:
-          'The secret is answered once and kept only as a hash. Tokens got with earlier credentials stop working at once.',
+          'The secret is kept as a hash and sealed with the server key; GET answers it again until the next rotation. Tokens got with earlier credentials stop working at once.',
         tags,
         params: AgentParams,
         response: { 201: AgentCredentials },
       },
     },
     async (request, reply) => {
-      const credentials = await issueAgentCredentials(app.store.db, request.principal.accountId, request.params.agentId);
+      const { accountId } = request.principal;
+      const credentials = await issueAgentCredentials(app.store.db, app.secretBox, accountId, request.params.agentId);
       return reply.code(201).header('cache-control', 'no-store').send(credentials);
     },
   );

@@ -4,8 +4,10 @@ import { PageQuery } from '../../core/paging.ts';
 /**
  * CUSTOMER_HOSTED: runs in the customer's cloud and holds the customer's secrets (the hybrid model; the
  * reference agent `dpc agent run` is one). PLATFORM_HOSTED: run by the platform operator for the account.
+ * streaming: a customer-hosted agent that runs streaming pipelines, as the vendor's infrastructure-as-code
+ * provider creates them (it reads `agentType` back and drops a resource whose type reads otherwise).
  */
-export const AGENT_TYPES = ['CUSTOMER_HOSTED', 'PLATFORM_HOSTED'] as const;
+export const AGENT_TYPES = ['CUSTOMER_HOSTED', 'PLATFORM_HOSTED', 'streaming'] as const;
 export const CLOUD_PROVIDERS = ['aws', 'azure', 'gcp'] as const;
 export const DEPLOYMENTS = ['fargate', 'eks', 'aci', 'aks', 'gke', 'gce'] as const;
 /** Which deployments run on which cloud. */
@@ -22,7 +24,8 @@ export const AGENT_STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'STOPPED'] as con
 export type AgentStatus = (typeof AGENT_STATUSES)[number];
 
 const AgentType = Type.Enum(AGENT_TYPES, {
-  description: 'CUSTOMER_HOSTED: runs in the customer cloud and holds its secrets; PLATFORM_HOSTED: run by the platform',
+  description:
+    'CUSTOMER_HOSTED: runs in the customer cloud and holds its secrets; PLATFORM_HOSTED: run by the platform; streaming: a customer-hosted agent for streaming pipelines. Answered back as written.',
 });
 const CloudProvider = Type.Enum(CLOUD_PROVIDERS);
 const Deployment = Type.Enum(DEPLOYMENTS, { description: 'aws: fargate|eks; azure: aci|aks; gcp: gke|gce' });
@@ -138,7 +141,9 @@ export const CreateAgentResponse = Type.Object(
 export const AgentCredentials = Type.Object(
   {
     clientId: Type.String(),
-    clientSecret: Type.String({ description: 'shown once; the server keeps only a hash' }),
+    clientSecret: Type.String({
+      description: 'the same on every read until the credentials are rotated; kept hashed and sealed with the server key',
+    }),
   },
   { examples: [{ clientId: '6a0e2b7c-1f44-4f7e-8f00-3c8a9b1d2e55', clientSecret: 'k3v1...' }] },
 );

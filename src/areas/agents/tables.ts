@@ -12,6 +12,8 @@ export interface AgentTable {
   /** The agent's own client id (null until credentials are issued); its secret is kept only as a hash. */
   clientId: string | null;
   secretHash: string | null;
+  /** The same secret sealed with the server's key, so that an admin can read it back until it is rotated. */
+  sealedSecret: string | null;
   /** The agent's X.509 certificate (PEM); secrets sent to the agent are encrypted for its public key. */
   certificatePem: string | null;
   /** Last heartbeat or poll, from any server instance: `connected` is derived from it. */

@@ -228,7 +228,7 @@ export const TOOLS: Tool[] = [
           environmentName,
           pipelineName,
           scalarVariables,
-          trigger: 'MANUAL',
+          trigger: 'API',
         });
         return context.db
           .transaction()

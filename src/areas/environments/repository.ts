@@ -2,17 +2,32 @@ import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
-import { projectList } from '../projects/index.ts';
+import { agentNameWhere } from '../agents/index.ts';
+import { accountOfProject, projectList } from '../projects/index.ts';
 import type { EnvironmentTable } from './tables.ts';
 import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
 
-function toEnvironment(row: Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'createdAt'>): Environment {
+type EnvironmentRow = Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'createdAt'> & {
+  defaultAgentName: string | null;
+};
+
+function toEnvironment(row: EnvironmentRow): Environment {
   return {
     name: row.name,
     ...(row.description !== null && { description: row.description }),
     ...(row.defaultAgentId !== null && { defaultAgentId: row.defaultAgentId }),
+    ...(row.defaultAgentName !== null && { defaultAgentName: row.defaultAgentName }),
     createdAt: row.createdAt,
   };
+}
+
+/** The name of agent `agentId` when it is one of the account's that owns the project (else null). */
+async function agentNameOf(db: Executor, projectId: string, agentId: string | null): Promise<string | null> {
+  if (agentId === null) return null;
+  const row = await db
+    .selectNoFrom((eb) => agentNameWhere(eb, eb.val(agentId), accountOfProject(eb, projectId)).as('name'))
+    .executeTakeFirst();
+  return row?.name ?? null;
 }
 
 export async function createEnvironment(
@@ -34,7 +49,7 @@ export async function createEnvironment(
     if (isUniqueViolation(error)) throw conflict(`An environment named "${request.name}" already exists in this project.`);
     throw error;
   }
-  return toEnvironment(row);
+  return toEnvironment({ ...row, defaultAgentName: await agentNameOf(db, projectId, row.defaultAgentId) });
 }
 
 /** A page of the project's environments in name order, if the project is the caller's. */
@@ -44,9 +59,16 @@ export const listEnvironments = projectList({
   page: (db, { projectId, limit, offset }, descending) =>
     db
       .selectFrom('environments')
-      .select(['name', 'description', 'defaultAgentId', 'createdAt'])
-      .where('projectId', '=', projectId)
-      .orderBy('name', descending ? 'desc' : 'asc')
+      .select((eb) => [
+        'environments.name',
+        'environments.description',
+        'environments.defaultAgentId',
+        'environments.createdAt',
+        // The default agent's name, where it is one of the project's account.
+        agentNameWhere(eb, eb.ref('environments.defaultAgentId'), accountOfProject(eb, projectId)).as('defaultAgentName'),
+      ])
+      .where('environments.projectId', '=', projectId)
+      .orderBy('environments.name', descending ? 'desc' : 'asc')
       .limit(limit)
       .offset(offset),
   toItem: toEnvironment,

@@ -25,6 +25,7 @@ export const Environment = Type.Object(
     name: Type.String(),
     description: Type.Optional(Type.String()),
     defaultAgentId: Type.Optional(Type.String({ format: 'uuid' })),
+    defaultAgentName: Type.Optional(Type.String({ description: 'the name of the default agent, beside its id' })),
     createdAt: Type.String({ format: 'date-time' }),
   },
   {
@@ -33,6 +34,7 @@ export const Environment = Type.Object(
         name: 'production',
         description: 'Live data',
         defaultAgentId: '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10',
+        defaultAgentName: 'eu-agent',
         createdAt: '2026-11-22T09:30:00.000Z',
       },
     ],

@@ -10,7 +10,13 @@ import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
 import type { ExecutionTable } from './tables.ts';
 import { EXECUTION_STATUSES, isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
-import type { ExecutionStep, ListExecutionsQuery, PipelineExecutionSummary } from './schemas.ts';
+import {
+  TRIGGERS,
+  type ExecutionStep,
+  type ListExecutionsQuery,
+  type PipelineExecutionSummary,
+  type Trigger,
+} from './schemas.ts';
 import type { PreparedRun } from './run-start.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
@@ -238,10 +244,16 @@ export async function listSteps(
       id: String(row.position),
       name: row.name,
       result: { status: row.status, startedAt: row.startedAt, finishedAt: row.finishedAt, message: row.message },
-      childPipeline: row.childPipeline,
+      childPipeline: row.childPipeline === null ? null : { name: row.childPipeline },
     })),
     total,
   };
+}
+
+/** The stored trigger as the vendor names it: runs stored before it was API read MANUAL. */
+export function triggerOf(stored: string): Trigger {
+  if (stored === 'MANUAL') return 'API';
+  return (TRIGGERS as readonly string[]).includes(stored) ? (stored as Trigger) : 'UNKNOWN';
 }
 
 export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
@@ -254,7 +266,7 @@ export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
     environmentName: row.environmentName,
     projectId: row.projectId,
     pipelineType: 'ORCHESTRATION',
-    trigger: row.trigger as 'MANUAL' | 'SCHEDULE',
+    trigger: triggerOf(row.trigger),
     scheduleId: row.scheduleId,
     message: row.message,
   };
@@ -272,6 +284,7 @@ export async function listExecutions(db: Executor, accountId: string, query: Lis
   if (query.status !== undefined) select = select.where('status', '=', query.status);
   if (query.startedAfter !== undefined) select = select.where('startedAt', '>=', new Date(query.startedAfter).toISOString());
   if (query.startedBefore !== undefined) select = select.where('startedAt', '<', new Date(query.startedBefore).toISOString());
+  if (query.scheduleId !== undefined) select = select.where('scheduleId', '=', query.scheduleId);
   const after = keyOf<[string, string]>(query.paginationToken, ['string', 'string']);
   if (after !== undefined) {
     const [startedAt, id] = after;

@@ -27,6 +27,7 @@ import {
   listExecutions,
   listSteps,
   requireExecution,
+  triggerOf,
   type ExecutionKind,
   type ExecutionRow,
 } from './repository.ts';
@@ -46,7 +47,7 @@ function detailsOf(row: ExecutionRow) {
     agentId: row.agentId,
     status: row.status as ExecutionStatus,
     message: row.message,
-    trigger: row.trigger as 'MANUAL' | 'SCHEDULE',
+    trigger: triggerOf(row.trigger),
     scheduleId: row.scheduleId,
     startedAt: row.startedAt,
     finishedAt: row.finishedAt,
@@ -84,7 +85,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       await requireProject(app.store.db, accountId, projectId);
-      const run = await preparePipelineRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'MANUAL' });
+      const run = await preparePipelineRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'API' });
       const pipelineExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
         createExecution(trx, 'PIPELINE', run, { pipelineName: run.pipelineName, executionTag: request.body.executionTag }),
       );
@@ -210,7 +211,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       await requireProject(app.store.db, accountId, projectId);
-      const run = await prepareTestRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'MANUAL' });
+      const run = await prepareTestRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'API' });
       const testExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
         createExecution(trx, 'TEST', run, {
           pipelineName: run.pipelineName,

@@ -10,7 +10,7 @@ import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
 import { requireAgent } from '../agents/index.ts';
 import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
 import { requireEnvironment } from '../environments/index.ts';
-import { variableValuesIn } from '../variables/index.ts';
+import { valueOfType, variableValuesIn } from '../variables/index.ts';
 import {
   parsePipeline,
   PIPELINE_SUFFIXES,
@@ -68,10 +68,6 @@ function parseOrRefuse(text: string, path: string): Pipeline {
   }
 }
 
-function fits(type: string, value: unknown): boolean {
-  return type === 'NUMBER' ? typeof value === 'number' : typeof value === 'string';
-}
-
 /**
  * The variables a run starts with: the project defaults, replaced by the environment's overrides,
  * replaced by what the request gives. A request's scalar must name a project variable (or a TEXT/NUMBER
@@ -99,9 +95,13 @@ async function resolveVariables(
   for (const [name, value] of Object.entries(scalars)) {
     const type = types.get(name);
     if (type === undefined || type === 'GRID') violations.push(`scalarVariables.${name}: not a project variable`);
-    else if (!fits(type, value))
-      violations.push(`scalarVariables.${name}: must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`);
-    else resolved[name] = value;
+    else {
+      // A NUMBER given as a numeric string ("1", as scripts send every value) is that number.
+      const kept = valueOfType(type, value);
+      if (kept === undefined)
+        violations.push(`scalarVariables.${name}: must be a ${type === 'NUMBER' ? 'number' : 'string'} for a ${type} variable`);
+      else resolved[name] = kept;
+    }
   }
   for (const [name, rows] of Object.entries(grids)) {
     if (!Object.hasOwn(declared, name) || declared[name].type !== 'GRID')
@@ -118,7 +118,7 @@ export interface RunRequest {
   environmentName: string;
   versionName?: string;
   agentId?: string;
-  trigger: 'MANUAL' | 'SCHEDULE';
+  trigger: 'API' | 'SCHEDULE';
   scheduleId?: string;
   scheduledFor?: string;
 }

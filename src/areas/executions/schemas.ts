@@ -5,7 +5,12 @@ import { EXECUTION_STATUSES } from './states.ts';
 
 const ExecutionId = Type.String({ format: 'uuid' });
 export const ExecutionStatusSchema = Type.Enum(EXECUTION_STATUSES);
-const Trigger = Type.Enum(['MANUAL', 'SCHEDULE'], { description: 'what started the run' });
+/** The vendor's trigger values: a run started through this API is API, one a schedule starts SCHEDULE. */
+export const TRIGGERS = ['DESIGNER', 'API', 'SCHEDULE', 'SCHEDULE_RUN_NOW', 'UNKNOWN'] as const;
+export type Trigger = (typeof TRIGGERS)[number];
+const Trigger = Type.Enum(TRIGGERS, {
+  description: 'what started the run: API (through this API), SCHEDULE (a schedule), or DESIGNER, SCHEDULE_RUN_NOW, UNKNOWN',
+});
 const DateTime = Type.String({ format: 'date-time' });
 
 /** A pipeline named by its path in the artifact, with or without the `.orch.yaml` ending. */
@@ -145,6 +150,7 @@ export const ListExecutionsQuery = Type.Object({
   status: Type.Optional(ExecutionStatusSchema),
   startedAfter: Type.Optional(Type.String({ format: 'date-time', description: 'runs started at or after this time' })),
   startedBefore: Type.Optional(Type.String({ format: 'date-time', description: 'runs started before this time' })),
+  scheduleId: Type.Optional(Type.String({ minLength: 1, maxLength: 255, description: 'only the runs this schedule started' })),
   limit: Type.Integer({ minimum: 1, maximum: 1000, default: 25 }),
   paginationToken: Type.Optional(Type.String({ maxLength: 512, description: 'the `more` of the previous page' })),
 });
@@ -164,6 +170,15 @@ export const ExecutionStep = Type.Object({
     finishedAt: Type.Union([DateTime, Type.Null()]),
     message: Type.Union([Type.String(), Type.Null()]),
   }),
-  childPipeline: Type.Union([Type.String(), Type.Null()]),
+  childPipeline: Type.Union(
+    [
+      Type.Object(
+        { name: Type.String({ description: 'the path of the child pipeline in the artifact' }) },
+        { description: 'the child pipeline this step ran' },
+      ),
+      Type.Null(),
+    ],
+    { description: 'the child pipeline run by this step (an object), or null; never a string' },
+  ),
 });
 export type ExecutionStep = Static<typeof ExecutionStep>;

@@ -2,6 +2,7 @@
  * The projects area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
 export {
+  accountOfProject,
   accountsOfProjects,
   pageInProject,
   projectNamesById,

@@ -225,3 +225,8 @@ export async function projectNamesById(
     .execute();
   return new Map(rows.map((row) => [row.id, row.name]));
 }
+
+/** For queries of other areas: a scalar subquery, the account of project `projectId`. */
+export function accountOfProject(eb: ExpressionBuilder<Database, any>, projectId: string) {
+  return eb.selectFrom('projects').select('projects.accountId').where('projects.id', '=', projectId).$asScalar();
+}

@@ -216,8 +216,8 @@ export function etagListNames(header: string, version: number): boolean {
 
 /**
  * The resource as answered: schemas, id, the document, what the caller adds (members, groups, derived
- * fields), and meta. A group's extension fields are answered both at the top level, as the specification
- * shows a group, and in their extension object, as RFC 7643 3.3 places them.
+ * fields), and meta. A group's extension fields are answered only in their extension object, as RFC 7643
+ * 3.3 places them (strict SCIM clients refuse them at the top level); writes take them in either place.
  */
 export function rendered(kind: ResourceKind, meta: Meta, document: Document, added: Document, location: string): Document {
   const { externalId, ...rest } = document;
@@ -230,7 +230,10 @@ export function rendered(kind: ResourceKind, meta: Meta, document: Document, add
   };
   if (kind.extensions.includes(GROUP_EXTENSION_SCHEMA)) {
     const extension: Document = {};
-    for (const { name } of groupExtensionAttributes) if (resource[name] !== undefined) extension[name] = resource[name];
+    for (const { name } of groupExtensionAttributes) {
+      if (resource[name] !== undefined) extension[name] = resource[name];
+      delete resource[name];
+    }
     resource[GROUP_EXTENSION_SCHEMA] = extension;
   }
   resource.meta = {

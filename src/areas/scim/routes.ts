@@ -3,7 +3,8 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { noContent, problems } from '../../core/openapi.ts';
 import { answerError, sendProblem, type ErrorSender } from '../../core/errors-plugin.ts';
-import { notFound } from '../../core/problems.ts';
+import { emptyIsNoBody } from '../../core/json-bodies.ts';
+import { notFound, PROBLEM_CONTENT_TYPE } from '../../core/problems.ts';
 import { createDirectoryToken, listDirectoryTokens, revokeDirectoryToken } from '../../core/auth/directory-tokens.ts';
 import { ERROR_SCHEMA, GROUP, LIST_RESPONSE_SCHEMA, USER } from './definitions.ts';
 import { checkProjection, etagListNames, etagOf, scimError } from './resources.ts';
@@ -53,11 +54,16 @@ import {
 } from './schemas.ts';
 
 /**
- * Whether a failure is answered in the SCIM error format (RFC 7644 3.12) rather than problem+json: when
- * the client asks for application/scim+json in Accept, or sends its body as application/scim+json.
+ * Whether a failure is answered in the SCIM error format (RFC 7644 3.12) rather than problem+json: always,
+ * unless the client asks for application/problem+json only (every media range of its Accept header is that).
+ * A SCIM client accepting any type, application/json, or sending no Accept at all gets a SCIM error.
  */
 function wantsScim(request: FastifyRequest): boolean {
-  return [request.headers.accept, request.headers['content-type']].some((value) => value?.includes(SCIM_CONTENT_TYPE));
+  const ranges = (request.headers.accept ?? '')
+    .split(',')
+    .map((range) => range.split(';')[0].trim().toLowerCase())
+    .filter(Boolean);
+  return !(ranges.length > 0 && ranges.every((range) => range === PROBLEM_CONTENT_TYPE));
 }
 
 const sendScimError: ErrorSender = (_request, reply, status, detail, options = {}) => {
@@ -104,7 +110,7 @@ function sendList(reply: FastifyReply, answer: ListAnswer) {
 /** The SCIM service provider of the account: Users, Groups and the discovery documents; admins and directory tokens only. */
 async function scimRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
-  app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, app.getDefaultJsonParser('error', 'error'));
+  app.addContentTypeParser(SCIM_CONTENT_TYPE, { parseAs: 'string' }, emptyIsNoBody(app));
   app.setErrorHandler((error: FastifyError, request, reply) =>
     answerError(
       NOT_JSON.has(error.code) ? scimError(400, 'invalidSyntax', 'The body is not a JSON value.') : error,
@@ -113,6 +119,8 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       malformedIsInvalidSyntax(wantsScim(request) ? sendScimError : sendProblem),
     ),
   );
+  // Unknown paths and methods under the SCIM base are SCIM errors too.
+  app.setNotFoundHandler((request, reply) => app.answerNoRoute(request, reply, wantsScim(request) ? sendScimError : sendProblem));
   app.addHook('onRoute', (route) => {
     route.config = { ...route.config, role: 'admin', directoryIntegration: true };
     // The server's failures were declared by the OpenAPI plugin's own onRoute hook, which runs first.
@@ -144,18 +152,22 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       return query;
     };
 
-    app.get(
-      path,
-      {
-        schema: {
-          summary: `List ${name}s: filter, sort, page, choose attributes (RFC 7644 3.4.2)`,
-          tags,
-          querystring: ListQuery,
-          response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
+    // `/Users/` is `/Users` (the second is left out of the OpenAPI document).
+    for (const url of [path, `${path}/`]) {
+      app.get(
+        url,
+        {
+          schema: {
+            summary: `List ${name}s: filter, sort, page, choose attributes (RFC 7644 3.4.2)`,
+            tags,
+            querystring: ListQuery,
+            response: { 200: scimContent(ListResponse(resource), `a ListResponse of ${name}s`) },
+            hide: url !== path,
+          },
         },
-      },
-      async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
-    );
+        async (request, reply) => sendList(reply, await run.list(scopeOf(request), request.query)),
+      );
+    }
 
     app.post(
       `${path}/.search`,
@@ -174,23 +186,26 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       async (request, reply) => sendList(reply, await run.list(scopeOf(request), searchListQuery(request.body))),
     );
 
-    app.post(
-      path,
-      {
-        schema: {
-          summary: `Create a ${name} (RFC 7644 3.3)`,
-          tags,
-          querystring: ProjectionQuery,
-          body,
-          response: { 201: scimContent(resource, `the ${name} created`), ...problems(409) },
+    for (const url of [path, `${path}/`]) {
+      app.post(
+        url,
+        {
+          schema: {
+            summary: `Create a ${name} (RFC 7644 3.3)`,
+            tags,
+            querystring: ProjectionQuery,
+            body,
+            response: { 201: scimContent(resource, `the ${name} created`), ...problems(409) },
+            hide: url !== path,
+          },
         },
-      },
-      async (request, reply) => {
-        const answer = await run.create(scopeOf(request), request.body, checked(request.query));
-        request.auditIds.id = answer.resource.id as string;
-        return sendResource(reply, answer, `${serviceUrl(request)}${path}/${answer.resource.id}`);
-      },
-    );
+        async (request, reply) => {
+          const answer = await run.create(scopeOf(request), request.body, checked(request.query));
+          request.auditIds.id = answer.resource.id as string;
+          return sendResource(reply, answer, `${serviceUrl(request)}${path}/${answer.resource.id}`);
+        },
+      );
+    }
 
     app.get(
       `${path}/:id`,
@@ -277,6 +292,22 @@ async function scimRoutes(fastify: FastifyInstance): Promise<void> {
       },
     );
   }
+
+  // A search across every resource type (RFC 7644 3.4.3, the root's .search) is not offered: 501, as the RFC
+  // says, in the SCIM form. Not an operation, so left out of the OpenAPI document (which lists what is served).
+  app.post(
+    '/.search',
+    {
+      schema: {
+        summary: 'Search across resource types from the root: not implemented (501); search /Users/.search or /Groups/.search',
+        hide: true,
+      },
+      config: { readOnly: true },
+    },
+    async () => {
+      throw scimError(501, undefined, 'Searching from the root is not implemented; search /Users/.search or /Groups/.search.');
+    },
+  );
 
   await app.register(discoveryRoutes);
 }

@@ -87,9 +87,12 @@ function jsonSchemaOf(definition: AttributeDefinition): Record<string, unknown> 
   return definition.multiValued ? { type: 'array', items: schema, description } : { ...schema, description };
 }
 
-/** The answered shape of a resource: only attributes that are ever returned (a password never is). */
+/**
+ * The answered shape of a resource: only attributes that are ever returned (a password never is). Extension
+ * attributes are answered only inside the object keyed by their schema URN (RFC 7643 3.3), never at the top level.
+ */
 function resourceSchema(kind: ResourceKind, example: Record<string, unknown>): TSchema {
-  const returned = kind.attributes.filter((a) => a.returned !== 'never');
+  const returned = kind.attributes.filter((a) => a.returned !== 'never' && !groupExtensionAttributes.includes(a));
   const properties: Record<string, unknown> = {
     schemas: { type: 'array', items: { type: 'string' } },
     ...Object.fromEntries(returned.map((a) => [a.name, jsonSchemaOf(a)])),
@@ -98,7 +101,7 @@ function resourceSchema(kind: ResourceKind, example: Record<string, unknown>): T
   if (kind.extensions.includes(GROUP_EXTENSION_SCHEMA)) {
     properties[GROUP_EXTENSION_SCHEMA] = {
       type: 'object',
-      description: 'the extension fields again, where RFC 7643 3.3 places them',
+      description: 'the extension fields (RFC 7643 3.3): only here, never at the top level',
       properties: Object.fromEntries(groupExtensionAttributes.map((a) => [a.name, jsonSchemaOf(a)])),
     };
   }
@@ -117,7 +120,6 @@ const userExample = {
   groups: [
     {
       value: 'e9e30dba-f08f-4109-8486-d5c6a331660a',
-      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Groups/e9e30dba-f08f-4109-8486-d5c6a331660a',
       display: 'Data engineers',
       type: 'DIRECT',
     },
@@ -138,17 +140,10 @@ const groupExample = {
   members: [
     {
       value: '2819c223-7f76-453a-919d-413861904646',
-      $ref: 'https://example.com/dpc/v1/directory-integration/scim/v2/Users/2819c223-7f76-453a-919d-413861904646',
       display: 'Babs Jensen',
       type: 'USER',
     },
   ],
-  accountId: '4f1e2f7a-0a55-4e0f-b7a8-0e1c7e1b6a3d',
-  accountName: 'Acme',
-  projectId: 'a6f6a3c2-4b7e-4c55-9b6a-6b2f1d9c0e11',
-  projectName: 'Warehouse',
-  environment: 'production',
-  role: 'developer',
   [GROUP_EXTENSION_SCHEMA]: {
     accountId: '4f1e2f7a-0a55-4e0f-b7a8-0e1c7e1b6a3d',
     accountName: 'Acme',
@@ -175,7 +170,7 @@ function resourceBody(example: Record<string, unknown>, description: string) {
 }
 
 const { id: _userId, meta: _userMeta, groups: _groups, ...userWrite } = userExample;
-const { id: _groupId, meta: _groupMeta, [GROUP_EXTENSION_SCHEMA]: _extension, ...groupWrite } = groupExample;
+const { id: _groupId, meta: _groupMeta, ...groupWrite } = groupExample;
 
 export const UserBody = resourceBody(
   { ...userWrite, password: 't1meMa$heen' },

@@ -27,26 +27,54 @@ const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|pr
 /** A value that carries a credential itself, as in `jdbc:postgresql://db/x?user=a&password=hunter2` or `pwd=...;`. */
 const CREDENTIAL_IN_VALUE = new RegExp(`(^|[?&;:,/\\s])[\\w.-]*(${CREDENTIAL_NAME.source})[\\w.-]*\\s*=\\s*[^&;,\\s]`, 'i');
 
-/** Every string in `value` (not under the secret references), with its path. */
-function* stringsOf(value: unknown, field: string): Generator<[string, string]> {
+/** Every string in `value` but those under `skipped` (the secret references), with its path. */
+function* stringsOf(value: unknown, field: string, skipped: Set<unknown>): Generator<[string, string]> {
+  if (skipped.has(value)) return;
   if (typeof value === 'string') yield [field, value];
-  else if (Array.isArray(value)) for (const [index, item] of value.entries()) yield* stringsOf(item, `${field}[${index}]`);
-  else if (value && typeof value === 'object') {
-    for (const [key, item] of Object.entries(value)) yield* stringsOf(item, `${field}.${key}`);
+  else if (Array.isArray(value)) {
+    for (const [index, item] of value.entries()) yield* stringsOf(item, `${field}[${index}]`, skipped);
+  } else if (value && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) yield* stringsOf(item, `${field}.${key}`, skipped);
   }
 }
 
+/** The secret references of a definition (where each type keeps them), by field. */
+type Field<T> = readonly [string, T];
+
+function referencesOf(request: StreamingPipelineRequest): Field<object | undefined>[] {
+  const target = request.streamingTarget;
+  return [
+    ['body.streamingSource.connection.password', request.streamingSource.connection.password],
+    ...(target.type === 'abs' ? ([['body.streamingTarget.accountKey', target.accountKey]] as const) : []),
+    ...(target.type === 'snowflake'
+      ? ([
+          ['body.streamingTarget.connection.authentication.privateKey', target.connection.authentication.privateKey],
+          ['body.streamingTarget.connection.authentication.passphrase', target.connection.authentication.passphrase],
+        ] as const)
+      : []),
+  ];
+}
+
+/** The free-form properties of a definition, by field. */
+function propertiesOf(request: StreamingPipelineRequest): Field<Record<string, string> | undefined>[] {
+  const target = request.streamingTarget;
+  return [
+    ['body.advancedProperties', request.advancedProperties],
+    ['body.streamingSource.connection.jdbcProperties', request.streamingSource.connection.jdbcProperties],
+    ...(target.type === 'snowflake'
+      ? ([['body.streamingTarget.connection.jdbcProperties', target.connection.jdbcProperties]] as const)
+      : []),
+  ];
+}
+
 /**
- * Refuses a definition that carries a secret value: the secret references (password, accountKey) may hold
- * only the reference fields, and free-form properties may not be named like credentials. Violations name
- * the field, never its value.
+ * Refuses a definition that carries a secret value: the secret references (passwords, account keys,
+ * private keys and passphrases) may hold only the reference fields, and free-form properties may not be
+ * named like credentials. Violations name the field, never its value.
  */
 function checkNoSecretValues(request: StreamingPipelineRequest): void {
   const violations: string[] = [];
-  const references: [string, object | undefined][] = [
-    ['body.streamingSource.connection.password', request.streamingSource.connection.password],
-    ['body.streamingTarget.accountKey', request.streamingTarget.accountKey],
-  ];
+  const references = referencesOf(request);
   for (const [field, reference] of references) {
     for (const key of Object.keys(reference ?? {})) {
       if (!SECRET_REFERENCE_FIELDS.includes(key)) {
@@ -54,24 +82,19 @@ function checkNoSecretValues(request: StreamingPipelineRequest): void {
       }
     }
   }
-  const properties: [string, Record<string, string> | undefined][] = [
-    ['body.advancedProperties', request.advancedProperties],
-    ['body.streamingSource.connection.jdbcProperties', request.streamingSource.connection.jdbcProperties],
-  ];
-  for (const [field, values] of properties) {
+  for (const [field, values] of propertiesOf(request)) {
     for (const key of Object.keys(values ?? {})) {
       if (CREDENTIAL_NAME.test(key))
         violations.push(`${field}.${key}: credentials go in a secret reference, never in a property`);
     }
   }
-  const { password: _password, ...connection } = request.streamingSource.connection;
-  const { accountKey: _accountKey, ...target } = request.streamingTarget;
   const scanned = {
     advancedProperties: request.advancedProperties,
-    streamingSource: { ...request.streamingSource, connection },
-    streamingTarget: target,
+    streamingSource: request.streamingSource,
+    streamingTarget: request.streamingTarget,
   };
-  for (const [field, value] of stringsOf(scanned, 'body')) {
+  const skipped = new Set<unknown>(references.map(([, reference]) => reference).filter(Boolean));
+  for (const [field, value] of stringsOf(scanned, 'body', skipped)) {
     if (CREDENTIAL_IN_VALUE.test(value)) violations.push(`${field}: carries a credential; it goes in a secret reference`);
   }
   if (violations.length) throw badRequest('The definition carries a secret value where a secret reference belongs.', violations);

@@ -8,6 +8,7 @@ import {
   StreamingPipeline,
   StreamingPipelineParams,
   StreamingPipelineQuery,
+  StreamingPipelineCommand,
   StreamingPipelineRequest,
   StreamingPipelineStatusAnswer,
   StopQuery,
@@ -163,13 +164,34 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
         },
       },
       async (request, reply) => {
-        const { accountId } = request.principal;
-        const { projectId, streamingPipelineId } = request.params;
-        const status = await writeInProject(db, accountId, projectId, (trx) =>
-          requestRun(trx, accountId, projectId, streamingPipelineId, action, (request.query as { force?: boolean }).force),
-        );
-        return reply.code(202).send(status);
+        const force = (request.query as { force?: boolean }).force;
+        return reply.code(202).send(await run(request.principal.accountId, request.params, action, force));
       },
+    );
+  }
+
+  // The vendor's form of the same: one operation, the command in the body.
+  app.post(
+    '/projects/:projectId/streaming-pipelines/:streamingPipelineId/commands',
+    {
+      schema: {
+        summary: 'Start or stop a streaming pipeline: {command: START|STOP}, as POST .../start and .../stop',
+        tags,
+        params: StreamingPipelineParams,
+        body: StreamingPipelineCommand,
+        response: { 202: StreamingPipelineStatusAnswer, ...problems(409) },
+      },
+    },
+    async (request, reply) => {
+      const action = request.body.command === 'START' ? 'start' : 'stop';
+      return reply.code(202).send(await run(request.principal.accountId, request.params, action));
+    },
+  );
+
+  function run(accountId: string, params: StreamingPipelineParams, action: 'start' | 'stop', force?: boolean) {
+    const { projectId, streamingPipelineId } = params;
+    return writeInProject(db, accountId, projectId, (trx) =>
+      requestRun(trx, accountId, projectId, streamingPipelineId, action, force),
     );
   }
 }

@@ -1,4 +1,4 @@
-import { Type, type Static } from 'typebox';
+import { Type, type Static, type TSchema, type TUnion } from 'typebox';
 import { PageQuery } from '../../core/paging.ts';
 import { ProjectParams } from '../projects/index.ts';
 
@@ -6,71 +6,162 @@ export const STREAMING_PIPELINE_STATUSES = ['STOPPED', 'STARTING', 'RUNNING', 'S
 export type StreamingPipelineStatus = (typeof STREAMING_PIPELINE_STATUSES)[number];
 
 /** The fields a secret reference may have; anything else in its place (a value) is refused. */
-export const SECRET_REFERENCE_FIELDS = ['secretName', 'secretType', 'secretKey', 'secretLocation'];
+export const SECRET_REFERENCE_FIELDS = ['secretName', 'secretType', 'secretKey', 'secretLocation', 'key'];
 
 const Text = Type.String({ minLength: 1, maxLength: 255 });
+/** A prefix may be empty: the vendor's provider sends `""` for none. */
+const Prefix = Type.String({ maxLength: 1024 });
 const Properties = Type.Record(Type.String({ minLength: 1, maxLength: 255 }), Type.String({ maxLength: 4000 }), {
   maxProperties: 100,
 });
 
-const SecretReference = Type.Object(
+/** `values` as the vendor's provider writes them (lower case) and as the real service answers them (upper case). */
+function eitherCase<const V extends string>(values: readonly V[], description: string) {
+  return Type.Enum([...values, ...values.map((value) => value.toUpperCase() as Uppercase<V>)], {
+    description: `${description}; either case, answered as written`,
+  });
+}
+
+export const SecretReference = Type.Object(
   {
     secretName: Text,
-    secretType: Type.Optional(Text),
+    secretType: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 255,
+        description:
+          'the vendor form: aws_secrets_manager | azure_key_vault | google_secret_manager; the specification form: the secret type',
+      }),
+    ),
+    key: Type.Optional(Type.String({ minLength: 1, maxLength: 255, description: 'the vendor form: the key in the secret' })),
     secretKey: Type.Optional(Text),
     secretLocation: Type.Optional(Text),
   },
-  { description: 'where the agent finds the secret in its vault; never the secret value itself' },
+  {
+    description:
+      "where the agent finds the secret: the vendor's {secretType, secretName, key} or the specification's {secretName, secretKey, secretType, secretLocation}; never the secret value itself",
+  },
 );
 
-const StreamingSource = Type.Object({
-  type: Text,
-  connection: Type.Object({
-    host: Text,
-    port: Type.Integer({ minimum: 1, maximum: 65535 }),
-    username: Text,
-    password: SecretReference,
-    jdbcProperties: Type.Optional(Properties),
-  }),
-  tables: Type.Array(Type.Object({ schema: Text, table: Text }), { minItems: 1, maxItems: 1000 }),
+const Port = Type.Integer({ minimum: 1, maximum: 65535 });
+const connectionFields = {
+  host: Text,
+  port: Port,
+  username: Text,
+  password: SecretReference,
+  jdbcProperties: Type.Optional(Properties),
+};
+const Tables = Type.Array(Type.Object({ schema: Text, table: Text }), { minItems: 1, maxItems: 1000 });
+
+/** A source database: MySQL and Db2 for IBM i name no database; PostgreSQL, SQL Server and Oracle do (Oracle a PDB too). */
+function source<const T extends string, P extends Record<string, TSchema>>(type: T, extra: P) {
+  return Type.Object({
+    type: Type.Literal(type),
+    connection: Type.Object({ ...connectionFields, ...extra }),
+    tables: Tables,
+  });
+}
+
+export const PostgresSource = source('postgres', { database: Text });
+export const MysqlSource = source('mysql', {});
+export const SqlServerSource = source('sqlserver', { database: Text });
+export const OracleSource = source('oracle', { database: Text, pdb: Type.Optional(Text) });
+export const Db2IbmISource = source('db2ibmi', {});
+
+const DecimalMapping = eitherCase(['logical', 'legacy'], 'how decimals are written');
+
+export const S3Target = Type.Object({
+  type: Type.Literal('s3'),
+  bucket: Text,
+  prefix: Type.Optional(Prefix),
+  decimalMapping: Type.Optional(DecimalMapping),
 });
 
-const StreamingTarget = Type.Object({
-  type: Text,
-  accountName: Type.Optional(Text),
-  accountKey: Type.Optional(SecretReference),
-  container: Type.Optional(Text),
-  prefix: Type.Optional(Type.String({ maxLength: 1024 })),
-  decimalMapping: Type.Optional(Text),
+export const AbsTarget = Type.Object({
+  type: Type.Literal('abs'),
+  accountName: Text,
+  accountKey: SecretReference,
+  container: Text,
+  prefix: Type.Optional(Prefix),
+  decimalMapping: Type.Optional(DecimalMapping),
 });
+
+export const SnowflakeTarget = Type.Object({
+  type: Type.Literal('snowflake'),
+  connection: Type.Object({
+    accountName: Text,
+    username: Text,
+    authentication: Type.Object({
+      type: Type.Literal('key-pair'),
+      privateKey: SecretReference,
+      passphrase: Type.Optional(SecretReference),
+    }),
+    jdbcProperties: Type.Optional(Properties),
+  }),
+  role: Text,
+  warehouse: Text,
+  database: Text,
+  stageSchema: Text,
+  stageName: Text,
+  stagePrefix: Type.Optional(Prefix),
+  tableSchema: Text,
+  tablePrefixType: eitherCase(['prefix', 'source_database_and_schema', 'none'], 'how target tables are named'),
+  transformationType: eitherCase(['copy_table', 'copy_table_soft_delete', 'change_log'], 'how changes are applied'),
+  temporalMapping: Type.Optional(eitherCase(['native', 'epoch'], 'how dates and times are written')),
+});
+
+/** One of `variants`, chosen by its `type` (OpenAPI and Ajv discriminator): a bad field is named in the chosen one. */
+function byType<T extends TSchema[]>(variants: [...T], description: string) {
+  return Type.Unsafe<Static<TUnion<T>>>({ oneOf: variants, discriminator: { propertyName: 'type' }, description });
+}
+
+export const StreamingSource = byType(
+  [PostgresSource, MysqlSource, SqlServerSource, OracleSource, Db2IbmISource],
+  'the source database, by type: postgres | mysql | sqlserver | oracle | db2ibmi',
+);
+export type StreamingSource = Static<typeof StreamingSource>;
+
+export const StreamingTarget = byType(
+  [S3Target, AbsTarget, SnowflakeTarget],
+  'where the changes go, by type: s3 | abs | snowflake',
+);
+export type StreamingTarget = Static<typeof StreamingTarget>;
 
 const requestExample = {
   name: 'orders-cdc',
   agentId: '0f3c1e0a-8a53-4b8e-9d53-7f3f7c5d0a11',
   advancedProperties: { 'snapshot.mode': 'initial' },
   streamingSource: {
-    type: 'POSTGRES',
+    type: 'postgres',
     connection: {
       host: 'db.internal',
       port: 5432,
+      database: 'orders',
       username: 'replicator',
-      password: {
-        secretName: 'orders-db',
-        secretKey: 'password',
-        secretType: 'PASSWORD',
-        secretLocation: 'MATILLION_CUSTOMER_VAULT',
-      },
+      password: { secretType: 'aws_secrets_manager', secretName: 'orders-db', key: 'password' },
       jdbcProperties: { sslmode: 'require' },
     },
     tables: [{ schema: 'public', table: 'orders' }],
   },
   streamingTarget: {
-    type: 'AZURE_BLOB',
-    accountName: 'lake',
-    accountKey: { secretName: 'lake-key', secretKey: 'key', secretLocation: 'MATILLION_CUSTOMER_VAULT' },
-    container: 'cdc',
-    prefix: 'orders/',
-    decimalMapping: 'STRING',
+    type: 'snowflake',
+    connection: {
+      accountName: 'acme-eu1',
+      username: 'STREAMING',
+      authentication: {
+        type: 'key-pair',
+        privateKey: { secretType: 'aws_secrets_manager', secretName: 'snowflake-key' },
+      },
+    },
+    role: 'STREAMING_ROLE',
+    warehouse: 'STREAMING_WH',
+    database: 'RAW',
+    stageSchema: 'STAGE',
+    stageName: 'CDC_STAGE',
+    tableSchema: 'ORDERS',
+    tablePrefixType: 'none',
+    transformationType: 'change_log',
+    temporalMapping: 'native',
   },
 };
 
@@ -149,3 +240,11 @@ export const StopQuery = Type.Object({
       'stop at once, from STARTING, RUNNING or STOPPING, without waiting for the agent (use when the agent is gone): its outstanding start/stop work is cancelled and the pipeline is STOPPED',
   }),
 });
+
+export const StreamingPipelineCommand = Type.Object(
+  {
+    command: Type.Enum(['START', 'STOP'], { description: 'START: as POST .../start; STOP: as POST .../stop' }),
+  },
+  { examples: [{ command: 'START' }] },
+);
+export type StreamingPipelineCommand = Static<typeof StreamingPipelineCommand>;

@@ -20,9 +20,24 @@ import type {
 
 type VariableRow = Selectable<ProjectVariableTable>;
 
-/** Whether `value` fits a variable of `type`: NUMBER takes JSON numbers, TEXT strings. */
+/** A JSON number written as a string: what scripts send for a NUMBER value ("1", "-2.5", "1e3"). */
+const NUMERIC = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$/;
+
+/**
+ * `value` as a variable of `type` keeps it, or undefined when it does not fit: TEXT takes strings; NUMBER
+ * takes JSON numbers and numeric strings (scripts send every value as a string), kept as the number.
+ */
+export function valueOfType(type: string, value: unknown): VariableValue | undefined {
+  if (type === 'TEXT') return typeof value === 'string' ? value : undefined;
+  if (type !== 'NUMBER') return undefined;
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string' && NUMERIC.test(value) && Number.isFinite(Number(value))) return Number(value);
+  return undefined;
+}
+
+/** Whether `value` fits a variable of `type` (see valueOfType). */
 function fits(type: VariableType, value: VariableValue): boolean {
-  return type === 'NUMBER' ? typeof value === 'number' : typeof value === 'string';
+  return valueOfType(type, value) !== undefined;
 }
 
 function expected(type: VariableType): string {
@@ -107,7 +122,7 @@ export async function createVariable(db: Executor, projectId: string, request: C
     type: request.type,
     behaviour: request.behaviour,
     description: request.description ?? null,
-    value: request.value === undefined ? null : JSON.stringify(request.value),
+    value: request.value === undefined ? null : JSON.stringify(valueOfType(request.type, request.value)),
     supportsDoubleResolution: request.supportsDoubleResolution ? 1 : 0,
     createdAt: now(),
   };
@@ -153,7 +168,7 @@ export async function updateVariable(
     type: request.type,
     behaviour: request.behaviour,
     ...(request.description !== undefined && { description: request.description }),
-    ...(request.value !== undefined && { value: JSON.stringify(request.value) }),
+    ...(request.value !== undefined && { value: JSON.stringify(valueOfType(request.type, request.value)) }),
     ...(request.supportsDoubleResolution !== undefined && { supportsDoubleResolution: request.supportsDoubleResolution ? 1 : 0 }),
   };
   await db.updateTable('projectVariables').set(changes).where('id', '=', row.id).execute();
@@ -225,8 +240,9 @@ export async function writeOverrides(
     } else if (!fits(type, value)) {
       answer.failedOverride.push({ environmentName, reason: `The value ${expected(type)}.` });
     } else {
-      answer.overrides.push({ environmentName, value });
-      rows.push({ variableId: variable.id, environmentId, value: JSON.stringify(value) });
+      const kept = valueOfType(type, value)!;
+      answer.overrides.push({ environmentName, value: kept });
+      rows.push({ variableId: variable.id, environmentId, value: JSON.stringify(kept) });
     }
   }
   if (rows.length > 0) {

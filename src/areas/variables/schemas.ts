@@ -17,7 +17,9 @@ export const VariableName = Type.String({
 
 export const VARIABLE_TYPES = ['TEXT', 'NUMBER'] as const;
 export type VariableType = (typeof VARIABLE_TYPES)[number];
-const VariableTypeSchema = Type.Enum(VARIABLE_TYPES, { description: 'TEXT takes a JSON string as value, NUMBER a JSON number' });
+const VariableTypeSchema = Type.Enum(VARIABLE_TYPES, {
+  description: 'TEXT takes a JSON string as value, NUMBER a JSON number or a string of one ("1", kept as the number)',
+});
 const Behaviour = Type.Enum(['SHARED', 'COPIED'], {
   description: 'SHARED: one value across the pipelines of a run; COPIED: each pipeline gets its own copy',
 });

@@ -55,7 +55,8 @@ function authorize(request: FastifyRequest, principal: Principal): ProblemError 
   }
   // routeOptions is built anew at each read: read once.
   const { config } = request.routeOptions;
-  if (principal.directoryToken && !config.directoryIntegration) {
+  // A request no route takes is answered 404 or 405 (in SCIM's form under the SCIM base): nothing to guard.
+  if (principal.directoryToken && !config.directoryIntegration && !request.is404) {
     return new ProblemError(403, 'A directory-integration token reaches only the SCIM operations of its account.');
   }
   const needed = requiredRole(request, config.role);
