@@ -14,13 +14,16 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
   // Once cancelled, the server refuses further progress: the run is stopping anyway.
   const report = (body: unknown) => ctx.report(body).catch((error) => (ctx.signal.aborted ? undefined : Promise.reject(error)));
   // The supported components read scalar variables only.
-  const scalars = Object.fromEntries(
-    Object.entries(payload.variables).filter((entry): entry is [string, VariableValue] => !Array.isArray(entry[1])),
+  const scalars = Object.assign(
+    Object.create(null) as Record<string, VariableValue>,
+    Object.fromEntries(
+      Object.entries(payload.variables).filter((entry): entry is [string, VariableValue] => !Array.isArray(entry[1])),
+    ),
   );
   let index = 0;
   const failures: string[] = [];
   for (const file of files) {
-    const text = payload.pipelines[file];
+    const text = Object.hasOwn(payload.pipelines, file) ? payload.pipelines[file] : undefined;
     let pipeline;
     try {
       if (text === undefined) throw new PipelineFileError(`The run has no file "${file}".`);

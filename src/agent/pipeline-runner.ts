@@ -43,10 +43,18 @@ export interface RunOptions {
   now?: () => Date;
 }
 
+/**
+ * Whether the run has a variable `name`. Own members only: names come from users, and `constructor` or
+ * `toString` are members every object inherits.
+ */
+function defined(variables: Record<string, VariableValue>, name: string): boolean {
+  return Object.hasOwn(variables, name);
+}
+
 /** `${name}` references in a parameter replaced by the variables' values; an unknown one is an error. */
 function resolveText(value: unknown, variables: Record<string, VariableValue>): string {
   return String(value ?? '').replace(/\$\{([A-Za-z_$][A-Za-z0-9_$]*)\}/g, (_, name: string) => {
-    if (!(name in variables)) throw new Error(`Variable "${name}" is not defined.`);
+    if (!defined(variables, name)) throw new Error(`Variable "${name}" is not defined.`);
     return String(variables[name]);
   });
 }
@@ -67,14 +75,14 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-const COMPARATORS: Record<string, (actual: VariableValue, expected: string) => boolean> = {
-  '==': (actual, expected) => String(actual) === expected,
-  '!=': (actual, expected) => String(actual) !== expected,
-  '<': (actual, expected) => Number(actual) < Number(expected),
-  '<=': (actual, expected) => Number(actual) <= Number(expected),
-  '>': (actual, expected) => Number(actual) > Number(expected),
-  '>=': (actual, expected) => Number(actual) >= Number(expected),
-};
+const COMPARATORS = new Map<string, (actual: VariableValue, expected: string) => boolean>([
+  ['==', (actual, expected) => String(actual) === expected],
+  ['!=', (actual, expected) => String(actual) !== expected],
+  ['<', (actual, expected) => Number(actual) < Number(expected)],
+  ['<=', (actual, expected) => Number(actual) <= Number(expected)],
+  ['>', (actual, expected) => Number(actual) > Number(expected)],
+  ['>=', (actual, expected) => Number(actual) >= Number(expected)],
+]);
 
 /** The rows of a grid parameter: `[[a, b], [c, d]]`, or a list of single values. */
 function rows(value: unknown): unknown[][] {
@@ -91,46 +99,48 @@ type ComponentRun = (
  * The control components the reference agent runs. Each answers a message, or throws to fail its step.
  * end-success and end-failure are handled by the walk itself.
  */
-const CONTROL_COMPONENTS: Record<string, ComponentRun> = {
-  start: async () => undefined,
-  'print-variables': async (component, { variables, print }) => {
-    const prefix = resolveText(component.parameters.prefixText ?? '', variables);
-    const listed = rows(component.parameters.variablesToPrint).map((row) => String(row[0]));
-    const lines = (listed.length > 0 ? listed : Object.keys(variables).sort()).map((name) => {
-      if (!(name in variables)) throw new Error(`Variable "${name}" is not defined.`);
-      return `${prefix}${name}=${variables[name]}`;
-    });
-    for (const line of lines) print(line);
-    return lines.join('\n');
-  },
-  wait: async (component, { variables, signal }) => {
-    const seconds = Number(resolveText(component.parameters.seconds, variables));
-    if (!Number.isFinite(seconds) || seconds < 0 || seconds > 86_400) {
-      throw new Error('wait needs a parameter "seconds" from 0 to 86400.');
-    }
-    await sleep(seconds * 1000, signal);
-    return `waited ${seconds} s`;
-  },
-  'assert-scalar-variables': async (component, { variables }) => {
-    const assertions = rows(component.parameters.assertions);
-    if (assertions.length === 0)
-      throw new Error('assert-scalar-variables needs "assertions": rows of [name, comparator, value].');
-    const failures: string[] = [];
-    for (const [name, comparator, expected] of assertions) {
-      const compare = COMPARATORS[String(comparator)];
-      if (!compare) throw new Error(`Unknown comparator "${String(comparator)}"; use ${Object.keys(COMPARATORS).join(' ')}.`);
-      const key = String(name);
-      if (!(key in variables)) failures.push(`${key} is not defined`);
-      else if (!compare(variables[key], resolveText(expected, variables))) {
-        failures.push(`${key} is ${variables[key]}, expected ${String(comparator)} ${String(expected)}`);
+const CONTROL_COMPONENTS = new Map<string, ComponentRun>(
+  Object.entries({
+    start: async () => undefined,
+    'print-variables': async (component, { variables, print }) => {
+      const prefix = resolveText(component.parameters.prefixText ?? '', variables);
+      const listed = rows(component.parameters.variablesToPrint).map((row) => String(row[0]));
+      const lines = (listed.length > 0 ? listed : Object.keys(variables).sort()).map((name) => {
+        if (!defined(variables, name)) throw new Error(`Variable "${name}" is not defined.`);
+        return `${prefix}${name}=${variables[name]}`;
+      });
+      for (const line of lines) print(line);
+      return lines.join('\n');
+    },
+    wait: async (component, { variables, signal }) => {
+      const seconds = Number(resolveText(component.parameters.seconds, variables));
+      if (!Number.isFinite(seconds) || seconds < 0 || seconds > 86_400) {
+        throw new Error('wait needs a parameter "seconds" from 0 to 86400.');
       }
-    }
-    if (failures.length > 0) throw new Error(`Assertion failed: ${failures.join('; ')}.`);
-    return `${assertions.length} assertion(s) held`;
-  },
-};
+      await sleep(seconds * 1000, signal);
+      return `waited ${seconds} s`;
+    },
+    'assert-scalar-variables': async (component, { variables }) => {
+      const assertions = rows(component.parameters.assertions);
+      if (assertions.length === 0)
+        throw new Error('assert-scalar-variables needs "assertions": rows of [name, comparator, value].');
+      const failures: string[] = [];
+      for (const [name, comparator, expected] of assertions) {
+        const compare = COMPARATORS.get(String(comparator));
+        if (!compare) throw new Error(`Unknown comparator "${String(comparator)}"; use ${[...COMPARATORS.keys()].join(' ')}.`);
+        const key = String(name);
+        if (!defined(variables, key)) failures.push(`${key} is not defined`);
+        else if (!compare(variables[key], resolveText(expected, variables))) {
+          failures.push(`${key} is ${variables[key]}, expected ${String(comparator)} ${String(expected)}`);
+        }
+      }
+      if (failures.length > 0) throw new Error(`Assertion failed: ${failures.join('; ')}.`);
+      return `${assertions.length} assertion(s) held`;
+    },
+  } satisfies Record<string, ComponentRun>),
+);
 
-export const SUPPORTED_COMPONENT_TYPES = [...Object.keys(CONTROL_COMPONENTS), 'end-success', 'end-failure'];
+export const SUPPORTED_COMPONENT_TYPES = [...CONTROL_COMPONENTS.keys(), 'end-success', 'end-failure'];
 
 /**
  * Walks the pipeline from its start component. A component that succeeds follows its success and
@@ -171,7 +181,7 @@ export async function runPipeline(pipeline: Pipeline, options: RunOptions): Prom
     } else if (component.type === 'end-success' || component.type === 'end-failure') {
       step.status = 'SUCCESS';
     } else {
-      const run = CONTROL_COMPONENTS[component.type];
+      const run = CONTROL_COMPONENTS.get(component.type);
       try {
         if (!run) throw new Error(`Component type "${component.type}" is not supported by the reference agent.`);
         const message = await run(component, { variables: options.variables, signal: options.signal, print });
@@ -213,13 +223,15 @@ export async function runPipeline(pipeline: Pipeline, options: RunOptions): Prom
 
 /**
  * The variables a run sees: the pipeline's own defaults, then what the server resolved for the run
- * (request > environment override > project default), which wins.
+ * (request > environment override > project default), which wins. An object without a prototype: a
+ * variable named `__proto__` is a variable like any other.
  */
 export function variablesOf(pipeline: Pipeline, resolved: Record<string, VariableValue>): Record<string, VariableValue> {
-  const variables: Record<string, VariableValue> = {};
+  const variables = Object.create(null) as Record<string, VariableValue>;
   for (const [name, declared] of Object.entries(pipeline.variables)) {
     const value = declared.defaultValue;
     if (typeof value === 'string' || typeof value === 'number') variables[name] = value;
   }
-  return { ...variables, ...resolved };
+  for (const [name, value] of Object.entries(resolved)) variables[name] = value;
+  return variables;
 }

@@ -73,14 +73,37 @@ class AgentClient {
         continue;
       }
       const text = await answer.text();
-      const parsed = text ? (JSON.parse(text) as T) : (undefined as T);
       if (answer.status >= 400 && answer.status !== 409) {
         throw new ProtocolError(`${method} ${apiPath} answered ${answer.status}: ${text}`, answer.status);
       }
-      return { status: answer.status, body: parsed };
+      return { status: answer.status, body: text ? (JSON.parse(text) as T) : (undefined as T) };
     }
   }
 }
+
+/**
+ * Whether a failed call may succeed if sent again: the server could not be reached or answered that it is
+ * restarting or busy (5xx, 429, 408). Anything else (400, 404, a 401 after a fresh token) will not change.
+ */
+function isTransient(error: unknown): boolean {
+  if (error instanceof ProtocolError) return error.status >= 500 || error.status === 429 || error.status === 408;
+  // fetch rejects with a TypeError when the connection is refused or reset; a body cut short is a SyntaxError.
+  return error instanceof TypeError || error instanceof SyntaxError;
+}
+
+/** Work the agent holds: how to stop it, and where its reports and its lease stand. */
+interface Held {
+  controller: AbortController;
+  delivery: number;
+  /** The sequence number of the last report sent (reports of a delivery count from 1). */
+  sequence: number;
+  /** How long a lease lasts, and when (on this agent's clock) the current one ends unless renewed. */
+  leaseMs: number;
+  leaseEndsAt: number;
+}
+
+/** A poll's answer. */
+type PolledWork = DeliveredWork & { leaseExpiresAt?: string; leaseSeconds?: number };
 
 export interface RunningAgent {
   /** Stops polling, abandons work in hand (it is delivered again once its lease lapses), signs off. */
@@ -96,51 +119,104 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
   log('info', 'certificate registered');
 
   const stopping = new AbortController();
-  const inHand = new Map<string, AbortController>();
+  const inHand = new Map<string, Held>();
   let heartbeatSeconds = 10;
 
   async function heartbeat(): Promise<void> {
+    const sentAt = Date.now();
+    const held = [...inHand.keys()];
     const answer = await client.call<{ heartbeatIntervalSeconds: number; cancelledWorkIds: string[] }>('POST', '/heartbeat', {
-      heldWorkIds: [...inHand.keys()],
+      heldWorkIds: held,
     });
     heartbeatSeconds = answer.body.heartbeatIntervalSeconds;
-    for (const workId of answer.body.cancelledWorkIds) inHand.get(workId)?.abort(new Error('the server cancelled the work'));
+    // The server renewed the lease of each piece of work named.
+    for (const workId of held) {
+      const work = inHand.get(workId);
+      if (work) work.leaseEndsAt = Math.max(work.leaseEndsAt, sentAt + work.leaseMs);
+    }
+    for (const workId of answer.body.cancelledWorkIds) {
+      inHand.get(workId)?.controller.abort(new Error('the server cancelled the work'));
+    }
   }
 
-  async function report(workId: string, type: 'progress' | 'done' | 'failed', body: unknown): Promise<void> {
-    const answer = await client.call<{ detail?: string }>('POST', `/work/${workId}/reports`, { type, body });
-    // 409: already finished or cancelled on the server; there is nothing more to tell it.
-    if (answer.status === 409) log('warn', 'report not taken', { workId, type, detail: answer.body?.detail });
+  /**
+   * Sends a report on held work, numbered within its delivery so that the server applies it once however
+   * often it arrives. A report the server could not take (unreachable, restarting, busy) is sent again with
+   * backoff until the work's lease ends: after that the work is delivered again and the report is moot. An
+   * outage shorter than the lease so loses nothing. `signal` ends the retries early (the work was cancelled).
+   */
+  async function report(
+    workId: string,
+    held: Held,
+    type: 'progress' | 'done' | 'failed',
+    body: unknown,
+    signal: AbortSignal = stopping.signal,
+  ): Promise<void> {
+    held.sequence += 1;
+    const message = { type, body, delivery: held.delivery, sequence: held.sequence };
+    let backoff = 250;
+    for (let attempt = 1; ; attempt += 1) {
+      const sentAt = Date.now();
+      try {
+        const answer = await client.call<{ detail?: string }>('POST', `/work/${workId}/reports`, message);
+        // 409: already finished, cancelled or delivered again on the server; there is nothing more to tell it.
+        if (answer.status === 409) log('warn', 'report not taken', { workId, type, detail: answer.body?.detail });
+        else if (type === 'progress') held.leaseEndsAt = Math.max(held.leaseEndsAt, sentAt + held.leaseMs);
+        if (attempt > 1) log('info', 'report taken after retries', { workId, type, sequence: message.sequence, attempt });
+        return;
+      } catch (error) {
+        const left = held.leaseEndsAt - Date.now();
+        if (!isTransient(error) || left <= 0 || signal.aborted) throw error;
+        log('warn', 'report not delivered; retrying', {
+          workId,
+          type,
+          sequence: message.sequence,
+          attempt,
+          leaseLeftMs: left,
+          message: error instanceof Error ? error.message : String(error),
+        });
+        await sleep(Math.min(backoff, left), undefined, { signal }).catch(() => undefined);
+        backoff = Math.min(RETRY_MAX_MS, backoff * 2);
+      }
+    }
   }
 
-  async function perform(work: DeliveredWork): Promise<void> {
+  async function perform(work: PolledWork, receivedAt: number): Promise<void> {
     const controller = new AbortController();
-    inHand.set(work.workId, controller);
+    const leaseMs =
+      work.leaseSeconds !== undefined
+        ? work.leaseSeconds * 1000
+        : Math.max(0, Date.parse(work.leaseExpiresAt ?? '') - receivedAt) || 60_000;
+    const held: Held = { controller, delivery: work.delivery, sequence: 0, leaseMs, leaseEndsAt: receivedAt + leaseMs };
+    inHand.set(work.workId, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
     const context: WorkContext = {
-      report: (body) => report(work.workId, 'progress', body),
+      report: (body) => report(work.workId, held, 'progress', body, signal),
       signal,
       vault,
       privateKey: identity.privateKey,
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
+    let outcome: { type: 'done' | 'failed'; body: unknown };
     try {
       const handler = workHandler(work.kind);
       if (!handler)
         throw Object.assign(new Error(`this agent has no handler for work of kind ${work.kind}`), { code: 'unknown-kind' });
-      const result = await handler(work, context);
-      if (!stopping.signal.aborted) await report(work.workId, 'done', result ?? null);
+      outcome = { type: 'done', body: (await handler(work, context)) ?? null };
     } catch (error) {
-      // Work abandoned because the agent stops is not reported: it is delivered again later.
-      if (stopping.signal.aborted) return;
       const failure = {
         message: error instanceof Error ? error.message : String(error),
         code: (error as { code?: string }).code,
       };
-      log('warn', 'work failed', { workId: work.workId, kind: work.kind, message: failure.message });
-      await report(work.workId, 'failed', failure).catch((reportError) =>
-        log('error', 'could not report a failure', { workId: work.workId, message: String(reportError) }),
-      );
+      if (!stopping.signal.aborted)
+        log('warn', 'work failed', { workId: work.workId, kind: work.kind, message: failure.message });
+      outcome = { type: 'failed', body: failure };
+    }
+    try {
+      // Work abandoned because the agent stops is not reported: it is delivered again later.
+      if (!stopping.signal.aborted) await report(work.workId, held, outcome.type, outcome.body);
+    } catch (error) {
+      log('error', 'could not report', { workId: work.workId, type: outcome.type, message: String(error) });
     } finally {
       inHand.delete(work.workId);
     }
@@ -169,13 +245,8 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
   });
   const polls = loop('poll', async () => {
     if (inHand.size >= MAX_CONCURRENT_WORK) return 100;
-    const answer = await client.call<DeliveredWork & { delivery: number }>(
-      'GET',
-      `/work?waitSeconds=${POLL_WAIT_SECONDS}`,
-      undefined,
-      stopping.signal,
-    );
-    if (answer.status === 200) void perform(answer.body);
+    const answer = await client.call<PolledWork>('GET', `/work?waitSeconds=${POLL_WAIT_SECONDS}`, undefined, stopping.signal);
+    if (answer.status === 200) void perform(answer.body, Date.now());
     return 0;
   });
   log('info', 'agent running');

@@ -28,7 +28,28 @@ export class SecretExists extends Error {
   readonly code = 'secret-exists';
 }
 
-type VaultFile = Record<string, Record<string, SecretValue>>;
+/**
+ * The vault in memory: secrets by name, their keys by key. Maps, not objects, because names are chosen by
+ * users: as object keys, `__proto__` or `constructor` would read and write the prototype, not a secret.
+ */
+type VaultContents = Map<string, Map<string, SecretValue>>;
+
+/** The file is a JSON object of objects; JSON.parse keeps even a `__proto__` member as an own member. */
+function fromFile(text: string): VaultContents {
+  const parsed = JSON.parse(text) as unknown;
+  const contents: VaultContents = new Map();
+  if (typeof parsed !== 'object' || parsed === null) return contents;
+  for (const [name, keys] of Object.entries(parsed)) {
+    if (typeof keys === 'object' && keys !== null)
+      contents.set(name, new Map(Object.entries(keys as Record<string, SecretValue>)));
+  }
+  return contents;
+}
+
+/** Object.fromEntries defines members (a `__proto__` member too) rather than assigning them. */
+function toFile(contents: VaultContents): string {
+  return JSON.stringify(Object.fromEntries([...contents].map(([name, keys]) => [name, Object.fromEntries(keys)])));
+}
 
 /**
  * The embedded default: one JSON file (mode 0600, in a state folder of mode 0700) readable only by the
@@ -40,21 +61,21 @@ export class LocalFileVault implements VaultBackend {
 
   constructor(readonly file: string) {}
 
-  private async load(): Promise<VaultFile> {
+  private async load(): Promise<VaultContents> {
     try {
-      return JSON.parse(await readFile(this.file, 'utf8')) as VaultFile;
+      return fromFile(await readFile(this.file, 'utf8'));
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return {};
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return new Map();
       throw error;
     }
   }
 
-  private async save(contents: VaultFile): Promise<void> {
+  private async save(contents: VaultContents): Promise<void> {
     await mkdir(path.dirname(this.file), { recursive: true, mode: 0o700 });
     const temporary = `${this.file}.${process.pid}.tmp`;
     const handle = await open(temporary, 'w', 0o600);
     try {
-      await handle.writeFile(JSON.stringify(contents));
+      await handle.writeFile(toFile(contents));
       await handle.sync();
     } finally {
       await handle.close();
@@ -65,9 +86,10 @@ export class LocalFileVault implements VaultBackend {
   write(name: string, key: string, value: SecretValue, options: { overwrite: boolean }) {
     const written = this.queue.then(async () => {
       const contents = await this.load();
-      const secret = (contents[name] ??= {});
-      if (key in secret && !options.overwrite) throw new SecretExists(`secret ${name} already has key ${key}`);
-      secret[key] = value;
+      let secret = contents.get(name);
+      if (!secret) contents.set(name, (secret = new Map()));
+      if (secret.has(key) && !options.overwrite) throw new SecretExists(`secret ${name} already has key ${key}`);
+      secret.set(key, value);
       await this.save(contents);
       return { resolverRef: `MATILLION_CUSTOMER_VAULT:${name}:${key}`, vaultSecretName: name };
     });
@@ -76,6 +98,6 @@ export class LocalFileVault implements VaultBackend {
   }
 
   async read(name: string, key: string): Promise<SecretValue | undefined> {
-    return (await this.load())[name]?.[key];
+    return (await this.load()).get(name)?.get(key);
   }
 }

@@ -62,7 +62,8 @@ export function parsePipeline(text: string): Pipeline {
       name,
       type: raw.type,
       skipped: raw.skipped === true,
-      parameters: isRecord(raw.parameters) ? raw.parameters : {},
+      // Without a prototype: a parameter the file leaves out reads undefined, never an inherited member.
+      parameters: Object.assign(Object.create(null) as Record<string, unknown>, isRecord(raw.parameters) ? raw.parameters : {}),
       transitions: {
         success: names(transitions.success),
         failure: names(transitions.failure),
@@ -80,7 +81,8 @@ export function parsePipeline(text: string): Pipeline {
   }
   const starts = [...components.values()].filter((component) => component.type === 'start');
   if (starts.length !== 1) throw new PipelineFileError(`The pipeline needs one start component; it has ${starts.length}.`);
-  const variables: Pipeline['variables'] = {};
+  // Keyed by names the file chooses (`__proto__` among them): an object without a prototype.
+  const variables = Object.create(null) as Pipeline['variables'];
   if (isRecord(document.pipeline.variables)) {
     for (const [name, raw] of Object.entries(document.pipeline.variables)) {
       const metadata = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};

@@ -37,6 +37,10 @@ export interface Config {
   jobLeaseMs: number;
   /** GitLab API base URL for token rotation; the target clone URL's origin when not given. */
   gitlabApiUrl?: string;
+  /** Git runs that reach other hosts (migrations): the longest one command may run, and the HTTP low-speed limit. */
+  gitTimeoutMs: number;
+  gitLowSpeedLimit: number;
+  gitLowSpeedSeconds: number;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -178,6 +182,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     repositoriesDir: env.DPC_REPOSITORIES_DIR ? path.resolve(env.DPC_REPOSITORIES_DIR) : undefined,
     jobLeaseMs: integer(env, 'DPC_JOB_LEASE_MS', 5 * 60_000, 1000),
     gitlabApiUrl: url(env, 'DPC_GITLAB_API_URL', ['http:', 'https:']),
+    gitTimeoutMs: integer(env, 'DPC_GIT_TIMEOUT_SECONDS', 600, 1) * 1000,
+    gitLowSpeedLimit: integer(env, 'DPC_GIT_LOW_SPEED_LIMIT', 1000, 1),
+    gitLowSpeedSeconds: integer(env, 'DPC_GIT_LOW_SPEED_SECONDS', 60, 1),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(

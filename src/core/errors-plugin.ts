@@ -5,6 +5,7 @@ import FindMyWay from 'find-my-way';
 import { isForeignKeyViolation, isTransientStoreFailure } from './db/database.ts';
 import { isMissingBody, MISSING_BODY_DETAIL } from './json-bodies.ts';
 import { PROBLEM_CONTENT_TYPE, ProblemError, problemBody, type ProblemOptions } from './problems.ts';
+import { RESERVED_NAME_MESSAGE } from './reserved-names.ts';
 
 interface ValidationIssue {
   instancePath: string;
@@ -38,6 +39,9 @@ export function violationsOf(
     } else if (issue.keyword === 'additionalProperties') {
       segments.push(String(issue.params.additionalProperty));
       message = 'is not allowed';
+    } else if (issue.keyword === 'not') {
+      // The only `not` the schemas use: NOT_RESERVED_OBJECT_NAME.
+      message = RESERVED_NAME_MESSAGE;
     }
     if (segments.length > 0) segments[0] = names[segments[0]] ?? segments[0];
     const prefix = context === 'body' ? ['body'] : [];

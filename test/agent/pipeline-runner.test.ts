@@ -162,6 +162,78 @@ describe('pipeline runner', () => {
     );
   });
 
+  test('names every object answers to are not variables, comparators or components unless declared (issue 36)', async () => {
+    const { outcome, printed } = await run(
+      orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Print", "Check", "Odd"]
+    Print:
+      type: "print-variables"
+      parameters:
+        prefixText: "\${constructor}"
+    Check:
+      type: "assert-scalar-variables"
+      parameters:
+        assertions:
+          - ["region", "constructor", "x"]
+          - ["toString", "==", "x"]
+    Odd:
+      type: "toString"
+`),
+      { region: 'eu' },
+    );
+    assert.equal(outcome.status, 'FAILED');
+    const [, print, check, odd] = outcome.steps;
+    assert.equal(print.status, 'FAILED');
+    assert.match(print.message!, /Variable "constructor" is not defined/);
+    assert.equal(check.status, 'FAILED');
+    assert.match(check.message!, /Unknown comparator "constructor"/);
+    assert.equal(odd.status, 'FAILED');
+    assert.match(odd.message!, /"toString" is not supported/);
+    assert.deepEqual(printed, []);
+  });
+
+  test('a pipeline may declare variables named __proto__ or constructor; they are variables like any other', async () => {
+    const { outcome, printed } = await run(
+      orchestration(
+        `    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Print"]
+    Print:
+      type: "print-variables"
+      parameters:
+        variablesToPrint:
+          - ["__proto__"]
+          - ["constructor"]
+          - ["type"]
+`,
+        `  variables:
+    __proto__:
+      metadata:
+        type: "TEXT"
+      defaultValue: "p"
+    constructor:
+      metadata:
+        type: "TEXT"
+      defaultValue: "c"
+    type:
+      metadata:
+        type: "TEXT"
+      defaultValue: "t"
+`,
+      ),
+    );
+    assert.equal(outcome.status, 'SUCCESS', outcome.message);
+    assert.deepEqual(printed, ['__proto__=p', 'constructor=c', 'type=t']);
+    const pipeline = parsePipeline(
+      orchestration('    Start:\n      type: "start"\n', '  variables:\n    __proto__:\n      metadata:\n        type: "GRID"\n'),
+    );
+    assert.ok(Object.hasOwn(pipeline.variables, '__proto__'));
+    assert.equal((pipeline.variables as Record<string, unknown>).type, undefined);
+  });
+
   test('files that cannot run are refused with the reason', () => {
     assert.throws(() => parsePipeline('type: transformation\npipeline:\n  components: {}\n'), PipelineFileError);
     assert.throws(() => parsePipeline('- a\n- b\n'), /no pipeline.components/);

@@ -196,7 +196,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal(first.status, 200, first.text);
     assert.deepEqual(
       { ...first.body, leaseExpiresAt: undefined },
-      { workId, kind: 'write-secret', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined },
+      { workId, kind: 'write-secret', payload: { n: 1 }, delivery: 1, leaseExpiresAt: undefined, leaseSeconds: 1 },
     );
     assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=0')).status, 204, 'leased: not delivered twice');
     // The lease (1 s here) lapses without a heartbeat naming the work: it is delivered again.
@@ -225,6 +225,45 @@ describeEachStore('agents and the agent protocol', (kind) => {
     // Another agent cannot report on it.
     const other = await connectedAgent();
     expectProblem(await agentCall(other.token, 'POST', `/work/${workId}/reports`, { type: 'done' }), 404);
+  });
+
+  test('reports naming their delivery and sequence are taken once: a repeat answers as recorded; an earlier delivery is 409 (issue 36)', async () => {
+    const { agentId, token } = await connectedAgent();
+    const workId = await server.db
+      .transaction()
+      .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'write-secret', payload: { n: 2 } }));
+    assert.equal((await agentCall(token, 'GET', '/work?waitSeconds=1')).body.delivery, 1);
+    // The lease (1 s) lapses: delivered again.
+    const again = await agentCall(token, 'GET', '/work?waitSeconds=3');
+    assert.equal(again.body.delivery, 2);
+    const report = (body: Record<string, unknown>) => agentCall(token, 'POST', `/work/${workId}/reports`, body);
+    const sequenceOf = async () =>
+      Number(
+        (await server.db.selectFrom('agentWork').select('reportSequence').where('id', '=', workId).executeTakeFirstOrThrow())
+          .reportSequence,
+      );
+
+    expectProblem(await report({ type: 'progress', body: {}, delivery: 1, sequence: 1 }), 409, 'work-redelivered');
+    expectProblem(await report({ type: 'done', body: {}, delivery: 1, sequence: 2 }), 409, 'work-redelivered');
+    assert.equal(await sequenceOf(), 0);
+    for (let i = 0; i < 2; i += 1) {
+      const progress = await report({ type: 'progress', body: { step: 1 }, delivery: 2, sequence: 1 });
+      assert.deepEqual([progress.status, progress.body], [200, { workId, state: 'delivered' }]);
+    }
+    assert.equal(await sequenceOf(), 1);
+    // The final report, and the same again (its first answer lost): both answered as recorded, not 409.
+    for (let i = 0; i < 2; i += 1) {
+      const done = await report({ type: 'done', body: { attempt: i }, delivery: 2, sequence: 2 });
+      assert.deepEqual([done.status, done.body], [200, { workId, state: 'done' }], done.text);
+    }
+    const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
+    assert.deepEqual(JSON.parse(row.result!), { attempt: 0 }, 'the repeat is not applied');
+    // A new report on finished work is still refused.
+    expectProblem(await report({ type: 'failed', body: {}, delivery: 2, sequence: 3 }), 409, 'work-already-finished');
+    for (const bad of [{ sequence: 0 }, { delivery: 0 }, { sequence: 1.5 }]) {
+      const problem = expectProblem(await report({ type: 'progress', ...bad }), 400);
+      assert.match(problem.violations!.join(), new RegExp(`body.${Object.keys(bad)[0]}`));
+    }
   });
 
   test("an agent deleted while its long poll waits: the poll ends as a deleted agent's request does (401), not 500", async () => {
@@ -365,6 +404,25 @@ describeEachStore('agents and the agent protocol', (kind) => {
     await agentCall(silent.token, 'POST', '/disconnect');
     expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret }), 503, 'agent-not-connected');
     expectProblem(await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, value: {} } }), 400);
+    // Names every object answers to would address the prototype in an agent's vault (issue 36).
+    for (const name of ['__proto__', 'constructor', 'toString', 'valueOf']) {
+      const byName = expectProblem(
+        await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, name } }),
+        400,
+      );
+      assert.deepEqual(
+        byName.violations?.map((v: string) => v.split(':')[0]),
+        ['body.secret.name'],
+      );
+      const byKey = expectProblem(
+        await api('POST', `/secrets/${silent.agentId}/secret-value`, { secret: { ...secret, key: name } }),
+        400,
+      );
+      assert.deepEqual(
+        byKey.violations?.map((v: string) => v.split(':')[0]),
+        ['body.secret.key'],
+      );
+    }
 
     // Connected but not polling: the work is withdrawn before delivery, so it was certainly not written.
     await agentCall(silent.token, 'POST', '/heartbeat', {});

@@ -15,8 +15,22 @@ describeEachStore('environments', (kind) => {
   const create = (body: unknown, id = projectId) =>
     server.api('POST', `/projects/${id}/environments`, { token: caller.token, body });
 
+  const newAgent = async (token = caller.token) => {
+    const created = await server.api('POST', '/agents', {
+      token,
+      body: {
+        name: `agent-${Math.random().toString(36).slice(2)}`,
+        agentType: 'CUSTOMER_HOSTED',
+        cloudProvider: 'aws',
+        deployment: 'fargate',
+      },
+    });
+    assert.equal(created.status, 201, created.text);
+    return created.body.agentId as string;
+  };
+
   test('create answers the environment; list is paged by name', async () => {
-    const agentId = '0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10';
+    const agentId = await newAgent();
     const created = await create({ name: 'prod', description: 'live', defaultAgentId: agentId });
     assert.equal(created.status, 201);
     assert.equal(created.body.name, 'prod');
@@ -42,6 +56,18 @@ describeEachStore('environments', (kind) => {
       );
     }
     expectProblem(await create({ name: 'ok', defaultAgentId: 'not-a-uuid' }), 400);
+  });
+
+  test("defaultAgentId must name an agent of the caller's account: 404 otherwise, and nothing is stored (issue 36)", async () => {
+    const stranger = await server.newAccount();
+    for (const defaultAgentId of ['0d8f2f4e-3c55-4f0e-9d6e-6c4c2a1f7b10', await newAgent(stranger.token)]) {
+      const problem = expectProblem(await create({ name: 'pinned', defaultAgentId }), 404);
+      assert.match(problem.detail, new RegExp(`Agent ${defaultAgentId} does not exist`));
+      assert.ok(!problem.detail.includes(stranger.accountId));
+    }
+    const list = await server.api('GET', `/projects/${projectId}/environments?size=100`, { token: caller.token });
+    assert.ok(!list.body.results.some((e: { name: string }) => e.name === 'pinned'));
+    assert.equal((await create({ name: 'pinned', defaultAgentId: await newAgent() })).status, 201);
   });
 
   test('names are unique per project (409)', async () => {

@@ -118,6 +118,26 @@ describeEachStore('project variables and environment overrides', (kind) => {
     }
   });
 
+  test('names every object answers to (constructor, toString, __proto__) are refused: 400 naming the field (issue 36)', async () => {
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty', 'prototype']) {
+      const problem = expectProblem(await api().post(variables(), { name, type: 'TEXT', behaviour: 'SHARED' }), 400);
+      assert.deepEqual(
+        problem.violations?.map((v) => v.split(':')[0]),
+        ['body.name'],
+        problem.violations?.join(),
+      );
+      assert.match(problem.violations![0], /reserve/);
+      const path = `${variables()}/${name}`;
+      const refused = expectProblem(await api().patch(path, { type: 'TEXT', behaviour: 'SHARED' }), 400);
+      assert.ok(
+        refused.violations?.every((v) => v.startsWith('variableName: ')),
+        refused.violations?.join(),
+      );
+    }
+    // Names that only contain them are ordinary names.
+    for (const name of ['constructor_name', 'my_toString']) await variable({ name });
+  });
+
   test('a value must fit the type: 422 naming body.value; wrong JSON types are 400', async () => {
     const text = expectProblem(
       await api().post(variables(), { name: 'n1', type: 'TEXT', behaviour: 'SHARED', value: 5 }),

@@ -139,6 +139,7 @@ export class AgentProtocol {
           payload: work.payload,
           delivery: work.deliveries,
           leaseExpiresAt: new Date(Date.now() + leaseMs).toISOString(),
+          leaseSeconds: Math.round(leaseMs / 1000),
         };
       }
       const left = deadline - Date.now();

@@ -44,6 +44,9 @@ const WorkItem = Type.Object({
   payload: Type.Unknown(),
   delivery: Type.Integer({ description: '1 on the first delivery, more on a redelivery after a lapsed lease' }),
   leaseExpiresAt: Type.String({ format: 'date-time' }),
+  leaseSeconds: Type.Integer({
+    description: 'how long a lease lasts: renewed by each heartbeat naming the work and each progress report',
+  }),
 });
 const ReportRequest = Type.Object(
   {
@@ -51,8 +54,21 @@ const ReportRequest = Type.Object(
     body: Type.Optional(
       Type.Unknown({ description: 'what the work produced (done), why it failed (failed), how far it got (progress)' }),
     ),
+    delivery: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description: "the poll answer's delivery: a report of an earlier delivery than the work's latest is 409 work-redelivered",
+      }),
+    ),
+    sequence: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'counts the reports of one delivery from 1; a report at or below the highest recorded is a repeat, answered as recorded and not applied again',
+      }),
+    ),
   },
-  { examples: [{ type: 'done', body: { vaultSecretName: 'warehouse' } }] },
+  { examples: [{ type: 'done', body: { vaultSecretName: 'warehouse' }, delivery: 1, sequence: 7 }] },
 );
 
 /** The agent of the bearer token, once its token is valid and its credentials are still the current ones. */
@@ -153,9 +169,12 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request) => {
+      const { type, body, delivery, sequence } = request.body;
       return protocol.report(request.agent.agentId, request.params.workId, {
-        type: request.body.type,
-        body: request.body.body ?? null,
+        type,
+        body: body ?? null,
+        ...(delivery !== undefined && { delivery }),
+        ...(sequence !== undefined && { sequence }),
       });
     },
   );

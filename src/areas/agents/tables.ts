@@ -36,6 +36,8 @@ export interface AgentWorkTable {
   cancelRequested: number;
   /** JSON body of the final report. */
   result: string | null;
+  /** The highest report sequence recorded for the current delivery (0: none); reset on each delivery. */
+  reportSequence: number;
   createdAt: string;
   finishedAt: string | null;
 }

@@ -29,6 +29,8 @@ export interface AgentWork {
   cancelRequested: boolean;
   /** The body of the final report, once there is one. */
   result: unknown;
+  /** The highest report sequence recorded for the current delivery (0: none). */
+  reportSequence: number;
   createdAt: string;
   finishedAt: string | null;
 }
@@ -36,6 +38,10 @@ export interface AgentWork {
 export interface AgentReport {
   type: 'progress' | 'done' | 'failed';
   body: unknown;
+  /** The delivery the report is about (the `delivery` of the poll answer); a report of an earlier one is refused. */
+  delivery?: number;
+  /** Counts the reports of one delivery from 1; a report at or below the highest recorded is a repeat. */
+  sequence?: number;
 }
 
 /**
@@ -56,6 +62,7 @@ function toWork(row: AgentWorkTable): AgentWork {
     deliveries: Number(row.deliveries),
     cancelRequested: Number(row.cancelRequested) === 1,
     result: row.result === null ? null : JSON.parse(row.result),
+    reportSequence: Number(row.reportSequence),
     createdAt: row.createdAt,
     finishedAt: row.finishedAt,
   };
@@ -77,6 +84,7 @@ export async function enqueueAgentWork(
       payload: JSON.stringify(work.payload ?? null),
       state: 'queued',
       deliveries: 0,
+      reportSequence: 0,
       leasedUntil: null,
       cancelRequested: 0,
       result: null,
@@ -152,6 +160,7 @@ export async function claimAgentWork(db: Db, dialect: Dialect, agentId: string, 
       state: 'delivered',
       leasedUntil: new Date(Date.now() + leaseMs).toISOString(),
       deliveries: eb('deliveries', '+', 1),
+      reportSequence: 0,
     }))
     .where('id', '=', dialect === 'postgres' ? candidate.forUpdate().skipLocked() : candidate)
     .where('cancelRequested', '=', 0)
@@ -198,6 +207,12 @@ const finishedProblem = (work: AgentWork) =>
  * progress keeps the lease alive; done or failed finishes the work once (the first final report wins;
  * later ones, and any report on cancelled or finished work, answer 409), drops its payload and keeps the
  * report body as the result. A final report on work whose cancellation was requested still finishes it.
+ *
+ * Agents retry a report whose answer they did not get, so a report may come twice. One that names its
+ * `delivery` and `sequence` is idempotent: a sequence at or below the highest recorded for the delivery is
+ * answered as recorded (a progress report renews the lease) and applied no second time, also once the work
+ * is finished; a report of an earlier delivery (its lease lapsed and the work was delivered again) is 409
+ * `work-redelivered`.
  */
 export function recordAgentWorkReport(
   db: Db,
@@ -213,12 +228,32 @@ export function recordAgentWorkReport(
     if (current.state === 'queued') {
       throw new ProblemError(409, `Work ${workId} has not been delivered; poll for it first.`, { name: 'work-not-delivered' });
     }
+    if (report.delivery !== undefined && report.delivery !== current.deliveries) {
+      throw new ProblemError(
+        409,
+        `Work ${workId} was delivered again (delivery ${current.deliveries}) after the lease of delivery ${report.delivery} lapsed; report nothing more on that delivery.`,
+        { name: 'work-redelivered' },
+      );
+    }
+    if (report.sequence !== undefined && report.sequence <= current.reportSequence) {
+      // A repeat: its first copy was recorded, only the answer was lost on the way.
+      if (report.type === 'progress' && current.state === 'delivered') {
+        await trx
+          .updateTable('agentWork')
+          .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+          .where('id', '=', workId)
+          .where('state', '=', 'delivered')
+          .execute();
+      }
+      return current;
+    }
+    const sequence = report.sequence ?? current.reportSequence;
     const at = now();
     const moved =
       report.type === 'progress'
         ? await trx
             .updateTable('agentWork')
-            .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+            .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString(), reportSequence: sequence })
             .where('id', '=', workId)
             .where('state', '=', 'delivered')
             .where('cancelRequested', '=', 0)
@@ -232,6 +267,7 @@ export function recordAgentWorkReport(
               leasedUntil: null,
               result: JSON.stringify(report.body ?? null),
               finishedAt: at,
+              reportSequence: sequence,
             })
             .where('id', '=', workId)
             .where('state', '=', 'delivered')

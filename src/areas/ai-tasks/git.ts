@@ -1,25 +1,12 @@
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { GitError, runGit } from '../../core/git.ts';
 
-/** Git failed; `stderr` says why. */
-export class GitError extends Error {
-  constructor(
-    readonly args: string[],
-    readonly code: number | null,
-    readonly stderr: string,
-  ) {
-    super(`git ${args[0]} failed: ${stderr.trim() || `exit code ${code}`}`);
-  }
-}
+export { GitError };
 
-const GIT_TIMEOUT_MS = 30_000;
 /** Largest output read from one git command. */
 const MAX_OUTPUT_BYTES = 32 * 1024 * 1024;
-
-// The server's own environment must not steer git to another repository or index.
-const BASE_ENV = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('GIT_')));
 
 interface GitOptions {
   input?: Buffer | string;
@@ -27,35 +14,11 @@ interface GitOptions {
 }
 
 /**
- * Runs git on the bare repository `gitDir`; resolves with stdout, rejects with a GitError. (The
- * repositories area's runGit answers text and takes no input; plumbing needs stdin, bytes and exit codes.)
+ * Runs git on the bare repository `gitDir` (core/git.ts: a deadline, and the child dies with the server);
+ * resolves with stdout, rejects with a GitError.
  */
 function git(gitDir: string, args: string[], options: GitOptions = {}): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('git', ['--git-dir', gitDir, ...args], {
-      env: { ...BASE_ENV, GIT_TERMINAL_PROMPT: '0', ...options.env },
-      timeout: GIT_TIMEOUT_MS,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    const out: Buffer[] = [];
-    let size = 0;
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > MAX_OUTPUT_BYTES) child.kill();
-      else out.push(chunk);
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      if (err.length < 4096) err += chunk.toString('utf8');
-    });
-    child.on('error', (error) => reject(new GitError(args, null, error.message)));
-    child.on('close', (code) => {
-      if (code === 0) resolve(Buffer.concat(out));
-      else reject(new GitError(args, code, size > MAX_OUTPUT_BYTES ? 'the output is too large' : err));
-    });
-    child.stdin.on('error', () => {}); // git may exit before reading all its input; its exit code tells
-    child.stdin.end(options.input ?? '');
-  });
+  return runGit(args, { gitDir, maxOutputBytes: MAX_OUTPUT_BYTES, ...options });
 }
 
 const text = async (output: Promise<Buffer>) => (await output).toString('utf8').trim();

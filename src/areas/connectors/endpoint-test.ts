@@ -17,7 +17,8 @@ function valuesOf(defaults: RequestParameters, given: Record<string, string> | u
 
 /** The value of a credential the test request must carry, or a 400 naming it. */
 function credential(request: TestEndpointRequest, name: string): string {
-  const value = request.credentials?.[name];
+  // Own members only: a profile names its credentials, and `toString` is a member every object inherits.
+  const value = request.credentials && Object.hasOwn(request.credentials, name) ? request.credentials[name] : undefined;
   if (value === undefined)
     throw badRequest(`The test needs the credential "${name}".`, [`body.credentials.${name}: is required`]);
   return value;

@@ -4,6 +4,7 @@ import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams, writeInProject } from '../projects/index.ts';
+import { requireAgent } from '../agents/index.ts';
 import { Type } from 'typebox';
 import { CreateEnvironmentRequest, Environment, EnvironmentName } from './schemas.ts';
 import { createEnvironment, deleteEnvironment, listEnvironments } from './repository.ts';
@@ -28,9 +29,12 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
     },
     async (request, reply) => {
       const { projectId } = request.params;
-      const environment = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
-        createEnvironment(trx, projectId, request.body),
-      );
+      const { accountId } = request.principal;
+      const environment = await writeInProject(app.store.db, accountId, projectId, async (trx) => {
+        // The default agent must be one of the caller's account (404 otherwise, as for any agent it cannot see).
+        if (request.body.defaultAgentId !== undefined) await requireAgent(trx, accountId, request.body.defaultAgentId);
+        return createEnvironment(trx, projectId, request.body);
+      });
       request.auditIds.environmentName = environment.name;
       return sendCreated(request, reply, { segment: environment.name }, environment);
     },

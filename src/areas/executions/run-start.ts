@@ -83,7 +83,8 @@ async function resolveVariables(
   grids: Record<string, VariableValue[][]> = {},
 ): Promise<Record<string, VariableValue | VariableValue[][]>> {
   const project = await variableValuesIn(db, projectId, environmentId);
-  const resolved: Record<string, VariableValue | VariableValue[][]> = {};
+  // Keyed by user-chosen names: no prototype, so `__proto__` or `constructor` is a name like any other.
+  const resolved = Object.create(null) as Record<string, VariableValue | VariableValue[][]>;
   const types = new Map<string, string>();
   for (const [name, variable] of Object.entries(declared)) types.set(name, variable.type);
   for (const row of project) {
@@ -103,7 +104,8 @@ async function resolveVariables(
     }
   }
   for (const [name, rows] of Object.entries(grids)) {
-    if (declared[name]?.type !== 'GRID') violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
+    if (!Object.hasOwn(declared, name) || declared[name].type !== 'GRID')
+      violations.push(`gridVariables.${name}: not a GRID variable of the pipeline`);
     else resolved[name] = rows;
   }
   if (violations.length > 0) throw badRequest('Some variables cannot be given to this run.', violations);
@@ -206,7 +208,7 @@ export async function prepareTestRun(
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines: Record<string, string> = {};
+  const pipelines = Object.create(null) as Record<string, string>;
   for (const path of tests) pipelines[path] = await artifactFileText(db, artifact.id, path);
   const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
   const variables = await resolveVariables(db, request.projectId, environment.id, {});

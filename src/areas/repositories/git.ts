@@ -1,38 +1,27 @@
-import { spawn } from 'node:child_process';
+import { GitError, runGit as runCoreGit, type GitLimits } from '../../core/git.ts';
 
-/** A git command that failed; its message carries git's own last lines of error output. */
-export class GitError extends Error {}
+export { GitError };
 
 export interface GitOptions {
   cwd?: string;
   /** Extra environment, e.g. credentials as http.extraHeader (never in argv, which other users can read). */
   env?: Record<string, string>;
   signal?: AbortSignal;
+  /** For runs that reach another host: their deadline and low-speed limit (local runs have core/git.ts's deadline). */
+  limits?: GitLimits;
 }
 
-/** Runs `git args`; resolves its standard output, rejects with a GitError naming the command and git's complaint. */
-export function runGit(args: string[], options: GitOptions = {}): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('git', args, {
-      cwd: options.cwd,
-      env: { ...process.env, GIT_TERMINAL_PROMPT: '0', LC_ALL: 'C', ...options.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      signal: options.signal,
-    });
-    const out: Buffer[] = [];
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => out.push(chunk));
-    child.stderr.on('data', (chunk: Buffer) => {
-      // Only the tail matters for the message; progress output can be long.
-      err = (err + chunk.toString('utf8')).slice(-4000);
-    });
-    child.once('error', (error) => reject(new GitError(`git ${args[0]} could not run: ${error.message}`)));
-    child.once('close', (code) => {
-      if (code === 0) return resolve(Buffer.concat(out).toString('utf8'));
-      const complaint = err.trim().split('\n').slice(-3).join(' ').trim();
-      reject(new GitError(`git ${args[0]} failed${complaint ? `: ${complaint}` : ` (exit ${code})`}`));
-    });
+/** Runs `git args` (core/git.ts); resolves its standard output, rejects with a GitError naming the command and git's complaint. */
+export async function runGit(args: string[], options: GitOptions = {}): Promise<string> {
+  const { limits, ...rest } = options;
+  const output = await runCoreGit(args, {
+    ...rest,
+    ...(limits && {
+      timeoutMs: limits.timeoutMs,
+      lowSpeed: { limit: limits.lowSpeedLimit, seconds: limits.lowSpeedSeconds },
+    }),
   });
+  return output.toString('utf8');
 }
 
 /** Environment that makes git send `Authorization: Basic user:password` on its HTTP requests. */

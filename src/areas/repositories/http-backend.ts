@@ -1,5 +1,6 @@
-import { spawn } from 'node:child_process';
+import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { spawnGit } from '../../core/git.ts';
 
 export interface BackendRequest {
   /** The folder the repository paths are relative to (GIT_PROJECT_ROOT). */
@@ -39,7 +40,8 @@ export function serveGitHttpBackend(request: IncomingMessage, response: ServerRe
   if (request.headers['content-length'] !== undefined) env.CONTENT_LENGTH = request.headers['content-length'];
 
   return new Promise((resolve) => {
-    const child = spawn('git', ['http-backend'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    // Through core/git.ts: the child dies with the server, so a push cut off by a crash leaves no git behind.
+    const child = spawnGit(['http-backend'], { env, stdio: ['pipe', 'pipe', 'pipe'] }) as ChildProcessWithoutNullStreams;
     let errors = '';
     child.stderr.on('data', (chunk: Buffer) => (errors = (errors + chunk.toString('utf8')).slice(-2000)));
     request.pipe(child.stdin);

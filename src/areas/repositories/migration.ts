@@ -8,6 +8,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, ProblemError } from '../../core/problems.ts';
 import { assertNoMigrationInProgress, ensureHostedRepository } from './hosting.ts';
 import { basicAuthEnv, GitError, listRefs, runGit } from './git.ts';
+import type { GitLimits } from '../../core/git.ts';
 import { GitLabTokenRotation, REQUIRED_PROVIDER_PARAMETERS, RotationError, TOKEN_USER, type TokenRotation } from './providers.ts';
 import { checkCloneUrl, externalRepositoryOf, requireCredentialFor, sealContext, type MigrationRow } from './repository.ts';
 import type { GitProvider, StartMigrationRequest } from './schemas.ts';
@@ -116,6 +117,19 @@ interface GitEndpoint {
   env: Record<string, string>;
 }
 
+/**
+ * Runs one git step of a migration; a git failure (a stall or the deadline too) fails the migration with a
+ * detail that names the step.
+ */
+async function gitStep<T>(step: string, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof GitError) throw new MigrationFailure(`${step} failed: ${error.message}`);
+    throw error;
+  }
+}
+
 /** The background half of a migration: a durable job, resumed by another process if this one dies. */
 export class MigrationRunner {
   /** Git reaches clone URLs itself; their hosts are checked against the outbound rules first. */
@@ -149,6 +163,12 @@ export class MigrationRunner {
 
   private get db() {
     return this.app.store.db;
+  }
+
+  /** Every git run of a migration reaches another host: a deadline and a low-speed limit (core/git.ts). */
+  private get limits(): GitLimits {
+    const { gitTimeoutMs, gitLowSpeedLimit, gitLowSpeedSeconds } = this.app.config;
+    return { timeoutMs: gitTimeoutMs, lowSpeedLimit: gitLowSpeedLimit, lowSpeedSeconds: gitLowSpeedSeconds };
   }
 
   async run(migrationId: string, runs: number): Promise<void> {
@@ -226,7 +246,9 @@ export class MigrationRunner {
   private async mirrorPush(migration: MigrationRow, source: GitEndpoint, target: GitEndpoint): Promise<void> {
     // A resumed run finds its own earlier, partial push on the target; only a fresh one requires it empty.
     if (migration.phase !== 'PUSHING') {
-      const present = await listRefs(target.location, { env: target.env });
+      const present = await gitStep("listing the target's branches and tags", () =>
+        listRefs(target.location, { env: target.env, limits: this.limits }),
+      );
       if (present.size > 0) {
         const names = [...present.keys()];
         throw new MigrationFailure(
@@ -237,11 +259,19 @@ export class MigrationRunner {
     }
     const local = path.isAbsolute(source.location) ? undefined : await fs.mkdtemp(path.join(os.tmpdir(), 'dpc-mirror-'));
     try {
-      if (local) await runGit(['clone', '--quiet', '--mirror', source.location, local], { env: source.env });
+      if (local) {
+        await gitStep("cloning the project's repository", () =>
+          runGit(['clone', '--quiet', '--mirror', source.location, local], { env: source.env, limits: this.limits }),
+        );
+      }
       const repository = local ?? source.location;
       // Branches and tags only: a hosted repository holds nothing else, and providers refuse writes to their own refs.
-      await runGit(['push', '--quiet', '--mirror', target.location], { cwd: repository, env: target.env });
-      const [expected, pushed] = await Promise.all([listRefs(repository), listRefs(target.location, { env: target.env })]);
+      await gitStep('pushing to the target', () =>
+        runGit(['push', '--quiet', '--mirror', target.location], { cwd: repository, env: target.env, limits: this.limits }),
+      );
+      const [expected, pushed] = await gitStep('checking the pushed branches and tags', () =>
+        Promise.all([listRefs(repository), listRefs(target.location, { env: target.env, limits: this.limits })]),
+      );
       const wrong = [...expected].filter(([ref, oid]) => pushed.get(ref) !== oid).map(([ref]) => ref);
       const extra = [...pushed.keys()].filter((ref) => !expected.has(ref));
       if (wrong.length || extra.length) {
@@ -256,8 +286,8 @@ export class MigrationRunner {
 
   private async checkBranches(source: GitEndpoint, target: GitEndpoint): Promise<void> {
     const [mine, theirs] = await Promise.all([
-      listRefs(source.location, { env: source.env }),
-      listRefs(target.location, { env: target.env }),
+      gitStep("listing the project's branches", () => listRefs(source.location, { env: source.env, limits: this.limits })),
+      gitStep("listing the target's branches", () => listRefs(target.location, { env: target.env, limits: this.limits })),
     ]);
     const missing = [...mine.keys()]
       .filter((ref) => ref.startsWith('refs/heads/') && !theirs.has(ref))

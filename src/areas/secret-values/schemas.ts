@@ -1,13 +1,25 @@
 import { Type, type Static } from 'typebox';
+import { NOT_RESERVED_OBJECT_NAME } from '../../core/reserved-names.ts';
 import { SECRET_REFERENCE_TYPES } from '../secret-references/index.ts';
 
-const SecretName = Type.String({ minLength: 1, maxLength: 255, pattern: '^[\\w./@+-]+$', description: 'vault secret name' });
+const SecretName = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: '^[\\w./@+-]+$',
+  ...NOT_RESERVED_OBJECT_NAME,
+  description: 'vault secret name (not a name JavaScript objects reserve, such as constructor or __proto__)',
+});
 
 export const WriteSecretValueRequest = Type.Object(
   {
     secret: Type.Object({
       name: SecretName,
-      key: Type.String({ minLength: 1, maxLength: 255, description: 'key within the vault secret' }),
+      key: Type.String({
+        minLength: 1,
+        maxLength: 255,
+        ...NOT_RESERVED_OBJECT_NAME,
+        description: 'key within the vault secret (not a name JavaScript objects reserve)',
+      }),
       type: Type.Enum(SECRET_REFERENCE_TYPES),
       value: Type.Union(
         [

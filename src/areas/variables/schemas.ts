@@ -1,6 +1,7 @@
 import { Type, type Static } from 'typebox';
 import { ProjectParams } from '../projects/index.ts';
 import { EnvironmentName } from '../environments/index.ts';
+import { NOT_RESERVED_OBJECT_NAME } from '../../core/reserved-names.ts';
 
 /** The specification's variableName: an identifier of letters, digits, `_` and `$`, not a digit first, not `$` alone. */
 export const VARIABLE_NAME_PATTERN = '^(?!\\$$)[a-zA-Z_$][a-zA-Z0-9_$]*$';
@@ -9,6 +10,8 @@ export const VariableName = Type.String({
   minLength: 1,
   maxLength: 255,
   pattern: VARIABLE_NAME_PATTERN,
+  // A run's variables are keyed by name (on the server and in agents): constructor, __proto__, ... are refused.
+  ...NOT_RESERVED_OBJECT_NAME,
   examples: ['region_code'],
 });
 
