@@ -61,8 +61,8 @@ describeEachStore('services, called directly', (kind) => {
     assert.equal(prepared.versionName, 'v1');
     assert.equal(prepared.agentId, agentId);
     assert.deepEqual(Object.keys(prepared.pipelines), ['pipelines/check.orch.yaml']);
-    assert.deepEqual(prepared.variables, { region: 'eu' }, 'the override wins over the project default');
-    assert.deepEqual((await run({ scalarVariables: { region: 'ap' } })).variables, { region: 'ap' }, 'the request wins');
+    assert.deepEqual({ ...prepared.variables }, { region: 'eu' }, 'the override wins over the project default');
+    assert.deepEqual({ ...(await run({ scalarVariables: { region: 'ap' } })).variables }, { region: 'ap' }, 'the request wins');
   });
 
   test('run start refusals: each says what is wrong, naming the field', async () => {
