@@ -26,6 +26,7 @@ import { identityRoutes } from './areas/identity/routes.ts';
 import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
+import { consumptionRoutes } from './areas/consumption/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
@@ -63,6 +64,7 @@ const v1Areas = [
   repositoryRoutes,
   aiTaskRoutes,
   eventRoutes,
+  consumptionRoutes,
   executionRoutes,
   scheduleRoutes,
 ];

@@ -84,6 +84,30 @@ export interface Config {
   secretWriteTimeoutSeconds: number;
   /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
   aiModel: AiModelConfig;
+  /** Credits per run-hour by agent type (consumption); `default` prices other types and deleted agents. */
+  creditsPerHour: Readonly<Record<string, number>>;
+}
+
+/** Credits per run-hour when DPC_CREDITS_PER_HOUR does not say otherwise: the platform's own agents cost double. */
+export const DEFAULT_CREDITS_PER_HOUR: Readonly<Record<string, number>> = Object.freeze({
+  default: 1,
+  CUSTOMER_HOSTED: 1,
+  PLATFORM_HOSTED: 2,
+  streaming: 1,
+});
+
+/** "TYPE=rate,TYPE=rate" over the defaults; a rate is a non-negative number. Kept in an object without a prototype. */
+function creditRates(env: NodeJS.ProcessEnv, name: string): Readonly<Record<string, number>> {
+  const rates: Record<string, number> = Object.assign(Object.create(null), DEFAULT_CREDITS_PER_HOUR);
+  for (const entry of (env[name] ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
+    const match = /^([A-Za-z][\w-]{0,63})=(\d+(\.\d+)?)$/.exec(entry);
+    if (!match) throw new ConfigError(`${name} must be comma-separated TYPE=rate pairs (e.g. PLATFORM_HOSTED=2), got "${entry}"`);
+    rates[match[1]] = Number(match[2]);
+  }
+  return Object.freeze(rates);
 }
 
 export interface AiModelConfig {
@@ -220,5 +244,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxToolCalls: integer(env, 'DPC_AI_MAX_TOOL_CALLS', 200, 1),
       maxTaskSeconds: integer(env, 'DPC_AI_MAX_TASK_SECONDS', 1800, 1),
     },
+    creditsPerHour: creditRates(env, 'DPC_CREDITS_PER_HOUR'),
   };
 }
