@@ -27,6 +27,7 @@ import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
 import { consumptionRoutes } from './areas/consumption/routes.ts';
+import { lineageRoutes } from './areas/lineage/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
@@ -65,6 +66,7 @@ const v1Areas = [
   aiTaskRoutes,
   eventRoutes,
   consumptionRoutes,
+  lineageRoutes,
   executionRoutes,
   scheduleRoutes,
 ];

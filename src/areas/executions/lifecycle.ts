@@ -6,6 +6,7 @@ import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
 import { agentsInContactSince, cancelAgentWork, cancelledWorkIds, type AgentReport, type AgentWork } from '../agents/index.ts';
+import { recordStepLineage } from '../lineage/index.ts';
 import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
@@ -45,10 +46,31 @@ function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
  * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
  */
 export async function applyAgentReport(trx: Executor, { work, report }: { work: AgentWork; report: AgentReport }): Promise<void> {
-  const run = await trx.selectFrom('executions').select(['id', 'status']).where('agentWorkId', '=', work.id).executeTakeFirst();
+  const run = await trx
+    .selectFrom('executions')
+    .select(['id', 'status', 'accountId', 'projectId', 'pipelineName', 'testName'])
+    .where('agentWorkId', '=', work.id)
+    .executeTakeFirst();
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
-  if (report.type === 'progress' && isStep(body.step)) await recordStep(trx, run.id, body.step);
+  if (report.type === 'progress' && isStep(body.step)) {
+    await recordStep(trx, run.id, body.step);
+    // The datasets the step read and wrote, as OpenLineage events of this run (the run's, not the report's, ids).
+    const { lineage } = body.step as { lineage?: unknown };
+    if (lineage !== undefined) {
+      await recordStepLineage(
+        trx,
+        {
+          accountId: run.accountId,
+          projectId: run.projectId,
+          executionId: run.id,
+          pipelineName: run.pipelineName ?? run.testName ?? '(tests)',
+          step: body.step,
+        },
+        lineage,
+      );
+    }
+  }
   // A report that resolves UNKNOWN also clears its "out of contact" message.
   const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : run.status === 'UNKNOWN' ? null : undefined;
   await moveExecution(trx, run.id, eventOf(report), { lastReportAt: now(), ...(message !== undefined && { message }) });
