@@ -530,6 +530,38 @@ describeEachStore('AI agent tasks', (kind) => {
     );
   });
 
+  test('tool arguments nested too deep or too large go back to the model as an error; the task carries on', async () => {
+    const message = 'Read with odd arguments.';
+    const deep = `{"path":${'['.repeat(100_000)}${']'.repeat(100_000)}}`;
+    const large = JSON.stringify({ path: 'x'.repeat(9 * 1024 * 1024) });
+    model.on(message, [
+      {
+        toolCalls: [
+          { name: 'read_file', arguments: deep },
+          { name: 'read_file', arguments: large },
+          { name: 'read_file', arguments: { path: 'README.md' } },
+        ],
+      },
+      { text: 'I will keep my arguments flat.' },
+    ]);
+    const taskId = await startTask(message, { grantedPermissions: [{ toolName: 'read_file' }] });
+    const done = await settled(taskId, 'STOPPED');
+    assert.equal(done.statusDetail, 'The agent finished its answer; send a message to carry on.');
+    const messages = await allMessages(taskId);
+    const results = messages.filter((m) => m.data.type === 'TOOL_RESULT');
+    assert.equal(results.length, 3);
+    assert.match(results[0].data.error, /nested deeper than 64 levels/);
+    assert.match(results[1].data.error, /larger than 8388608 bytes/);
+    assert.equal(results[2].data.result.content, 'Sales pipelines.\n');
+    // What is stored and shown of the refused calls is an excerpt, not the whole text.
+    const calls = messages.filter((m) => m.data.type === 'TOOL_CALL');
+    assert.ok(JSON.stringify(calls[0].data).length < 4096);
+    assert.ok(JSON.stringify(calls[1].data).length < 4096);
+    const tools = model.requestsOf(message)[1].messages.filter((m) => m.role === 'tool');
+    assert.match(JSON.parse(tools[0].content!).error, /nested deeper than 64 levels/);
+    assert.match(JSON.parse(tools[1].content!).error, /larger than 8388608 bytes/);
+  });
+
   test('PLAN tasks are not offered the writing tools; ACT tasks with a named target branch create it off the source', async () => {
     const plan = 'Plan only.';
     model.on(plan, [{ text: 'My plan: add load_orders.orch.yaml.' }]);

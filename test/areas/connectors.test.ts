@@ -341,6 +341,25 @@ describeEachStore('connector profiles', (kind) => {
         'body.endpoints.0.authenticationOptions.0.additionalParameters.password',
       ],
       [{ httpMethod: 'POST', body: '{"user": "me", "password": "s3cr3t-E"}' }, 'body.endpoints.0.body'],
+      // What an outside attack stored (issue 36): credential header and query names, a custom header valued
+      // Bearer, credential parameters in the endpoint URL.
+      [{ headerParameters: [{ name: 'X-Auth-Token', value: 's3cr3t-F' }] }, 'body.endpoints.0.headerParameters.0.value'],
+      [
+        {
+          headerParameters: [
+            { name: 'Accept', value: 'application/json' },
+            { name: 'Ocp-Apim-Subscription-Key', value: 's3cr3t-G' },
+          ],
+        },
+        'body.endpoints.0.headerParameters.1.value',
+      ],
+      [{ headerParameters: [{ name: 'X-Custom', value: 'Bearer s3cr3t-H-0123' }] }, 'body.endpoints.0.headerParameters.0.value'],
+      [{ queryParameters: [{ name: 'key', value: 's3cr3t-I' }] }, 'body.endpoints.0.queryParameters.0.value'],
+      [{ queryParameters: [{ name: 'sig', value: 's3cr3t-J' }] }, 'body.endpoints.0.queryParameters.0.value'],
+      [{ queryParameters: [{ name: 'appid', value: 's3cr3t-K' }] }, 'body.endpoints.0.queryParameters.0.value'],
+      [{ url: 'https://api.example.com/x?api_key=s3cr3t-L', uriParameters: [] }, 'body.endpoints.0.url'],
+      [{ url: 'https://api.example.com/x?token=s3cr3t-M', uriParameters: [] }, 'body.endpoints.0.url'],
+      [{ url: 'https://api.example.com/x?p%61ssword=s3cr3t-N', uriParameters: [] }, 'body.endpoints.0.url'],
     ];
     for (const [fields, field] of cases) {
       const answer = await create([endpoint(fields)]);
@@ -351,6 +370,8 @@ describeEachStore('connector profiles', (kind) => {
       );
       assert.ok(!answer.text.includes('s3cr3t'), 'not echoed');
     }
+    const viewer = await server.tokenFor(caller.accountId, 'viewer');
+    assert.ok(!(await server.api('GET', '/custom-connectors', { token: viewer })).text.includes('s3cr3t'), 'not stored');
     // Declaring such a parameter without a value, and bodies with look-alike names, are fine.
     const fine = await create([
       endpoint({

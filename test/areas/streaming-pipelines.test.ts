@@ -210,6 +210,63 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     assert.equal((await api('POST', pipelines(), body)).status, 201);
   });
 
+  test('what an outside attack stored is refused: credential names and credential-carrying values anywhere in the definition (issue 36)', async () => {
+    const body = pipelineBody(agentId, 'attacked');
+    const cases: Array<[(b: any) => void, string]> = [
+      [(b) => (b.advancedProperties = { apikey: 'leak-1-value' }), 'body.advancedProperties.apikey'],
+      [(b) => (b.advancedProperties = { 'X-Auth-Token': 'leak-2-value' }), 'body.advancedProperties.X-Auth-Token'],
+      [
+        (b) => (b.streamingSource.connection.host = 'replicator:leak-3-value@db.internal'),
+        'body.streamingSource.connection.host',
+      ],
+      [
+        (b) => (b.advancedProperties = { 'connection.url': 'jdbc:postgresql://db/orders?user=a&p%61ssword=leak-4-value' }),
+        'body.advancedProperties.connection.url',
+      ],
+      [
+        (b) => (b.advancedProperties = { 'mongo.uri': 'mongodb://u:leak-5-value@mongo.internal/app' }),
+        'body.advancedProperties.mongo.uri',
+      ],
+      [
+        (b) =>
+          (b.advancedProperties = {
+            'bus.connection': 'Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=leak-6-value',
+          }),
+        'body.advancedProperties.bus.connection',
+      ],
+      [(b) => (b.advancedProperties = { 'http.header': 'Bearer leak-7-value-0123' }), 'body.advancedProperties.http.header'],
+      [
+        (b) => (b.streamingSource.connection.database = 'orders;password=leak-8-value'),
+        'body.streamingSource.connection.database',
+      ],
+      [
+        (b) => (b.streamingTarget.prefix = 'https://acct.blob.core.windows.net/c?sv=1&sig=leak-9-value'),
+        'body.streamingTarget.prefix',
+      ],
+    ];
+    const created = await api('POST', pipelines(), body);
+    assert.equal(created.status, 201, created.text);
+    const at = `${pipelines()}/${created.body.streamingPipelineId}`;
+    for (const [index, [change, field]] of cases.entries()) {
+      const leaky = structuredClone(body) as any;
+      change(leaky);
+      for (const [method, path] of [
+        ['POST', pipelines()],
+        ['PUT', at],
+      ] as const) {
+        const refused = expectProblem(await api(method, path, leaky), 400);
+        assert.ok(!JSON.stringify(refused).includes(`leak-${index + 1}-value`), `case ${index + 1} echoed`);
+        assert.ok(
+          (refused.violations ?? []).some((v: string) => v.startsWith(`${field}:`)),
+          `case ${index + 1}: ${JSON.stringify(refused.violations)}`,
+        );
+      }
+    }
+    const listed = await api('GET', pipelines(), undefined, viewer);
+    assert.equal(listed.status, 200);
+    assert.ok(!/leak-\d-value/.test(listed.text));
+  });
+
   test('concurrent starts of a stopped pipeline hand its agent one run: one 202, the others 409', async () => {
     const created = await api('POST', pipelines(), pipelineBody(agentId, 'raced'));
     const id = created.body.streamingPipelineId;

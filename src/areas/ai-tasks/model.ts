@@ -5,6 +5,7 @@ import type { AiModelConfig } from '../../core/config.ts';
 import type { TaskMessageData } from './schemas.ts';
 import type { TaskRow } from './repository.ts';
 import { toolsFor } from './tools.ts';
+import { argumentsTextOf } from './arguments.ts';
 
 /** The model could not be used for this turn; the message says why, for the task's statusDetail. */
 export class ModelFailure extends Error {}
@@ -94,7 +95,7 @@ export function turnOf(completion: unknown): ModelTurn {
     return {
       id,
       name: fn.name,
-      argumentsText: typeof fn.arguments === 'string' ? fn.arguments : JSON.stringify(fn.arguments ?? {}),
+      argumentsText: typeof fn.arguments === 'string' ? fn.arguments : argumentsTextOf(fn.arguments),
     };
   });
   const text = typeof message.content === 'string' && message.content.trim() ? message.content : null;

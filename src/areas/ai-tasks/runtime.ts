@@ -8,6 +8,7 @@ import { JobQueue } from '../../core/jobs.ts';
 import { appendMessages, conversationOf, grantedOf, moveTask, unansweredCalls, updateTask, type TaskRow } from './repository.ts';
 import { chatMessages, configuredModel, ModelFailure, NO_MODEL, toolDefinitions, type ChatModel } from './model.ts';
 import { runTool, toolNamed, toolsFor } from './tools.ts';
+import { checkedArguments } from './arguments.ts';
 
 const STEP_JOB = 'ai-task.step';
 /** Runs of one step past which a step the server keeps dying in is given up (its tools may have run already). */
@@ -126,17 +127,22 @@ export class AiTaskRuntime {
     }
     const groupId = randomUUID();
     const toolCalls = task.toolCalls + turn.toolCalls.length;
+    const checked = turn.toolCalls.map((call) => ({ call, args: checkedArguments(call.argumentsText) }));
     await this.store.db.transaction().execute(async (trx) => {
       await updateTask(trx, task.id, { turns: task.turns + 1, toolCalls });
       await appendMessages(trx, task.id, groupId, [
         ...(turn.text !== null ? [{ type: 'AGENT_MESSAGE' as const, text: turn.text }] : []),
-        ...turn.toolCalls.map((call) => ({
+        ...checked.map(({ call, args }) => ({
           type: 'TOOL_CALL' as const,
           toolCallId: call.id,
           toolName: call.name,
           ...(toolNamed(call.name) && { access: toolNamed(call.name)!.access }),
-          arguments: parsedArguments(call.argumentsText),
+          arguments: 'value' in args ? args.value : args.excerpt,
         })),
+        // Arguments past a bound are answered at once, as a bad argument is: the model reads why.
+        ...checked.flatMap(({ call, args }) =>
+          'error' in args ? [{ type: 'TOOL_RESULT' as const, toolCallId: call.id, toolName: call.name, error: args.error }] : [],
+        ),
       ]);
     });
     if (toolCalls > this.settings.maxToolCalls) {
@@ -235,14 +241,5 @@ export class AiTaskRuntime {
       .where('id', '>', seen)
       .execute();
     return later.some((row) => (JSON.parse(row.data) as { type: string }).type === 'USER_MESSAGE');
-  }
-}
-
-/** The arguments of a tool call as JSON, or the text as written when it is not JSON (the tool then refuses it). */
-function parsedArguments(text: string): unknown {
-  try {
-    return JSON.parse(text || '{}');
-  } catch {
-    return text;
   }
 }

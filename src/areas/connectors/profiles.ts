@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
+import { credentialIn, credentialInNamed } from '../../core/credentials.ts';
 import { badRequest } from '../../core/problems.ts';
 import { existingOAuthConnectionIds } from '../oauth-connections/index.ts';
 import type {
@@ -105,32 +106,38 @@ function optionViolations(option: AuthenticationOption, at: string, url: URL | u
   return violations;
 }
 
-/** Names under which requests carry credentials: such a name may be declared, but holds no stored value. */
-const CREDENTIAL_NAME =
-  /^(authorization|proxy-authorization|cookie|x-api-key|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|password|passwd|pwd|secret|client[_-]?secret|private[_-]?key|account[_-]?key|secret[_-]?key|sas[_-]?token)$/i;
-/** A credential-named field with a value, in a JSON or form-encoded body. */
-const CREDENTIAL_IN_BODY =
-  /(?<![\w-])["']?(password|passwd|pwd|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|private[_-]?key)["']?\s*[:=]\s*["']?[^\s"'&,}]/i;
 const NO_CREDENTIAL = 'a profile holds no credential: bind it through an authentication option (a secret reference)';
 
-/** Credentials written where a profile keeps plain values: default parameter values, the URL, additional parameters, the body. */
-function credentialViolations(endpoint: EndpointInput, at: string, url: URL | undefined): string[] {
+/**
+ * Credentials written where a profile keeps plain values: the URL (userinfo, `?api_key=`), default values of
+ * header, query and URI parameters (`X-Auth-Token`, `key`, `sig`, a custom header valued `Bearer ...`),
+ * additional parameters, plain option values and the body, as src/core/credentials.ts finds them.
+ */
+function credentialViolations(endpoint: EndpointInput, at: string): string[] {
   const violations: string[] = [];
-  if (url && (url.username || url.password)) violations.push(`${at}.url: ${NO_CREDENTIAL}, not in the URL`);
+  const refuse = (field: string, reason: string | undefined) => {
+    if (reason) violations.push(`${field}: ${NO_CREDENTIAL} (${reason})`);
+  };
+  refuse(`${at}.url`, credentialIn(endpoint.url));
   for (const list of ['headerParameters', 'queryParameters', 'uriParameters'] as const) {
     (endpoint[list] ?? []).forEach((parameter, k) => {
-      if (parameter.value !== undefined && CREDENTIAL_NAME.test(parameter.name)) {
-        violations.push(`${at}.${list}.${k}.value: ${NO_CREDENTIAL} (give "${parameter.name}" when testing)`);
+      if (parameter.value !== undefined) {
+        refuse(`${at}.${list}.${k}.value`, credentialInNamed(parameter.name, parameter.value));
       }
     });
   }
   (endpoint.authenticationOptions ?? []).forEach((option, j) => {
-    for (const key of Object.keys(option.additionalParameters ?? {})) {
-      if (CREDENTIAL_NAME.test(key))
-        violations.push(`${at}.authenticationOptions.${j}.additionalParameters.${key}: ${NO_CREDENTIAL}`);
+    for (const [key, value] of Object.entries(option.additionalParameters ?? {})) {
+      refuse(`${at}.authenticationOptions.${j}.additionalParameters.${key}`, credentialInNamed(key, value));
     }
+    option.parameters.forEach((parameter, k) => {
+      if (parameter.value !== undefined) {
+        refuse(`${at}.authenticationOptions.${j}.parameters.${k}.value`, credentialIn(parameter.value));
+      }
+    });
   });
-  if (endpoint.body && CREDENTIAL_IN_BODY.test(endpoint.body)) violations.push(`${at}.body: ${NO_CREDENTIAL}`);
+  if (endpoint.body) refuse(`${at}.body`, credentialIn(endpoint.body));
+  if (endpoint.authTemplate) refuse(`${at}.authTemplate`, credentialIn(endpoint.authTemplate));
   return violations;
 }
 
@@ -139,7 +146,7 @@ function endpointViolations(endpoint: EndpointInput, at: string): string[] {
   const sample = endpoint.url.replace(URI_PLACEHOLDER, 'x');
   const url = URL.canParse(sample) ? new URL(sample) : undefined;
   if (!url || !['http:', 'https:'].includes(url.protocol)) violations.push(`${at}.url: must be an http or https URL`);
-  violations.push(...credentialViolations(endpoint, at, url));
+  violations.push(...credentialViolations(endpoint, at));
   const uriNames = new Set((endpoint.uriParameters ?? []).map((p) => p.name));
   for (const [, name] of endpoint.url.matchAll(URI_PLACEHOLDER)) {
     if (!uriNames.has(name)) violations.push(`${at}.url: {${name}} has no URI parameter of that name`);
@@ -170,6 +177,13 @@ export async function assertValidProfile(db: Executor, accountId: string, profil
   const violations: string[] = [];
   const ids = new Set<string>();
   const oauthReferences: Array<{ at: string; id: string }> = [];
+  for (const [field, url] of [
+    ['body.icon', profile.icon],
+    ['body.logo.image.url', profile.logo?.image.url],
+  ] as const) {
+    const reason = url === undefined ? undefined : credentialIn(url);
+    if (reason) violations.push(`${field}: ${NO_CREDENTIAL} (${reason})`);
+  }
   profile.endpoints.forEach((endpoint, i) => {
     const at = `body.endpoints.${i}`;
     if (endpoint.id !== undefined) {

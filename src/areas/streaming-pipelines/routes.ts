@@ -27,6 +27,7 @@ import {
   requirePipeline,
   statusOf,
 } from './repository.ts';
+import { checkNoCredentials } from './service.ts';
 
 const tags = ['Streaming Pipelines'];
 
@@ -67,6 +68,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     async (request, reply) => {
       const { accountId } = request.principal;
       const { projectId } = request.params;
+      checkNoCredentials(request.body);
       const pipeline = await writeInProject(db, accountId, projectId, (trx) =>
         createPipeline(trx, accountId, projectId, request.body),
       );
@@ -106,6 +108,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     async (request) => {
       const { accountId } = request.principal;
       const { projectId, streamingPipelineId } = request.params;
+      checkNoCredentials(request.body);
       return writeInProject(db, accountId, projectId, (trx) =>
         replacePipeline(trx, accountId, projectId, streamingPipelineId, request.body),
       );
