@@ -13,6 +13,7 @@ import { executions } from './0012_executions.ts';
 import { aiTasks } from './0013_ai_tasks.ts';
 import { agentSealedSecrets } from './0029_agent_sealed_secrets.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
+import { outbox } from './0033_outbox.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -28,6 +29,7 @@ const steps: Record<string, PortableMigration> = {
   '0013_ai_tasks': aiTasks,
   '0029_agent_sealed_secrets': agentSealedSecrets,
   '0036_agent_report_sequence': agentReportSequence,
+  '0033_outbox': outbox,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
