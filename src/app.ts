@@ -14,6 +14,7 @@ import { auditPlugin } from './core/audit.ts';
 import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
 import { rawProblemResponse } from './core/problems.ts';
 import { JobQueue } from './core/jobs.ts';
+import { OutboxWakeups } from './core/outbox-wakeups.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
@@ -28,6 +29,7 @@ import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
 import { consumptionRoutes } from './areas/consumption/routes.ts';
 import { lineageRoutes } from './areas/lineage/routes.ts';
+import { eventFeedRoutes } from './areas/event-feed/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
@@ -67,6 +69,7 @@ const v1Areas = [
   eventRoutes,
   consumptionRoutes,
   lineageRoutes,
+  eventFeedRoutes,
   executionRoutes,
   scheduleRoutes,
 ];
@@ -147,6 +150,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }),
     }),
   );
+  app.decorate('outboxWakeups', new OutboxWakeups(config.databaseUrl, app.log));
+  app.addHook('onClose', async () => app.outboxWakeups.close());
   app.decorate('shuttingDown', false);
   app.decorate('projectDeletion', new ProjectDeletion());
   app.decorate('agentWorkReports', new AgentWorkReports());

@@ -60,12 +60,34 @@ export interface JobTable {
   finishedAt: string | null;
 }
 
+/** Each account's last outbox event id (core/outbox.ts). */
+export interface EventSequenceTable {
+  accountId: string;
+  lastId: number;
+}
+
+/** A change worth announcing, written in the transaction of the change (core/outbox.ts). */
+export interface OutboxEventTable {
+  accountId: string;
+  /** Counts from 1 per account, without gaps. */
+  id: number;
+  type: string;
+  projectId: string | null;
+  /** What the event is about: a path-like name of the resource (`pipeline-executions/<id>`). */
+  subject: string;
+  /** JSON object. */
+  data: string;
+  occurredAt: string;
+}
+
 export interface CoreTables {
   accounts: AccountTable;
   apiClients: ApiClientTable;
   signingKeys: SigningKeyTable;
   auditEvents: AuditEventTable;
   jobs: JobTable;
+  eventSequences: EventSequenceTable;
+  outboxEvents: OutboxEventTable;
 }
 
 /**
