@@ -14,12 +14,14 @@ export const agentRunCommand: Command = {
     'client-id': { type: 'string' },
     'client-secret': { type: 'string' },
     'state-dir': { type: 'string' },
+    'allow-scripts': { type: 'boolean' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
     'client-id': 'the agent client id (POST /v1/agents/{agentId}/credentials)',
     'client-secret': 'its secret (or DPC_AGENT_CLIENT_SECRET)',
-    'state-dir': 'where the key, certificate and vault are kept (default ./agent-state)',
+    'state-dir': 'where the key, certificate, vault and embedded warehouse are kept (default ./agent-state)',
+    'allow-scripts': 'let pipelines run python-script and bash-script components (off by default)',
   },
   async run({ values, out }) {
     const url = required(values, 'url');
@@ -36,6 +38,7 @@ export const agentRunCommand: Command = {
       clientId: required(values, 'client-id'),
       clientSecret,
       stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
+      allowScripts: values['allow-scripts'] === true,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);
