@@ -78,6 +78,9 @@ export async function createExecution(
     variables: run.variables,
     ...(fields.pipelineName !== null && kind === 'PIPELINE' && { pipelineName: fields.pipelineName }),
     ...(fields.tests && { tests: fields.tests }),
+    accountId: run.request.accountId,
+    environmentId: run.environment.id,
+    ...(run.warehouse && { warehouse: run.warehouse }),
   };
   const agentWorkId = await enqueueAgentWork(trx, {
     accountId: run.request.accountId,
