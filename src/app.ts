@@ -29,6 +29,7 @@ import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
 import { consumptionRoutes } from './areas/consumption/routes.ts';
 import { lineageRoutes } from './areas/lineage/routes.ts';
+import { reviewRoutes } from './areas/reviews/routes.ts';
 import { eventFeedRoutes } from './areas/event-feed/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
@@ -69,6 +70,7 @@ const v1Areas = [
   eventRoutes,
   consumptionRoutes,
   lineageRoutes,
+  reviewRoutes,
   eventFeedRoutes,
   executionRoutes,
   scheduleRoutes,
