@@ -3,7 +3,7 @@ import { roleAllows } from '../../core/auth/accounts.ts';
 import { InvalidToken, type Principal } from '../../core/auth/tokens.ts';
 import { ProblemError, notFound } from '../../core/problems.ts';
 import { PROJECT_ID_PATTERN, requireProject } from '../projects/index.ts';
-import { assertNoMigrationInProgress, ensureHostedRepository, repositoriesRoot } from './hosting.ts';
+import { assertNoMigrationInProgress, ensureHostedRepository, repositoriesRoot, sweepStaleQuarantines } from './hosting.ts';
 import { externalRepositoryOf } from './repository.ts';
 import { receiveChecks, serveGitHttpBackend } from './http-backend.ts';
 
@@ -76,7 +76,8 @@ export async function gitHostingRoutes(app: FastifyInstance): Promise<void> {
           { name: 'repository-not-hosted' },
         );
       }
-      await ensureHostedRepository(app.config, projectId);
+      const hosted = await ensureHostedRepository(app.config, projectId);
+      if (pushing) await sweepStaleQuarantines(hosted);
       reply.hijack();
       await serveGitHttpBackend(request.raw, reply.raw, {
         projectRoot: repositoriesRoot(app.config),
