@@ -16,7 +16,8 @@ COPY --from=build /app/node_modules ./node_modules
 COPY package.json ./
 COPY bin ./bin
 COPY src ./src
-RUN mkdir /data && chown node:node /data
+# /repositories: where compose mounts the volume of hosted repositories that its instances share.
+RUN mkdir /data /repositories && chown node:node /data /repositories
 USER node
 VOLUME /data
 EXPOSE 8080

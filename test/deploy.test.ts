@@ -42,6 +42,34 @@ test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as d
   }
 });
 
+test('every server instance in compose.yaml mounts the same repositories volume where DPC_REPOSITORIES_DIR says (issue 36)', () => {
+  const compose = parse(read('compose.yaml'), { merge: true }) as {
+    services: Record<string, Service>;
+    volumes?: Record<string, unknown>;
+  };
+  // An instance serves: built from this repository and not the one-off migrate command.
+  const instances = Object.entries(compose.services).filter(
+    ([, service]) => service.build === '.' && !(service.command ?? []).includes('migrate'),
+  );
+  assert.ok(instances.length >= 2, 'two instances or more');
+  const mounted = new Set<string>();
+  for (const [name, service] of instances) {
+    const directory = service.environment?.DPC_REPOSITORIES_DIR;
+    assert.ok(directory && directory.startsWith('/'), `${name} sets DPC_REPOSITORIES_DIR to an absolute path`);
+    const volume = (service.volumes ?? []).map((entry) => entry.split(':')).find(([, target]) => target === directory);
+    assert.ok(volume, `${name} mounts a volume at ${directory}`);
+    const [source] = volume;
+    assert.ok(!source.startsWith('.') && !source.startsWith('/'), `${name}: a named volume, not a folder of one host`);
+    assert.ok(compose.volumes && source in compose.volumes, `${source} is declared under volumes`);
+    mounted.add(`${source}:${directory}`);
+  }
+  assert.equal(mounted.size, 1, `one volume at one path for every instance: ${[...mounted].join(', ')}`);
+  // The image makes the folder for the unprivileged user, so that a new volume takes its owner.
+  const directory = [...mounted][0].split(':')[1];
+  assert.match(read('Dockerfile'), new RegExp(`mkdir [^\\n]*${directory}[^\\n]*&& chown node:node [^\\n]*${directory}`));
+  assert.ok(read('docs/operations.md').includes('DPC_REPOSITORIES_DIR'), 'docs/operations.md says so');
+});
+
 test('the Dockerfile builds in one stage and runs as a non-root user without build tools', () => {
   const stages = read('Dockerfile')
     .split(/^FROM /m)

@@ -41,6 +41,8 @@ export interface Config {
   gitTimeoutMs: number;
   gitLowSpeedLimit: number;
   gitLowSpeedSeconds: number;
+  /** Largest pack a push to a hosted repository may send (git's receive.maxInputSize), in bytes. */
+  gitMaxPushBytes: number;
   /** Requests per client per window; 0 turns rate limiting off. */
   rateLimitMax: number;
   rateLimitWindowMs: number;
@@ -230,6 +232,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     gitTimeoutMs: integer(env, 'DPC_GIT_TIMEOUT_SECONDS', 600, 1) * 1000,
     gitLowSpeedLimit: integer(env, 'DPC_GIT_LOW_SPEED_LIMIT', 1000, 1),
     gitLowSpeedSeconds: integer(env, 'DPC_GIT_LOW_SPEED_SECONDS', 60, 1),
+    gitMaxPushBytes: integer(env, 'DPC_GIT_MAX_PUSH_BYTES', 512 * 1024 * 1024, 1024),
     rateLimitMax: integer(env, 'DPC_RATE_LIMIT_MAX', 6000),
     rateLimitWindowMs: integer(env, 'DPC_RATE_LIMIT_WINDOW_MS', 60_000),
     problemTypeBase: url(env, 'DPC_PROBLEM_TYPE_BASE', ['http:', 'https:'], 'https://platform-api.dev/problems')!.replace(

@@ -60,6 +60,22 @@ describeEachStore('OAuth connections', (kind) => {
       assert.ok(fields.includes(field), field);
   });
 
+  test('a token or authorization URL carrying a credential is refused, naming the field, never echoing it (issue 36)', async () => {
+    for (const [change, field] of [
+      [{ tokenUrl: 'https://login.example.com/token?client_secret=leak-A-value' }, 'body.tokenUrl'],
+      [{ tokenUrl: 'https://app:leak-B-value@login.example.com/token' }, 'body.tokenUrl'],
+      [{ authorizationUrl: 'https://login.example.com/authorize?api_key=leak-C-value' }, 'body.authorizationUrl'],
+    ] as const) {
+      const answer = await create({ ...oauthConnectionBody(`leaky ${field}`), ...change });
+      const problem = expectProblem(answer, 400);
+      assert.deepEqual(
+        problem.violations!.map((v) => v.split(':')[0]),
+        [field],
+      );
+      assert.ok(!answer.text.includes('leak-'), 'not echoed');
+    }
+  });
+
   test('delete needs an explicit confirmation; without it nothing is deleted and the problem says how', async () => {
     const { id } = (await create(oauthConnectionBody('to delete'))).body;
     for (const query of ['', '?confirm=false']) {

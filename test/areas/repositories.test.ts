@@ -218,6 +218,8 @@ describeEachStore('project Git repositories and their migration', (kind) => {
 
     expectProblem(await put({ ...external, cloneUrl: 'ftp://example.com/x.git' }), 400);
     expectProblem(await put({ ...external, cloneUrl: 'https://user:pw@example.com/x.git' }), 400);
+    expectProblem(await put({ ...external, cloneUrl: 'https://example.com/my repo.git' }), 400);
+    expectProblem(await put({ ...external, cloneUrl: 'https://example.com/x.git?access_token=abc123' }), 400);
     const wrongProvider = expectProblem(await put({ ...external, provider: 'github', enterpriseOauthId: credential }), 400);
     assert.match(wrongProvider.detail, /is for gitlab, not github/);
     expectProblem(await put({ ...external, enterpriseOauthId: randomUUID() }), 404);
@@ -232,6 +234,22 @@ describeEachStore('project Git repositories and their migration', (kind) => {
     expectProblem(await start(projectId, { ...github, mode: 'COPY' }), 400);
     expectProblem(await start(projectId, { ...github, targetProvider: 'bitbucket' }), 400);
     expectProblem(await start(projectId, { ...github, targetCloneUrl: 'not a url' }), 400);
+    // Spaces and control characters the URL parser would quietly encode or drop; credentials in the query (issue 36).
+    for (const url of [
+      `${target.url}/a b.git`,
+      `${target.url}/a\tb.git`,
+      `${target.url}/ab.git\n`,
+      `${target.url}/a\u0007b.git`,
+      `${target.url}/a\u007fb.git`,
+    ]) {
+      const problem = expectProblem(await start(projectId, { ...github, targetCloneUrl: url }), 400);
+      assert.deepEqual(problem.violations, [
+        'body.targetCloneUrl: must not contain spaces or control characters (percent-encode them)',
+      ]);
+    }
+    const leaky = await start(projectId, { ...github, targetCloneUrl: `${target.url}/x.git?private_token=leak-value-1` });
+    assert.match(expectProblem(leaky, 400).violations!.join(), /^body\.targetCloneUrl: holds a credential/);
+    assert.ok(!leaky.text.includes('leak-value-1'));
     for (const same of [hostedUrl(projectId), `${hostedUrl(projectId)}/`, hostedUrl(projectId).replace('.git', '')]) {
       const problem = expectProblem(await start(projectId, { ...github, targetCloneUrl: same }), 400);
       assert.match(problem.detail, /current repository/);

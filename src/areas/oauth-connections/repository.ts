@@ -5,6 +5,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import type { OAuthConnectionTable } from './tables.ts';
 import type { CreateOAuthConnectionRequest, OAuthConnection, SecretReference } from './schemas.ts';
+import { credentialViolations, refuseCredentials } from '../../core/credentials.ts';
 
 function toOAuthConnection(row: Selectable<OAuthConnectionTable>): OAuthConnection {
   return {
@@ -27,6 +28,14 @@ export async function createOAuthConnection(
   accountId: string,
   request: CreateOAuthConnectionRequest,
 ): Promise<OAuthConnection> {
+  refuseCredentials(
+    credentialViolations(
+      { authorizationUrl: request.authorizationUrl, tokenUrl: request.tokenUrl },
+      'body',
+      'the client secret and tokens go in secret references',
+    ),
+    'An OAuth connection URL carries a credential.',
+  );
   const id = randomUUID();
   try {
     await db

@@ -3,13 +3,16 @@ import { roleAllows } from '../../core/auth/accounts.ts';
 import { InvalidToken, type Principal } from '../../core/auth/tokens.ts';
 import { ProblemError, notFound } from '../../core/problems.ts';
 import { PROJECT_ID_PATTERN, requireProject } from '../projects/index.ts';
-import { assertNoMigrationInProgress, ensureHostedRepository, repositoriesRoot } from './hosting.ts';
+import { assertNoMigrationInProgress, ensureHostedRepository, repositoriesRoot, sweepStaleQuarantines } from './hosting.ts';
 import { externalRepositoryOf } from './repository.ts';
-import { serveGitHttpBackend } from './http-backend.ts';
+import { receiveChecks, serveGitHttpBackend } from './http-backend.ts';
 
 const REPOSITORY = new RegExp(`^(${PROJECT_ID_PATTERN.slice(1, -1)})\\.git$`);
 /** What git's smart HTTP asks for: the ref advertisement and the two services. */
 const GIT_PATH = /^(info\/refs|git-upload-pack|git-receive-pack)$/;
+
+/** Room for a push request's ref updates beside its pack. */
+const PUSH_OVERHEAD_BYTES = 1024 * 1024;
 
 function challenge(detail: string): ProblemError {
   return new ProblemError(401, detail, { headers: { 'www-authenticate': 'Basic realm="dpc git", charset="UTF-8"' } });
@@ -55,6 +58,15 @@ export async function gitHostingRoutes(app: FastifyInstance): Promise<void> {
           throw new ProblemError(403, `Pushing needs the developer role; the caller has ${principal.role}.`);
         }
         await assertNoMigrationInProgress(app.store.db, projectId);
+        // A body past the limit cannot hold a pack within it (the limit is on the pack; the rest of a push
+        // request is its ref updates): refused before it is read.
+        const length = Number(request.headers['content-length'] ?? 0);
+        if (length > app.config.gitMaxPushBytes + PUSH_OVERHEAD_BYTES) {
+          throw new ProblemError(
+            413,
+            `The push is larger than this server takes (${app.config.gitMaxPushBytes} bytes of pack, DPC_GIT_MAX_PUSH_BYTES).`,
+          );
+        }
       }
       const external = await externalRepositoryOf(app.store.db, projectId);
       if (external) {
@@ -64,12 +76,14 @@ export async function gitHostingRoutes(app: FastifyInstance): Promise<void> {
           { name: 'repository-not-hosted' },
         );
       }
-      await ensureHostedRepository(app.config, projectId);
+      const hosted = await ensureHostedRepository(app.config, projectId);
+      if (pushing) await sweepStaleQuarantines(hosted);
       reply.hijack();
       await serveGitHttpBackend(request.raw, reply.raw, {
         projectRoot: repositoriesRoot(app.config),
         pathInfo: `/${projectId}.git/${service}`,
         remoteUser: principal.clientId,
+        gitConfig: receiveChecks(app.config.gitMaxPushBytes),
       });
     },
   });

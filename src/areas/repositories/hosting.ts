@@ -47,6 +47,50 @@ export async function ensureHostedRepository(config: HostingConfig, projectId: s
   return repository;
 }
 
+/** Quarantines older than this are left by pushes that died with their server; no live push is this idle. */
+export const STALE_QUARANTINE_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Removes what pushes cut off by a killed server left in the repository: git receives a push into a
+ * quarantine folder (`objects/tmp_objdir-incoming-*`) and removes it when the push fails, unless git
+ * itself is killed. Such a folder is not part of the repository (nothing in it is reachable), only
+ * wasted space, which git's own gc would prune after two weeks; this removes it once it has not changed
+ * for STALE_QUARANTINE_MS. Run before each push. Answers how many were removed.
+ */
+export async function sweepStaleQuarantines(repository: string, now = Date.now()): Promise<number> {
+  const objects = path.join(repository, 'objects');
+  let names: string[];
+  try {
+    names = await fs.readdir(objects);
+  } catch {
+    return 0; // not created yet
+  }
+  let removed = 0;
+  for (const name of names.filter((candidate) => candidate.startsWith('tmp_objdir-incoming-'))) {
+    const folder = path.join(objects, name);
+    const changed = await latestChange(folder);
+    if (changed !== undefined && now - changed > STALE_QUARANTINE_MS) {
+      await fs.rm(folder, { recursive: true, force: true });
+      removed += 1;
+    }
+  }
+  return removed;
+}
+
+/** The latest modification time of a folder and what it holds (a live push writes into `pack/`). */
+async function latestChange(folder: string): Promise<number | undefined> {
+  try {
+    let latest = (await fs.stat(folder)).mtimeMs;
+    for (const entry of await fs.readdir(folder, { recursive: true })) {
+      const stat = await fs.stat(path.join(folder, entry)).catch(() => undefined);
+      if (stat && stat.mtimeMs > latest) latest = stat.mtimeMs;
+    }
+    return latest;
+  } catch {
+    return undefined; // removed meanwhile
+  }
+}
+
 async function exists(file: string): Promise<boolean> {
   return fs.access(file).then(
     () => true,

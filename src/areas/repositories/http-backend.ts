@@ -9,6 +9,24 @@ export interface BackendRequest {
   pathInfo: string;
   /** Who is pushing, as git records it in reflogs; its presence also enables receive-pack. */
   remoteUser: string;
+  /** Git configuration for this request's git processes (receive-pack's checks), as `name: value`. */
+  gitConfig?: Record<string, string>;
+}
+
+/**
+ * What a push to a hosted repository must pass: every object is checked (receive.fsckObjects), trees with
+ * `.git`, `..` or `.` entries (warnings to git fsck, which a checkout then trips over) are errors, and the
+ * pack may be at most `maxPushBytes` (receive.maxInputSize). Refused pushes leave nothing behind: git
+ * receives into a quarantine folder that it removes unless every check passes.
+ */
+export function receiveChecks(maxPushBytes: number): Record<string, string> {
+  return {
+    'receive.fsckObjects': 'true',
+    'receive.fsck.hasDotgit': 'error',
+    'receive.fsck.hasDotdot': 'error',
+    'receive.fsck.hasDot': 'error',
+    'receive.maxInputSize': String(maxPushBytes),
+  };
 }
 
 const PASSED_HEADERS = ['content-type', 'content-encoding', 'git-protocol'];
@@ -36,6 +54,14 @@ export function serveGitHttpBackend(request: IncomingMessage, response: ServerRe
     if (typeof value === 'string')
       env[name === 'content-type' ? 'CONTENT_TYPE' : `HTTP_${name.toUpperCase().replace(/-/g, '_')}`] = value;
   }
+  // Configuration through the environment (git 2.31+) reaches every git this request starts, whatever the
+  // repository's own config says and however old the repository is.
+  const config = Object.entries(target.gitConfig ?? {});
+  config.forEach(([name, value], index) => {
+    env[`GIT_CONFIG_KEY_${index}`] = name;
+    env[`GIT_CONFIG_VALUE_${index}`] = value;
+  });
+  if (config.length > 0) env.GIT_CONFIG_COUNT = String(config.length);
   // Without CONTENT_LENGTH git reads the body to its end, which is what a chunked request needs.
   if (request.headers['content-length'] !== undefined) env.CONTENT_LENGTH = request.headers['content-length'];
 

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
+import { credentialIn } from '../../core/credentials.ts';
 import { badRequest, conflict, notFound } from '../../core/problems.ts';
 import type { SecretBox } from '../../core/secret-box.ts';
 import type { GitCredentialTable, ProjectRepositoryTable, RepositoryMigrationTable } from './tables.ts';
@@ -123,8 +124,18 @@ export function toProjectRepository(
   };
 }
 
-/** A clone URL the server will reach: http(s), without credentials in it (those belong in a connection). */
+/**
+ * A clone URL the server will reach: http(s), as written with no space or control character (the URL
+ * parser would quietly encode or drop them, so the URL stored and the one git is given would differ), and
+ * without credentials in it (those belong in a connection): no user name or password, no credential
+ * query parameter (src/core/credentials.ts).
+ */
 export function checkCloneUrl(url: string, field: string): URL {
+  if (/[\s\x00-\x1f\x7f]/.test(url)) {
+    throw badRequest(`${field} must not contain spaces or control characters.`, [
+      `body.${field}: must not contain spaces or control characters (percent-encode them)`,
+    ]);
+  }
   const parsed = URL.canParse(url) ? new URL(url) : undefined;
   if (!parsed || !['http:', 'https:'].includes(parsed.protocol)) {
     throw badRequest(`${field} must be an http or https clone URL.`, [`body.${field}: must be an http(s) URL`]);
@@ -132,6 +143,12 @@ export function checkCloneUrl(url: string, field: string): URL {
   if (parsed.username || parsed.password) {
     throw badRequest(`${field} must not hold credentials; use an enterprise OAuth connection.`, [
       `body.${field}: must not hold a user name or password`,
+    ]);
+  }
+  const credential = credentialIn(url);
+  if (credential) {
+    throw badRequest(`${field} must not hold credentials; use an enterprise OAuth connection.`, [
+      `body.${field}: holds a credential (${credential})`,
     ]);
   }
   return parsed;
