@@ -28,6 +28,7 @@ import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
 import { eventFeedRoutes } from './areas/event-feed/routes.ts';
+import { webhookRoutes } from './areas/webhooks/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
@@ -66,6 +67,7 @@ const v1Areas = [
   aiTaskRoutes,
   eventRoutes,
   eventFeedRoutes,
+  webhookRoutes,
   executionRoutes,
   scheduleRoutes,
 ];

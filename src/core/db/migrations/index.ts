@@ -14,6 +14,7 @@ import { aiTasks } from './0013_ai_tasks.ts';
 import { agentSealedSecrets } from './0029_agent_sealed_secrets.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
 import { outbox } from './0033_outbox.ts';
+import { webhooks } from './0033_webhooks.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -30,6 +31,7 @@ const steps: Record<string, PortableMigration> = {
   '0029_agent_sealed_secrets': agentSealedSecrets,
   '0036_agent_report_sequence': agentReportSequence,
   '0033_outbox': outbox,
+  '0033_webhooks': webhooks,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
