@@ -83,7 +83,8 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
   // Before the answer leaves, so that a client that saw its write succeed finds it in the trail.
   const recordWrite = async (request: FastifyRequest, reply: FastifyReply) => {
     const audited = WRITES.has(request.method) || request.routeOptions.config.audited === true;
-    if (!audited || reply.statusCode >= 400 || !request.principal) return;
+    // A replayed answer (Idempotency-Key) did nothing: the first request was recorded.
+    if (!audited || reply.statusCode >= 400 || !request.principal || request.idempotentReplay) return;
     const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
     const route = request.routeOptions.url ?? request.url;
     const path = request.url.split('?')[0];

@@ -80,6 +80,25 @@ export interface OutboxEventTable {
   occurredAt: string;
 }
 
+/** A request sent with an Idempotency-Key, and its answer once there is one (core/idempotency.ts). */
+export interface IdempotencyKeyTable {
+  clientId: string;
+  key: string;
+  accountId: string;
+  /** SHA-256 of the method, URL and body. */
+  fingerprint: string;
+  /** running or done. */
+  state: string;
+  status: number | null;
+  /** JSON object of the answer's headers that are replayed. */
+  headers: string | null;
+  body: string | null;
+  /** A running request's claim; past it, a retry takes the key over (the process answering it died). */
+  lockedUntil: string | null;
+  createdAt: string;
+  expiresAt: string;
+}
+
 export interface CoreTables {
   accounts: AccountTable;
   apiClients: ApiClientTable;
@@ -88,6 +107,7 @@ export interface CoreTables {
   jobs: JobTable;
   eventSequences: EventSequenceTable;
   outboxEvents: OutboxEventTable;
+  idempotencyKeys: IdempotencyKeyTable;
 }
 
 /**

@@ -15,6 +15,8 @@ import { agentSealedSecrets } from './0029_agent_sealed_secrets.ts';
 import { lineage } from './0034_lineage.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
 import { outbox } from './0033_outbox.ts';
+import { webhooks } from './0033_webhooks.ts';
+import { idempotency } from './0033_idempotency.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -32,6 +34,8 @@ const steps: Record<string, PortableMigration> = {
   '0034_lineage': lineage,
   '0036_agent_report_sequence': agentReportSequence,
   '0033_outbox': outbox,
+  '0033_webhooks': webhooks,
+  '0033_idempotency': idempotency,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
