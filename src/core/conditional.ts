@@ -80,7 +80,9 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
 
   const guard = async (request: FastifyRequest) => {
     const ifMatch = request.headers['if-match'];
-    if (typeof ifMatch !== 'string' || !request.principal) return;
+    // SCIM keeps its own versions (its routes are marked by the SCIM area's own onRoute hook, which runs
+    // after this plugin's, so the mark is read here, per request).
+    if (typeof ifMatch !== 'string' || !request.principal || request.routeOptions.config.directoryIntegration) return;
     // One conditional write to a URL at a time here: the next checks what the previous left.
     const url = `${request.principal.accountId} ${request.url}`;
     const previous = queues.get(url) ?? Promise.resolve();
