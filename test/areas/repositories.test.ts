@@ -262,6 +262,16 @@ describeEachStore('project Git repositories and their migration', (kind) => {
       'body.providerParameters.repositoryId: required for azure-devops',
       'body.providerParameters.tenantId: required for azure-devops',
     ]);
+    const tokenAsId = expectProblem(
+      await start(projectId, {
+        ...github,
+        targetProvider: 'azure-devops',
+        providerParameters: { organization: 'o', repositoryId: 'Bearer leak-value-2abc', tenantId: 't' },
+      }),
+      400,
+    );
+    assert.match(tokenAsId.violations!.join(), /^body\.providerParameters\.repositoryId: holds a credential/);
+    assert.ok(!JSON.stringify(tokenAsId).includes('leak-value-2'));
     const extra = expectProblem(await start(projectId, { ...github, providerParameters: { repositoryId: '1' } }), 400);
     assert.deepEqual(extra.violations, ['body.providerParameters.repositoryId: not a parameter of github']);
     const gitlab = { ...github, targetProvider: 'gitlab', providerParameters: { repositoryId: '1' } };

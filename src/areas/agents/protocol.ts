@@ -6,7 +6,8 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { bearerTokenOf, invalidTokenProblem } from '../../core/auth/plugin.ts';
+import { bearerTokenOf, failedAuthenticationCounter, invalidTokenProblem } from '../../core/auth/plugin.ts';
+import { ProblemError } from '../../core/problems.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
 import { problemResponse } from '../../core/openapi.ts';
 import { agentGoneProblem, AgentProtocol } from './protocol-service.ts';
@@ -100,8 +101,16 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
   );
 
   app.decorateRequest('agent', null as never);
-  app.addHook('onRequest', async (request) => {
-    request.agent = await authenticateAgent(app, bearerTokenOf(request));
+  // A failed authentication counts against its address's rate limit, as on the API: agent tokens are no
+  // easier to guess than API tokens.
+  const countFailure = failedAuthenticationCounter(app);
+  app.addHook('onRequest', async (request, reply) => {
+    try {
+      request.agent = await authenticateAgent(app, bearerTokenOf(request));
+    } catch (error) {
+      if (countFailure && error instanceof ProblemError && error.status === 401) await countFailure(request, reply);
+      throw error;
+    }
   });
 
   app.put(

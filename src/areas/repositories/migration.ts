@@ -23,6 +23,7 @@ import {
 } from './repository.ts';
 import type { GitProvider, StartMigrationRequest } from './schemas.ts';
 import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
+import { credentialViolations, refuseCredentials } from '../../core/credentials.ts';
 
 export const MIGRATION_JOB = 'repository-migration';
 /** Runs of one migration (each server kill costs one) before it is failed rather than resumed again. */
@@ -70,6 +71,10 @@ export async function startMigration(
       ...unknown.map((key) => `body.providerParameters.${key}: not a parameter of ${provider}`),
     ]);
   }
+  refuseCredentials(
+    credentialViolations(parameters, 'body.providerParameters', 'give tokens in Git-Provider-Access-Token or a connection'),
+    'providerParameters carry a credential.',
+  );
   if (provider === 'gitlab' && !accessToken) {
     throw badRequest('A gitlab target needs the Git-Provider-Access-Token header (a fresh token: it is rotated and revoked).', [
       'headers.git-provider-access-token: required for a gitlab target',

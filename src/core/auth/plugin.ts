@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ProblemError } from '../problems.ts';
 import { roleAllows, type Role } from './accounts.ts';
 import { isDirectoryToken, verifyDirectoryToken } from './directory-tokens.ts';
@@ -66,18 +66,36 @@ function authorize(request: FastifyRequest, principal: Principal): ProblemError 
   request.principal = principal;
 }
 
+/**
+ * Counts a failed authentication against its address's rate limit, for every door that authenticates
+ * before the limiter runs (the limiter itself runs after authentication, per client): the API and the
+ * agent protocol. Hosted Git authenticates after it, so its requests are counted by address anyway. Resolves while the address is within its limit; past it, rejects with the 429. Undefined
+ * when rate limiting is off.
+ */
+export function failedAuthenticationCounter(
+  app: FastifyInstance,
+): ((request: FastifyRequest, reply: FastifyReply) => Promise<void>) | undefined {
+  if (!app.hasDecorator('rateLimit')) return undefined;
+  // The limiter as registered (no options of its own): its store, so that every door counts into one budget
+  // per address, together with the requests that are counted by address anyway (token requests, hosted Git).
+  // Its key is the address here, since a request that failed authentication has no client.
+  const limiter = app.rateLimit();
+  return async (request, reply) => {
+    await limiter.call(app, request, reply);
+  };
+}
+
 /** Guards every operation of the scope it is registered in: a valid token, the right account, a high enough role. */
 export const authPlugin = fp(async (app: FastifyInstance) => {
   app.decorateRequest('principal', null as unknown as Principal);
-  // A failed authentication counts against its address's rate limit (the limiter itself runs only after
-  // authentication, per client), so that guessing tokens is limited too.
-  const countFailure = app.hasDecorator('rateLimit') ? app.rateLimit({ keyGenerator: (request) => request.ip }) : undefined;
+  // A failed authentication counts against its address's rate limit, so that guessing tokens is limited too.
+  const countFailure = failedAuthenticationCounter(app);
   // A callback rather than a promise: the usual request (a token verified before) is authorized
   // within this call (a promise per request is measurable on the hot read path).
   app.addHook('onRequest', (request, reply, done) => {
     const refuse = (error: Error) => {
       if (!countFailure) return done(error);
-      countFailure.call(app, request, reply).then(() => done(error), done);
+      countFailure(request, reply).then(() => done(error), done);
     };
     let principal: Principal | Promise<Principal>;
     try {
