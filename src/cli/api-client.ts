@@ -59,6 +59,11 @@ class ApiClient {
     });
   }
 
+  /** Forgets the token, so that the next request asks for a new one (it may have expired). */
+  forgetToken(): void {
+    this.token = undefined;
+  }
+
   /** The JSON answer of a GET; an error answer fails the command. */
   async getJson<T>(apiPath: string): Promise<T> {
     const answer = await this.request('GET', apiPath);
@@ -135,7 +140,99 @@ async function relay(invocation: Invocation, answer: Response, what: string): Pr
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
 
+/**
+ * Follows GET /v1/events/stream, printing each event's JSON on a line of its own, and reconnects after a
+ * disconnect (a server restart, another instance behind a load balancer) with Last-Event-ID, so that
+ * nothing is missed or printed twice. Ends after `count` events, if given.
+ */
+async function tailEvents(
+  invocation: Invocation,
+  client: ApiClient,
+  options: { query: string; after?: string; count?: number },
+): Promise<void> {
+  let lastEventId = options.after;
+  let printed = 0;
+  let failures = 0;
+  for (;;) {
+    const headers: Record<string, string> = { accept: 'text/event-stream' };
+    if (lastEventId !== undefined) headers['last-event-id'] = lastEventId;
+    let answer: Response;
+    try {
+      answer = await client.request('GET', `/v1/events/stream${options.query}`, { headers });
+    } catch (error) {
+      if (++failures > 30) throw error;
+      invocation.err.write(`${(error as Error).message}; trying again\n`);
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      continue;
+    }
+    if (answer.status === 401 && failures++ < 3) {
+      client.forgetToken();
+      continue;
+    }
+    if (!answer.ok) {
+      const text = await answer.text();
+      throw new CliError(`GET /v1/events/stream answered ${answer.status}: ${text}`);
+    }
+    failures = 0;
+    const decoder = new TextDecoder();
+    let pending = '';
+    try {
+      for await (const chunk of answer.body as unknown as AsyncIterable<Uint8Array>) {
+        pending += decoder.decode(chunk, { stream: true });
+        let end: number;
+        while ((end = pending.indexOf('\n\n')) >= 0) {
+          const frame = pending.slice(0, end);
+          pending = pending.slice(end + 2);
+          const fields = new Map<string, string>();
+          for (const line of frame.split('\n')) {
+            const colon = line.indexOf(':');
+            if (colon > 0) fields.set(line.slice(0, colon), line.slice(colon + 1).replace(/^ /, ''));
+          }
+          const data = fields.get('data');
+          if (data === undefined) continue;
+          invocation.out.write(`${data}\n`);
+          lastEventId = fields.get('id') ?? lastEventId;
+          printed += 1;
+          if (options.count !== undefined && printed >= options.count) return;
+        }
+      }
+    } catch {
+      // The connection broke: resume below.
+    }
+    invocation.err.write(`the stream ended; resuming after event ${lastEventId ?? '(none)'}\n`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
 export const clientCommands: Command[] = [
+  {
+    name: 'events tail',
+    summary: "Follow the account's events as they happen: one JSON object a line, resuming after disconnects.",
+    details:
+      'Reads GET /v1/events/stream (Server-Sent Events). After a disconnect it reconnects with the id of the\n' +
+      `last event printed, so nothing is missed or printed twice. Ctrl-C ends it.\n${CLIENT_ENVIRONMENT}`,
+    options: { type: { type: 'string' }, project: { type: 'string' }, after: { type: 'string' }, count: { type: 'string' } },
+    optionHelp: {
+      type: 'comma-separated event types; a type ending in * is a prefix (pipeline-execution.*)',
+      project: 'only events of this project id',
+      after: 'start after this event id (default: with the next event)',
+      count: 'end after printing this many events',
+    },
+    async run(invocation) {
+      const { values } = invocation;
+      if (invocation.args.length) throw new UsageError('events tail takes no arguments');
+      const query = new URLSearchParams();
+      if (typeof values.type === 'string') query.set('type', values.type);
+      if (typeof values.project === 'string') query.set('projectId', values.project);
+      const after = typeof values.after === 'string' ? values.after : undefined;
+      if (after !== undefined && !/^\d{1,15}$/.test(after)) throw new UsageError('--after must be an event id (a whole number)');
+      const count = typeof values.count === 'string' ? Number(values.count) : undefined;
+      if (count !== undefined && !(Number.isInteger(count) && count > 0))
+        throw new UsageError('--count must be a positive whole number');
+      const search = query.toString();
+      await tailEvents(invocation, ApiClient.fromEnvironment(), { query: search ? `?${search}` : '', after, count });
+    },
+  },
   {
     name: 'api',
     usage: 'METHOD PATH',

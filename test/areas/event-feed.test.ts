@@ -2,6 +2,11 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { EventStream } from '../helpers/event-stream.ts';
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { promisify } from 'node:util';
+
+const dpc = path.resolve(import.meta.dirname, '../../bin/dpc.js');
 
 describeEachStore('event feed (Server-Sent Events)', (kind) => {
   let first: TestServer;
@@ -160,5 +165,35 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
     } finally {
       resumed.close();
     }
+  });
+
+  test('dpc events tail prints the events after --after, one JSON line each', async () => {
+    const projectId = await first.newProject(caller);
+    const stream = await EventStream.open(first.url, caller.token, { query: `?projectId=${projectId}` });
+    await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 't0' } });
+    const [mark] = await stream.take(1);
+    stream.close();
+    await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 't1' } });
+    await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 't2' } });
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [dpc, 'events', 'tail', '--project', projectId, '--after', String(mark.id), '--count', '2'],
+      {
+        env: { ...process.env, DPC_URL: second.url, DPC_CLIENT_ID: caller.clientId, DPC_CLIENT_SECRET: caller.clientSecret },
+        timeout: 60_000,
+      },
+    );
+    const lines = stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    assert.deepEqual(
+      lines.map((event) => event.data.resourceIds.environmentName),
+      ['t1', 't2'],
+    );
+    assert.deepEqual(
+      lines.map((event) => event.id),
+      [mark.id + 1, mark.id + 2],
+    );
   });
 });
