@@ -12,6 +12,7 @@ import { clientRevocation } from './0009_client_revocation.ts';
 import { executions } from './0012_executions.ts';
 import { aiTasks } from './0013_ai_tasks.ts';
 import { agentSealedSecrets } from './0029_agent_sealed_secrets.ts';
+import { environmentWarehouse } from './0031_environment_warehouse.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
@@ -27,6 +28,7 @@ const steps: Record<string, PortableMigration> = {
   '0012_executions': executions,
   '0013_ai_tasks': aiTasks,
   '0029_agent_sealed_secrets': agentSealedSecrets,
+  '0031_environment_warehouse': environmentWarehouse,
   '0036_agent_report_sequence': agentReportSequence,
 };
 
