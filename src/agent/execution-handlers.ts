@@ -20,6 +20,7 @@ function servicesFor(payload: ExecutionPayload, ctx: WorkContext): RunServices {
         vault: ctx.vault,
         accountId: payload.accountId ?? 'default',
         environmentId: payload.environmentId ?? 'default',
+        statementTimeoutMs: ctx.statementTimeoutMs,
       }),
     pipelines: payload.pipelines,
     projectVariables: payload.variables,

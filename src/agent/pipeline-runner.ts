@@ -714,7 +714,9 @@ class Run {
     let failed: string | undefined;
     for (const output of outputs) {
       const step = await this.step(output.component, path, async () => {
-        for (const statement of output.statements) await warehouse.run(statement, this.signal);
+        // One script: where the warehouse runs a script as one transaction (PostgreSQL), a truncate or
+        // drop and the write that follows it happen together or not at all.
+        await warehouse.run(output.statements.join(';\n'), this.signal);
         return `${output.type} wrote ${output.statements.length} statement(s).`;
       });
       if (step.status === 'CANCELLED') this.signal.throwIfAborted();

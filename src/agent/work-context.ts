@@ -27,6 +27,8 @@ export interface WorkContext {
   stateDir: string;
   /** Whether python-script and bash-script components may run here. */
   allowScripts: boolean;
+  /** The agent's deadline for one warehouse statement, in ms (0: none). */
+  statementTimeoutMs: number;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

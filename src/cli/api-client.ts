@@ -1,6 +1,9 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CliError, EXIT, required, UsageError, type Command, type Invocation } from './command.ts';
+import { parsePipelineFile, PipelineFileError, type VariableValues } from '../contract/pipeline-file.ts';
+import { SQL_DIALECTS } from '../contract/sql-dialect.ts';
+import { compileTransformation } from '../contract/transformation.ts';
 
 const PROFILE_TYPE = 'application/vnd.matillion.connector-profile+json';
 
@@ -326,6 +329,85 @@ export const clientCommands: Command[] = [
         headers,
       });
       await relay(invocation, answer, 'the upload');
+    },
+  },
+  {
+    name: 'pipeline sql',
+    usage: 'FILE',
+    summary: 'Print the SQL a transformation pipeline (.tran.yaml) runs in the warehouse, one statement per line.',
+    details:
+      "The dialect is the environment's warehouse when --project and --environment are given (a client of\n" +
+      'the server, as for dpc api), else --dialect (duckdb, the embedded default, or postgres). Variables\n' +
+      "take the file's defaults unless --variable name=value says otherwise; [Environment Default] is\n" +
+      'left to the connection (unqualified names).\n' +
+      CLIENT_ENVIRONMENT,
+    options: {
+      project: { type: 'string' },
+      environment: { type: 'string' },
+      dialect: { type: 'string' },
+      variable: { type: 'string', multiple: true },
+    },
+    optionHelp: {
+      project: 'project id (with --environment: use its warehouse)',
+      environment: 'environment name',
+      dialect: `the warehouse dialect: ${Object.keys(SQL_DIALECTS).join(', ')} (default duckdb)`,
+      variable: 'name=value, repeatable',
+    },
+    async run(invocation) {
+      const { values, args, out } = invocation;
+      if (args.length !== 1) throw new UsageError('give exactly one FILE');
+      let dialectName = typeof values.dialect === 'string' ? values.dialect : undefined;
+      let defaults: { defaultDatabase?: string; defaultSchema?: string } = {};
+      if (typeof values.environment === 'string' && dialectName === undefined) {
+        const projectId = required(values, 'project');
+        const client = ApiClient.fromEnvironment();
+        type Listed = { name: string; warehouse?: { type: string; defaultDatabase?: string; defaultSchema?: string } };
+        let environment: Listed | undefined;
+        for (let page = 0; environment === undefined; page += 1) {
+          const answer = await client.getJson<{ results: Listed[] }>(
+            `/v1/projects/${encodeURIComponent(projectId)}/environments?page=${page}&size=100`,
+          );
+          if (answer.results.length === 0) throw new CliError(`the project has no environment "${values.environment}"`);
+          environment = answer.results.find((candidate) => candidate.name === values.environment);
+        }
+        dialectName = environment.warehouse?.type ?? 'duckdb';
+        defaults = {
+          defaultDatabase: environment.warehouse?.defaultDatabase,
+          defaultSchema: environment.warehouse?.defaultSchema,
+        };
+      }
+      const dialect = SQL_DIALECTS[dialectName ?? 'duckdb'];
+      if (!dialect) throw new UsageError(`--dialect must be one of ${Object.keys(SQL_DIALECTS).join(', ')}`);
+      let text: string;
+      try {
+        text = await readFile(path.resolve(args[0]), 'utf8');
+      } catch (error) {
+        throw new CliError(`cannot read ${args[0]}: ${(error as Error).message}`);
+      }
+      try {
+        const pipeline = parsePipelineFile(text);
+        const variables = Object.create(null) as VariableValues;
+        for (const [name, declared] of Object.entries(pipeline.variables)) {
+          const value = declared.defaultValue;
+          if (typeof value === 'string' || typeof value === 'number') variables[name] = value;
+        }
+        const given = values.variable;
+        for (const pair of Array.isArray(given) ? given : []) {
+          const at = String(pair).indexOf('=');
+          if (at <= 0) throw new UsageError(`--variable takes name=value, got "${String(pair)}"`);
+          variables[String(pair).slice(0, at)] = String(pair).slice(at + 1);
+        }
+        for (const output of compileTransformation(pipeline, { dialect, variables, ...defaults })) {
+          out.write(`-- ${output.component} (${output.type})\n`);
+          for (const statement of output.statements) out.write(`${statement};\n`);
+        }
+      } catch (error) {
+        if (error instanceof PipelineFileError || error instanceof Error) {
+          if (error instanceof UsageError) throw error;
+          throw new CliError(error.message);
+        }
+        throw error;
+      }
     },
   },
 ];

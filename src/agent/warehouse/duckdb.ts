@@ -18,25 +18,35 @@ export function duckdbFile(stateDir: string, accountId: string, environmentId: s
   return path.join(stateDir, 'warehouse', fileSafe(accountId), `${fileSafe(environmentId)}.duckdb`);
 }
 
+export interface DuckDbOptions {
+  database?: string;
+  schema?: string;
+  /** The longest a statement may run, in ms (0: no bound); past it the statement is interrupted. */
+  statementTimeoutMs?: number;
+}
+
 export class DuckDbWarehouse implements Warehouse {
   readonly dialect = DUCKDB_DIALECT;
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
   private readonly active = new Set<DuckDBConnection>();
 
+  private readonly statementTimeoutMs: number;
+
   private constructor(
     private readonly instance: DuckDBInstance,
-    defaults: { database?: string; schema?: string },
+    options: DuckDbOptions,
   ) {
-    this.defaultDatabase = defaults.database;
-    this.defaultSchema = defaults.schema ?? 'main';
+    this.defaultDatabase = options.database;
+    this.defaultSchema = options.schema ?? 'main';
+    this.statementTimeoutMs = options.statementTimeoutMs ?? 0;
   }
 
   /** Opens (creating when new) the database `file`; one instance per file is shared within the process. */
-  static async open(file: string, defaults: { database?: string; schema?: string } = {}): Promise<DuckDbWarehouse> {
+  static async open(file: string, options: DuckDbOptions = {}): Promise<DuckDbWarehouse> {
     if (file !== ':memory:') await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
     const instance = await DuckDBInstance.fromCache(file);
-    return new DuckDbWarehouse(instance, defaults);
+    return new DuckDbWarehouse(instance, options);
   }
 
   private async withConnection<T>(signal: AbortSignal, work: (connection: DuckDBConnection) => Promise<T>): Promise<T> {
@@ -45,6 +55,14 @@ export class DuckDbWarehouse implements Warehouse {
     this.active.add(connection);
     const onAbort = () => connection.interrupt();
     signal.addEventListener('abort', onAbort, { once: true });
+    let timedOut = false;
+    const deadline =
+      this.statementTimeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            connection.interrupt();
+          }, this.statementTimeoutMs)
+        : undefined;
     try {
       if (this.defaultSchema !== 'main') {
         await connection.run(`CREATE SCHEMA IF NOT EXISTS ${this.quoteIdentifier(this.defaultSchema)}`);
@@ -53,8 +71,13 @@ export class DuckDbWarehouse implements Warehouse {
       return await work(connection);
     } catch (error) {
       signal.throwIfAborted();
+      if (timedOut)
+        throw new WarehouseError(
+          `The statement ran past its deadline of ${this.statementTimeoutMs / 1000} s and was interrupted.`,
+        );
       throw new WarehouseError(error instanceof Error ? error.message : String(error));
     } finally {
+      clearTimeout(deadline);
       signal.removeEventListener('abort', onAbort);
       this.active.delete(connection);
       connection.closeSync();

@@ -40,6 +40,7 @@ export async function openWarehouse(spec: WarehouseSpec | undefined, site: Wareh
     return DuckDbWarehouse.open(duckdbFile(site.stateDir, site.accountId, site.environmentId), {
       database: given(spec?.defaultDatabase),
       schema: given(spec?.defaultSchema),
+      statementTimeoutMs: site.statementTimeoutMs,
     });
   }
   if (spec.type === 'postgres') {

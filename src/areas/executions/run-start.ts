@@ -9,7 +9,8 @@ import type { Executor } from '../../core/db/database.ts';
 import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
 import { requireAgent } from '../agents/index.ts';
 import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
-import { requireEnvironment } from '../environments/index.ts';
+import { requireEnvironment, type WarehouseSettings } from '../environments/index.ts';
+import { connectionSecret } from '../connections/index.ts';
 import { valueOfType, variableValuesIn } from '../variables/index.ts';
 import {
   parsePipeline,
@@ -142,6 +143,29 @@ async function resolveVariables(
   return resolved;
 }
 
+/**
+ * The warehouse a run of the environment uses, as the agent needs it: where to connect and which vault
+ * secret holds the password (from the project connection the environment names). Undefined: the agent's
+ * embedded DuckDB. A connection that does not exist or names no secret is a 400.
+ */
+async function warehouseFor(
+  db: Executor,
+  projectId: string,
+  environmentId: string,
+  settings: WarehouseSettings | null,
+): Promise<WarehouseSpec | undefined> {
+  if (settings === null) return undefined;
+  const { connectionName, ...rest } = settings;
+  if (connectionName === undefined) return rest;
+  const secret = await connectionSecret(db, projectId, environmentId, connectionName);
+  if (!secret) {
+    throw badRequest(`The environment's warehouse names connection "${connectionName}", which names no secret.`, [
+      `warehouse.connectionName: no connection "${connectionName}" with a secretName in this project`,
+    ]);
+  }
+  return { ...rest, ...secret };
+}
+
 export interface RunRequest {
   accountId: string;
   projectId: string;
@@ -188,11 +212,13 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
+  const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
     environment,
     versionName: artifact.versionName,
     agentId,
+    ...(warehouse && { warehouse }),
     pipelines: files,
     variables,
     pipelineName,
@@ -243,9 +269,11 @@ export async function prepareTestRun(
   const pipelines = await pipelineFiles(db, artifact.id);
   const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
   const variables = await resolveVariables(db, request.projectId, environment.id, {});
+  const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
     environment,
+    ...(warehouse && { warehouse }),
     versionName: artifact.versionName,
     agentId,
     pipelines,
