@@ -15,8 +15,21 @@ import { runDpc, spawnAgent, spawnServe } from './helpers/processes.ts';
 
 const EXAMPLES = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../examples');
 
+/**
+ * fetch, once more when the connection it reused was closed under it: `dpc` runs synchronously here
+ * (spawnSync), so a kept-alive socket can outlive the server's keep-alive while this process is blocked.
+ */
+async function fetchAgain(url: string, init?: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (error) {
+    if ((error as { cause?: { code?: string } }).cause?.code !== 'UND_ERR_SOCKET') throw error;
+    return fetch(url, init);
+  }
+}
+
 async function tokenOf(url: string, clientId: string, clientSecret: string): Promise<string> {
-  const answer = await fetch(`${url}/oauth/dpc/token`, {
+  const answer = await fetchAgain(`${url}/oauth/dpc/token`, {
     method: 'POST',
     body: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }),
   });
@@ -83,7 +96,7 @@ describeEachStore('the first pipeline of the README', (kind) => {
       // Followed as a script would, but without a process per look: the same API, one token.
       const token = await tokenOf(server.url, admin.clientId, admin.clientSecret);
       for (let i = 0; i < 1200; i += 1) {
-        const look = await fetch(
+        const look = await fetchAgain(
           `${server.url}/dpc/v1/projects/${projectId}/${kindPath}/${id}${kindPath === 'pipeline-executions' ? '/status' : ''}`,
           { headers: { authorization: `Bearer ${token}` } },
         );
@@ -107,6 +120,17 @@ describeEachStore('the first pipeline of the README', (kind) => {
     assert.equal(steps.find((step) => step.name === 'Count mart rows')!.result.message, 'mart_rows=200');
     // The mart is in the agent's embedded warehouse: one DuckDB file for the account and environment.
     assert.match(agent.logs(), /"agent running"/);
+
+    // Lineage: the load's SQL and the transformation's output, as a catalogue reads them.
+    const since = new Date(Date.now() - 3_600_000).toISOString();
+    const lineage = api('GET', `/v1/lineage/events?generatedFrom=${since}&size=100`).results as {
+      event: { run: { runId: string }; inputs: { name: string }[]; outputs: { name: string }[] };
+    }[];
+    const ofRun = lineage.filter((item) => item.event.run.runId === loaded.id);
+    const mart = ofRun.find((item) => item.event.outputs.some((output) => output.name.endsWith('.mart_sales_by_customer')));
+    assert.ok(mart, JSON.stringify(ofRun.map((item) => item.event.outputs)));
+    assert.deepEqual(mart.event.inputs.map((input) => input.name.split('.').pop()).sort(), ['raw_customers', 'raw_orders']);
+    assert.ok(ofRun.some((item) => item.event.outputs.some((output) => output.name.endsWith('.raw_orders'))));
 
     const tested = await run({ environmentName: 'dev', scope: 'PROJECT' }, 'test-executions');
     assert.equal(tested.status, 'SUCCESS');

@@ -19,6 +19,8 @@ import { compileTransformation } from '../contract/transformation.ts';
 import { listOf, rowsOf, substitute, yes } from '../contract/variables.ts';
 import { ENVIRONMENT_DEFAULT } from '../contract/work.ts';
 import type { Warehouse } from './warehouse/warehouse.ts';
+import type { StepLineage } from '../contract/lineage.ts';
+import { sqlLineage } from '../contract/sql-lineage.ts';
 
 export type StepStatus = 'RUNNING' | 'SUCCESS' | 'FAILED' | 'SKIPPED' | 'CANCELLED';
 
@@ -32,7 +34,12 @@ export interface Step {
   message?: string;
   /** The pipeline file the step belongs to, when it is not the run's own (tests, child pipelines). */
   childPipeline?: string;
+  /** The datasets the step read and wrote, when it ran SQL the parser could read (reported when it ends). */
+  lineage?: StepLineage;
 }
+
+/** What a component's work answers: its step's message, and the datasets it read and wrote. */
+type WorkAnswer = string | undefined | { message?: string; lineage?: StepLineage };
 
 export type RunStatus = 'SUCCESS' | 'FAILED' | 'CANCELLED';
 
@@ -251,13 +258,22 @@ class Run {
     if (this.warehouseOpened) await (await this.warehouseOpened.catch(() => undefined))?.close();
   }
 
+  /**
+   * The datasets SQL run on `warehouse` read and wrote, parsed with PostgreSQL's grammar (what DuckDB and
+   * PostgreSQL run); SQL the parser cannot read reports none rather than a guess.
+   */
+  lineageOf(warehouse: Warehouse, sql: string): StepLineage | undefined {
+    const lineage = sqlLineage(sql, {
+      grammar: 'postgresql',
+      namespace: warehouse.lineageNamespace,
+      defaultDatabase: warehouse.defaultDatabase ?? 'main',
+      defaultSchema: warehouse.defaultSchema,
+    });
+    return lineage && (lineage.inputs.length > 0 || lineage.outputs.length > 0) ? lineage : undefined;
+  }
+
   /** Runs `work` as one reported step; answers whether it succeeded. */
-  async step(
-    name: string,
-    childPipeline: string | undefined,
-    work: () => Promise<string | undefined>,
-    skipped = false,
-  ): Promise<Step> {
+  async step(name: string, childPipeline: string | undefined, work: () => Promise<WorkAnswer>, skipped = false): Promise<Step> {
     const step: Step = {
       index: (this.options.firstIndex ?? 0) + this.steps.length,
       name,
@@ -272,10 +288,12 @@ class Run {
       step.message = 'The component is marked skipped.';
     } else {
       try {
-        const message = await work();
+        const answer = await work();
         this.signal.throwIfAborted();
         step.status = 'SUCCESS';
+        const message = typeof answer === 'object' ? answer.message : answer;
         if (message !== undefined) step.message = message;
+        if (typeof answer === 'object' && answer.lineage) step.lineage = answer.lineage;
       } catch (error) {
         if (this.signal.aborted) {
           step.status = 'CANCELLED';
@@ -318,10 +336,7 @@ class Run {
         childPipeline,
         async () => {
           const answer = await this.execute(component, pipeline, scope, childPipeline);
-          if (typeof answer === 'object') {
-            branch = answer.branch;
-            return answer.message;
-          }
+          if (typeof answer === 'object') branch = answer.branch;
           return answer;
         },
         component.skipped,
@@ -360,7 +375,7 @@ class Run {
     pipeline: Pipeline,
     scope: Scope,
     childPipeline: string | undefined,
-  ): Promise<string | undefined | { message: string; branch: boolean }> {
+  ): Promise<string | undefined | { message: string; branch?: boolean; lineage?: StepLineage }> {
     const p = component.parameters;
     const text = (name: string) => substitute(p[name], scope.values());
     const signal = this.signal;
@@ -413,8 +428,9 @@ class Run {
       case 'sql-executor': {
         const script = text('sqlScript');
         if (script.trim() === '') throw new Error('sql-executor needs "sqlScript".');
-        await (await this.warehouse()).run(script, signal);
-        return 'The SQL ran.';
+        const warehouse = await this.warehouse();
+        await warehouse.run(script, signal);
+        return { message: 'The SQL ran.', lineage: this.lineageOf(warehouse, script) };
       }
       case 'query-to-scalar': {
         const query = text('query');
@@ -433,7 +449,7 @@ class Run {
           scope.set(name, rows[0][found]);
           set.push(`${name}=${scope.get(name)}`);
         }
-        return set.join(', ');
+        return { message: set.join(', '), lineage: this.lineageOf(await this.warehouse(), query) };
       }
       case 'create-table-v2':
       case 'create-table':
@@ -618,7 +634,10 @@ class Run {
           const described = Object.entries(values[index])
             .map(([name, value]) => `${name}=${String(value)}`)
             .join(', ');
-          return `iteration ${index + 1} (${described})${said ? `: ${said}` : ''}`;
+          return {
+            message: `iteration ${index + 1} (${described})${said ? `: ${said}` : ''}`,
+            lineage: typeof answer === 'object' ? answer.lineage : undefined,
+          };
         });
         if (step.status === 'FAILED') {
           failed += 1;
@@ -647,8 +666,7 @@ class Run {
     for (let attempt = 0; attempt <= retries; attempt += 1) {
       if (attempt > 0 && delay > 0) await sleep(delay * 1000, this.signal);
       const step = await this.step(target.name, childPipeline, async () => {
-        const answer = await this.execute(target, pipeline, scope, childPipeline);
-        return typeof answer === 'object' ? answer.message : answer;
+        return this.execute(target, pipeline, scope, childPipeline);
       });
       if (step.status === 'SUCCESS') return `Succeeded on attempt ${attempt + 1}.`;
       this.signal.throwIfAborted();
@@ -716,8 +734,12 @@ class Run {
       const step = await this.step(output.component, path, async () => {
         // One script: where the warehouse runs a script as one transaction (PostgreSQL), a truncate or
         // drop and the write that follows it happen together or not at all.
-        await warehouse.run(output.statements.join(';\n'), this.signal);
-        return `${output.type} wrote ${output.statements.length} statement(s).`;
+        const script = output.statements.join(';\n');
+        await warehouse.run(script, this.signal);
+        return {
+          message: `${output.type} wrote ${output.statements.length} statement(s).`,
+          lineage: this.lineageOf(warehouse, script),
+        };
       });
       if (step.status === 'CANCELLED') this.signal.throwIfAborted();
       if (step.status === 'FAILED') {

@@ -27,13 +27,18 @@ export function sqlLineage(sql: string, context: SqlLineageContext): StepLineage
   const inputs = new Map<string, LineageDataset>();
   const outputs = new Map<string, LineageDataset>();
   try {
-    const ast = parser.astify(sql, options);
+    // DuckDB's `CREATE OR REPLACE TABLE` writes its table as `CREATE TABLE` does; PostgreSQL's grammar lacks it.
+    const ast = parser.astify(sql.replace(/\bcreate\s+or\s+replace\s+table\b/gi, 'CREATE TABLE'), options);
     for (const statement of Array.isArray(ast) ? ast : [ast]) {
+      // Names a WITH defines are the statement's own, not tables.
+      const local = cteNames(statement);
       // `update t ... from u`: the parser lists both as updated; the statement's first is its target, the rest are read.
       let targetSeen = false;
       for (const entry of parser.tableList(parser.sqlify(statement, options), options)) {
-        const [kind, schemaPart, table] = entry.split('::');
+        const [rawKind, schemaPart, table] = entry.split('::');
+        const kind = rawKind.toLowerCase();
         if (!table || kind === 'drop') continue;
+        if (schemaPart === 'null' && local.has(table.toLowerCase())) continue;
         const [database, schema] =
           schemaPart === 'null'
             ? [context.defaultDatabase, context.defaultSchema]
@@ -48,6 +53,24 @@ export function sqlLineage(sql: string, context: SqlLineageContext): StepLineage
     return undefined;
   }
   return { inputs: [...inputs.values()], outputs: [...outputs.values()], sql: sql.slice(0, 100_000) };
+}
+
+/** The names every WITH in a statement's tree defines, lower case. */
+function cteNames(node: unknown, names = new Set<string>(), depth = 0): Set<string> {
+  if (depth > 200 || node === null || typeof node !== 'object') return names;
+  if (Array.isArray(node)) {
+    for (const item of node) cteNames(item, names, depth + 1);
+    return names;
+  }
+  const record = node as Record<string, unknown>;
+  if (Array.isArray(record.with)) {
+    for (const cte of record.with as { name?: unknown }[]) {
+      const name = typeof cte.name === 'string' ? cte.name : (cte.name as { value?: unknown } | undefined)?.value;
+      if (typeof name === 'string') names.add(name.toLowerCase());
+    }
+  }
+  for (const value of Object.values(record)) cteNames(value, names, depth + 1);
+  return names;
 }
 
 function splitSchema(schemaPart: string, defaultDatabase: string): [string, string] {

@@ -29,6 +29,7 @@ export class DuckDbWarehouse implements Warehouse {
   readonly dialect = DUCKDB_DIALECT;
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
+  readonly lineageNamespace: string;
   private readonly active = new Set<DuckDBConnection>();
 
   private readonly statementTimeoutMs: number;
@@ -36,7 +37,10 @@ export class DuckDbWarehouse implements Warehouse {
   private constructor(
     private readonly instance: DuckDBInstance,
     options: DuckDbOptions,
+    file: string,
   ) {
+    // The embedded database of one environment: named by its file (the environment's id), not the agent's path.
+    this.lineageNamespace = `duckdb://embedded/${file === ':memory:' ? 'memory' : path.basename(file, '.duckdb')}`;
     this.defaultDatabase = options.database;
     this.defaultSchema = options.schema ?? 'main';
     this.statementTimeoutMs = options.statementTimeoutMs ?? 0;
@@ -46,7 +50,7 @@ export class DuckDbWarehouse implements Warehouse {
   static async open(file: string, options: DuckDbOptions = {}): Promise<DuckDbWarehouse> {
     if (file !== ':memory:') await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
     const instance = await DuckDBInstance.fromCache(file);
-    return new DuckDbWarehouse(instance, options);
+    return new DuckDbWarehouse(instance, options, file);
   }
 
   private async withConnection<T>(signal: AbortSignal, work: (connection: DuckDBConnection) => Promise<T>): Promise<T> {

@@ -40,6 +40,7 @@ export class PostgresWarehouse implements Warehouse {
   readonly dialect = POSTGRES_DIALECT;
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
+  readonly lineageNamespace: string;
   private readonly pool: pg.Pool;
   private readonly config: pg.PoolConfig;
   private readonly active = new Set<number>();
@@ -50,6 +51,11 @@ export class PostgresWarehouse implements Warehouse {
   constructor(options: PostgresWarehouseOptions) {
     this.defaultDatabase = options.database;
     this.defaultSchema = options.defaultSchema ?? 'public';
+    const url =
+      options.connectionString !== undefined && URL.canParse(options.connectionString)
+        ? new URL(options.connectionString)
+        : undefined;
+    this.lineageNamespace = `postgres://${url?.hostname || options.host || 'localhost'}:${url?.port || options.port || 5432}`;
     this.config = {
       ...(options.connectionString !== undefined && { connectionString: options.connectionString }),
       ...(options.host !== undefined && { host: options.host }),

@@ -22,6 +22,8 @@ export interface Warehouse {
   /** What `[Environment Default]` means here. */
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
+  /** Where its tables are, as OpenLineage names a warehouse (`postgres://host:5432`): the namespace of lineage datasets. */
+  readonly lineageNamespace: string;
   /**
    * Runs one or more statements (a script separated by `;`). `signal` cancels them in the warehouse
    * (the adapter interrupts or cancels the statement in flight; the promise rejects).

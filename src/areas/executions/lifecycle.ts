@@ -65,7 +65,8 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
           accountId: run.accountId,
           projectId: run.projectId,
           executionId: run.id,
-          pipelineName: run.pipelineName ?? run.testName ?? '(tests)',
+          // A child pipeline's step is a step of that pipeline's job.
+          pipelineName: body.step.childPipeline ?? run.pipelineName ?? run.testName ?? '(tests)',
           step: body.step,
         },
         lineage,
