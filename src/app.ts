@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
-import etag from '@fastify/etag';
 import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import pino from 'pino';
 import './core/context.ts';
@@ -11,9 +10,12 @@ import { serializingKeptAnswersOnce } from './core/db/remembered.ts';
 import { TokenService } from './core/auth/tokens.ts';
 import { authPlugin } from './core/auth/plugin.ts';
 import { auditPlugin } from './core/audit.ts';
+import { idempotencyPlugin } from './core/idempotency.ts';
+import { conditionalRequestsPlugin } from './core/conditional.ts';
 import { errorsPlugin, sendProblem } from './core/errors-plugin.ts';
 import { rawProblemResponse } from './core/problems.ts';
 import { JobQueue } from './core/jobs.ts';
+import { OutboxWakeups } from './core/outbox-wakeups.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
@@ -26,6 +28,11 @@ import { identityRoutes } from './areas/identity/routes.ts';
 import { projectRoutes } from './areas/projects/routes.ts';
 import { environmentRoutes } from './areas/environments/routes.ts';
 import { eventRoutes } from './areas/events/routes.ts';
+import { consumptionRoutes } from './areas/consumption/routes.ts';
+import { lineageRoutes } from './areas/lineage/routes.ts';
+import { reviewRoutes } from './areas/reviews/routes.ts';
+import { eventFeedRoutes } from './areas/event-feed/routes.ts';
+import { webhookRoutes } from './areas/webhooks/routes.ts';
 import { connectionRoutes } from './areas/connections/routes.ts';
 import { variableRoutes } from './areas/variables/routes.ts';
 import { secretReferenceRoutes } from './areas/secret-references/routes.ts';
@@ -63,6 +70,11 @@ const v1Areas = [
   repositoryRoutes,
   aiTaskRoutes,
   eventRoutes,
+  consumptionRoutes,
+  lineageRoutes,
+  reviewRoutes,
+  eventFeedRoutes,
+  webhookRoutes,
   executionRoutes,
   scheduleRoutes,
 ];
@@ -143,6 +155,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       onOutcome: (type, outcome) => metrics.jobOutcomes.inc({ type, outcome }),
     }),
   );
+  app.decorate('outboxWakeups', new OutboxWakeups(config.databaseUrl, app.log));
+  app.addHook('onClose', async () => app.outboxWakeups.close());
   app.decorate('shuttingDown', false);
   app.decorate('projectDeletion', new ProjectDeletion());
   app.decorate('agentWorkReports', new AgentWorkReports());
@@ -201,9 +215,12 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
     await scope.register(
       async (v1) => {
         await v1.register(authPlugin);
+        // Idempotency-Key on POST and PATCH: a retry is answered as the first was, without doing the work again.
+        await v1.register(idempotencyPlugin);
         // Every answer carries a strong ETag of its body: a GET sent again with If-None-Match answers 304
-        // without the body when nothing changed, which is how the console polls (at most one request a view per 2 s).
-        await v1.register(etag);
+        // without the body when nothing changed, which is how the console polls (at most one request a view per 2 s);
+        // If-Match on PUT, PATCH and DELETE answers 412 on a lost update.
+        await v1.register(conditionalRequestsPlugin);
         await v1.register(auditPlugin);
         for (const area of v1Areas) await v1.register(area);
       },

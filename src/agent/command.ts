@@ -14,17 +14,24 @@ export const agentRunCommand: Command = {
     'client-id': { type: 'string' },
     'client-secret': { type: 'string' },
     'state-dir': { type: 'string' },
+    'allow-scripts': { type: 'boolean' },
+    'statement-timeout': { type: 'string' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
     'client-id': 'the agent client id (POST /v1/agents/{agentId}/credentials)',
     'client-secret': 'its secret (or DPC_AGENT_CLIENT_SECRET)',
-    'state-dir': 'where the key, certificate and vault are kept (default ./agent-state)',
+    'state-dir': 'where the key, certificate, vault and embedded warehouse are kept (default ./agent-state)',
+    'allow-scripts': 'let pipelines run python-script and bash-script components (off by default)',
+    'statement-timeout': 'seconds one warehouse statement may run before it is cancelled (default 3600; 0: no bound)',
   },
   async run({ values, out }) {
     const url = required(values, 'url');
     if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol))
       throw new CliError(`--url must be an http(s) URL`, EXIT.usage);
+    const timeout = values['statement-timeout'] === undefined ? 3600 : Number(values['statement-timeout']);
+    if (!Number.isInteger(timeout) || timeout < 0)
+      throw new CliError('--statement-timeout must be a whole number of seconds', EXIT.usage);
     const clientSecret = (values['client-secret'] as string | undefined) || process.env.DPC_AGENT_CLIENT_SECRET;
     if (!clientSecret) throw new CliError('--client-secret (or DPC_AGENT_CLIENT_SECRET) is required', EXIT.usage);
     const log = (level: string, msg: string, fields?: Record<string, unknown>) =>
@@ -36,6 +43,8 @@ export const agentRunCommand: Command = {
       clientId: required(values, 'client-id'),
       clientSecret,
       stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
+      allowScripts: values['allow-scripts'] === true,
+      statementTimeoutSeconds: timeout,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

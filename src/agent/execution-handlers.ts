@@ -5,21 +5,35 @@
  * `pipeline-failed` or `cancelled` otherwise (the server's executions area reads these codes).
  */
 import { WorkFailure, type WorkContext, type WorkHandler } from './work-context.ts';
-import { parsePipeline, PipelineFileError, type VariableValue } from '../contract/pipeline-file.ts';
+import { parsePipeline, PipelineFileError } from '../contract/pipeline-file.ts';
 import { FAILURE_CODES, type ExecutionPayload } from '../contract/work.ts';
-import { runPipeline, variablesOf } from './pipeline-runner.ts';
+import { runPipeline, variablesOf, type RunServices } from './pipeline-runner.ts';
+import { runScript } from './scripts.ts';
+import { openWarehouse } from './warehouse/index.ts';
+
+/** What the runner may use for this run: its environment's warehouse, the artifact's pipelines, scripts where allowed. */
+function servicesFor(payload: ExecutionPayload, ctx: WorkContext): RunServices {
+  return {
+    warehouse: () =>
+      openWarehouse(payload.warehouse, {
+        stateDir: ctx.stateDir,
+        vault: ctx.vault,
+        accountId: payload.accountId ?? 'default',
+        environmentId: payload.environmentId ?? 'default',
+        statementTimeoutMs: ctx.statementTimeoutMs,
+      }),
+    pipelines: payload.pipelines,
+    projectVariables: payload.variables,
+    ...(ctx.allowScripts && { runScript }),
+  };
+}
 
 /** Runs `files` in order, numbering steps across them, and answers the overall outcome. */
 async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkContext) {
   // Once cancelled, the server refuses further progress: the run is stopping anyway.
   const report = (body: unknown) => ctx.report(body).catch((error) => (ctx.signal.aborted ? undefined : Promise.reject(error)));
-  // The supported components read scalar variables only.
-  const scalars = Object.assign(
-    Object.create(null) as Record<string, VariableValue>,
-    Object.fromEntries(
-      Object.entries(payload.variables).filter((entry): entry is [string, VariableValue] => !Array.isArray(entry[1])),
-    ),
-  );
+  const resolved = Object.assign(Object.create(null) as ExecutionPayload['variables'], payload.variables);
+  const services = servicesFor(payload, ctx);
   let index = 0;
   const failures: string[] = [];
   for (const file of files) {
@@ -39,7 +53,8 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
       continue;
     }
     const outcome = await runPipeline(pipeline, {
-      variables: variablesOf(pipeline, scalars),
+      variables: variablesOf(pipeline, resolved),
+      services,
       signal: ctx.signal,
       firstIndex: index,
       ...(files.length > 1 && { childPipeline: file }),

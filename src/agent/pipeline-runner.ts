@@ -1,11 +1,24 @@
 /**
  * Runs an orchestration pipeline (`.orch.yaml`) the way the reference agent does: a graph of components
- * joined by success, failure and unconditional transitions, walked from the start component. Pure: the
- * caller gives the parsed file, the resolved variables, a signal and where steps go; nothing here does I/O
- * but the wait. The supported subset is documented in the README (Executions).
+ * joined by success, failure and unconditional transitions (and `if`'s true and false), walked from the
+ * start component. Work happens in the environment's warehouse (given as `services.warehouse`), in child
+ * pipelines of the same artifact, and in scripts (given as `services.runScript`, only where allowed).
+ * Nothing here does I/O itself but the wait; the caller hands in the warehouse and the script runner.
  */
 
-import type { Component, Pipeline, VariableValue } from '../contract/pipeline-file.ts';
+import {
+  parsePipelineFile,
+  PIPELINE_SUFFIXES,
+  type Component,
+  type Pipeline,
+  type VariableValue,
+  type VariableValues,
+} from '../contract/pipeline-file.ts';
+import { qualifiedName, type TableName } from '../contract/sql-dialect.ts';
+import { compileTransformation } from '../contract/transformation.ts';
+import { listOf, rowsOf, substitute, yes } from '../contract/variables.ts';
+import { ENVIRONMENT_DEFAULT } from '../contract/work.ts';
+import type { Warehouse } from './warehouse/warehouse.ts';
 
 export type StepStatus = 'RUNNING' | 'SUCCESS' | 'FAILED' | 'SKIPPED' | 'CANCELLED';
 
@@ -17,7 +30,7 @@ export interface Step {
   startedAt: string;
   finishedAt?: string;
   message?: string;
-  /** The pipeline file the step belongs to, when a run covers several (tests). */
+  /** The pipeline file the step belongs to, when it is not the run's own (tests, child pipelines). */
   childPipeline?: string;
 }
 
@@ -29,8 +42,32 @@ export interface RunOutcome {
   steps: Step[];
 }
 
+export interface ScriptResult {
+  exitCode: number | null;
+  output: string;
+  timedOut: boolean;
+}
+
+/** What the runner may use beyond the pipeline itself. */
+export interface RunServices {
+  /** The environment's warehouse, opened on first use. */
+  warehouse?: () => Promise<Warehouse>;
+  /** Every pipeline file of the artifact, by path: where child pipelines come from. */
+  pipelines?: Record<string, string>;
+  /** The project's variables as the server resolved them: what a child pipeline starts with. */
+  projectVariables?: VariableValues;
+  /** Runs a script; absent, scripts are not allowed on this agent. */
+  runScript?: (
+    language: 'python' | 'bash',
+    script: string,
+    env: Record<string, string>,
+    timeoutMs: number,
+    signal: AbortSignal,
+  ) => Promise<ScriptResult>;
+}
+
 export interface RunOptions {
-  variables: Record<string, VariableValue>;
+  variables: VariableValues;
   signal: AbortSignal;
   /** Told each step when it starts and when it ends. */
   onStep?: (step: Step) => Promise<void> | void;
@@ -41,22 +78,70 @@ export interface RunOptions {
   print?: (line: string) => void;
   /** The clock; tests replace it. */
   now?: () => Date;
+  services?: RunServices;
 }
+
+/** Iterations at once for a concurrent iterator unless it says (`maxConcurrency`). */
+const DEFAULT_CONCURRENCY = 4;
+const MAX_CONCURRENCY = 16;
+/** What a step keeps of a script's output. */
+const SCRIPT_OUTPUT_LIMIT = 8_000;
 
 /**
- * Whether the run has a variable `name`. Own members only: names come from users, and `constructor` or
- * `toString` are members every object inherits.
+ * A run's variables as one pipeline (or one iteration) sees them. COPIED variables are this scope's own
+ * (an iteration or a child starts with a copy); SHARED ones live in the root scope, so a write anywhere is
+ * seen everywhere in the pipeline. Keyed by user-chosen names: objects without a prototype.
  */
-function defined(variables: Record<string, VariableValue>, name: string): boolean {
-  return Object.hasOwn(variables, name);
-}
+class Scope {
+  private readonly own: VariableValues;
 
-/** `${name}` references in a parameter replaced by the variables' values; an unknown one is an error. */
-function resolveText(value: unknown, variables: Record<string, VariableValue>): string {
-  return String(value ?? '').replace(/\$\{([A-Za-z_$][A-Za-z0-9_$]*)\}/g, (_, name: string) => {
-    if (!defined(variables, name)) throw new Error(`Variable "${name}" is not defined.`);
-    return String(variables[name]);
-  });
+  constructor(
+    values: VariableValues,
+    private readonly declared: Pipeline['variables'],
+    private readonly root?: Scope,
+  ) {
+    this.own = Object.assign(Object.create(null) as VariableValues, values);
+  }
+
+  private isShared(name: string): boolean {
+    return this.root !== undefined && Object.hasOwn(this.declared, name) && this.declared[name].scope === 'SHARED';
+  }
+
+  has(name: string): boolean {
+    return this.isShared(name) ? this.root!.has(name) : Object.hasOwn(this.own, name);
+  }
+
+  get(name: string): VariableValue | VariableValue[][] | undefined {
+    if (this.isShared(name)) return this.root!.get(name);
+    return Object.hasOwn(this.own, name) ? this.own[name] : undefined;
+  }
+
+  /** Sets a variable, its value kept in the declared type (a NUMBER from a query is a number). */
+  set(name: string, value: unknown): void {
+    const type = Object.hasOwn(this.declared, name) ? this.declared[name].type : undefined;
+    let kept: VariableValue | VariableValue[][];
+    if (Array.isArray(value)) kept = value as VariableValue[][];
+    else if (type === 'NUMBER') {
+      const number = Number(value);
+      if (value === null || value === undefined || value === '' || !Number.isFinite(number)) {
+        throw new Error(`Variable "${name}" is a NUMBER; ${value === null ? 'null' : `"${String(value)}"`} is not a number.`);
+      }
+      kept = number;
+    } else kept = value === null || value === undefined ? '' : typeof value === 'number' ? value : String(value);
+    if (this.isShared(name)) this.root!.set(name, kept);
+    else this.own[name] = kept;
+  }
+
+  /** A scope for one iteration: COPIED variables copied, SHARED ones still the root's. */
+  copy(): Scope {
+    return new Scope(this.own, this.declared, this.root ?? this);
+  }
+
+  /** Every variable as a plain object (what `${name}` substitution and scripts read). */
+  values(): VariableValues {
+    const all = Object.assign(Object.create(null) as VariableValues, this.root ? this.root.values() : {}, this.own);
+    return all;
+  }
 }
 
 /** Waits `ms`, or rejects as soon as `signal` aborts. */
@@ -84,141 +169,603 @@ const COMPARATORS = new Map<string, (actual: VariableValue, expected: string) =>
   ['>=', (actual, expected) => Number(actual) >= Number(expected)],
 ]);
 
-/** The rows of a grid parameter: `[[a, b], [c, d]]`, or a list of single values. */
-function rows(value: unknown): unknown[][] {
-  if (!Array.isArray(value)) return [];
-  return value.map((row) => (Array.isArray(row) ? row : [row]));
+/** The `if` component's comparators, by the names pipeline files use. */
+function compareNamed(actual: VariableValue | undefined, comparator: string, expected: string): boolean {
+  const a = actual === undefined ? '' : actual;
+  const numeric =
+    String(a).trim() !== '' && expected.trim() !== '' && Number.isFinite(Number(a)) && Number.isFinite(Number(expected));
+  const order = numeric ? Number(a) - Number(expected) : String(a).localeCompare(expected);
+  switch (comparator.trim().toLowerCase()) {
+    case 'equal to':
+    case '==':
+      return numeric ? order === 0 : String(a) === expected;
+    case 'not equal to':
+    case '!=':
+      return numeric ? order !== 0 : String(a) !== expected;
+    case 'greater than':
+    case '>':
+      return order > 0;
+    case 'less than':
+    case '<':
+      return order < 0;
+    case 'greater than or equal to':
+    case '>=':
+      return order >= 0;
+    case 'less than or equal to':
+    case '<=':
+      return order <= 0;
+    case 'blank':
+      return String(a) === '';
+    case 'like':
+      return new RegExp(
+        `^${expected
+          .replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+          .replace(/%/g, '.*')
+          .replace(/_/g, '.')}$`,
+        's',
+      ).test(String(a));
+    default:
+      throw new Error(`Unknown comparator "${comparator}".`);
+  }
 }
 
-type ComponentRun = (
-  component: Component,
-  context: { variables: Record<string, VariableValue>; signal: AbortSignal; print: (line: string) => void },
-) => Promise<string | undefined>;
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
 
-/**
- * The control components the reference agent runs. Each answers a message, or throws to fail its step.
- * end-success and end-failure are handled by the walk itself.
- */
-const CONTROL_COMPONENTS = new Map<string, ComponentRun>(
-  Object.entries({
-    start: async () => undefined,
-    'print-variables': async (component, { variables, print }) => {
-      const prefix = resolveText(component.parameters.prefixText ?? '', variables);
-      const listed = rows(component.parameters.variablesToPrint).map((row) => String(row[0]));
-      const lines = (listed.length > 0 ? listed : Object.keys(variables).sort()).map((name) => {
-        if (!defined(variables, name)) throw new Error(`Variable "${name}" is not defined.`);
-        return `${prefix}${name}=${variables[name]}`;
-      });
-      for (const line of lines) print(line);
-      return lines.join('\n');
-    },
-    wait: async (component, { variables, signal }) => {
-      const seconds = Number(resolveText(component.parameters.seconds, variables));
-      if (!Number.isFinite(seconds) || seconds < 0 || seconds > 86_400) {
-        throw new Error('wait needs a parameter "seconds" from 0 to 86400.');
-      }
-      await sleep(seconds * 1000, signal);
-      return `waited ${seconds} s`;
-    },
-    'assert-scalar-variables': async (component, { variables }) => {
-      const assertions = rows(component.parameters.assertions);
-      if (assertions.length === 0)
-        throw new Error('assert-scalar-variables needs "assertions": rows of [name, comparator, value].');
-      const failures: string[] = [];
-      for (const [name, comparator, expected] of assertions) {
-        const compare = COMPARATORS.get(String(comparator));
-        if (!compare) throw new Error(`Unknown comparator "${String(comparator)}"; use ${[...COMPARATORS.keys()].join(' ')}.`);
-        const key = String(name);
-        if (!defined(variables, key)) failures.push(`${key} is not defined`);
-        else if (!compare(variables[key], resolveText(expected, variables))) {
-          failures.push(`${key} is ${variables[key]}, expected ${String(comparator)} ${String(expected)}`);
-        }
-      }
-      if (failures.length > 0) throw new Error(`Assertion failed: ${failures.join('; ')}.`);
-      return `${assertions.length} assertion(s) held`;
-    },
-  } satisfies Record<string, ComponentRun>),
-);
+/** A pipeline path as a component names it: with or without its suffix. */
+function findPipeline(pipelines: Record<string, string>, name: string, suffix: string): string | undefined {
+  const stripped = name.replace(/^\/+/, '');
+  return [stripped, `${stripped}${suffix}`].find((candidate) => Object.hasOwn(pipelines, candidate));
+}
 
-export const SUPPORTED_COMPONENT_TYPES = [...CONTROL_COMPONENTS.keys(), 'end-success', 'end-failure'];
+type Outcome = { status: RunStatus; message: string };
 
-/**
- * Walks the pipeline from its start component. A component that succeeds follows its success and
- * unconditional transitions, one that fails its failure and unconditional ones; targets run in the order
- * listed, each component at most once (the first arrival runs it). end-success and end-failure end the run.
- * A failed component with nowhere to go fails the run; otherwise the run succeeds when the walk runs out.
- * A cancel (the signal) stops the run between steps and interrupts a wait.
- */
-export async function runPipeline(pipeline: Pipeline, options: RunOptions): Promise<RunOutcome> {
-  const clock = options.now ?? (() => new Date());
-  const steps: Step[] = [];
-  const print = options.print ?? (() => undefined);
-  const record = async (step: Step) => {
-    await options.onStep?.({ ...step });
-  };
-  const start = [...pipeline.components.values()].find((component) => component.type === 'start')!;
-  const queue: Component[] = [start];
-  const seen = new Set<string>([start.name]);
-  let unhandledFailure: string | undefined;
+class Run {
+  readonly steps: Step[] = [];
+  private readonly clock: () => Date;
+  private readonly print: (line: string) => void;
+  private warehouseOpened?: Promise<Warehouse>;
 
-  while (queue.length > 0) {
-    const component = queue.shift()!;
-    if (options.signal.aborted) return { status: 'CANCELLED', message: 'The run was cancelled.', steps };
+  constructor(private readonly options: RunOptions) {
+    this.clock = options.now ?? (() => new Date());
+    this.print = options.print ?? (() => undefined);
+  }
+
+  private get signal(): AbortSignal {
+    return this.options.signal;
+  }
+
+  private get services(): RunServices {
+    return this.options.services ?? {};
+  }
+
+  warehouse(): Promise<Warehouse> {
+    const open = this.services.warehouse;
+    if (!open) return Promise.reject(new Error('This run has no warehouse.'));
+    this.warehouseOpened ??= open();
+    return this.warehouseOpened;
+  }
+
+  async closeWarehouse(): Promise<void> {
+    if (this.warehouseOpened) await (await this.warehouseOpened.catch(() => undefined))?.close();
+  }
+
+  /** Runs `work` as one reported step; answers whether it succeeded. */
+  async step(
+    name: string,
+    childPipeline: string | undefined,
+    work: () => Promise<string | undefined>,
+    skipped = false,
+  ): Promise<Step> {
     const step: Step = {
-      index: (options.firstIndex ?? 0) + steps.length,
-      name: component.name,
+      index: (this.options.firstIndex ?? 0) + this.steps.length,
+      name,
       status: 'RUNNING',
-      startedAt: clock().toISOString(),
-      ...(options.childPipeline !== undefined && { childPipeline: options.childPipeline }),
+      startedAt: this.clock().toISOString(),
+      ...(childPipeline !== undefined && { childPipeline }),
     };
-    steps.push(step);
-    await record(step);
-
-    let succeeded = true;
-    if (component.skipped) {
+    this.steps.push(step);
+    await this.options.onStep?.({ ...step });
+    if (skipped) {
       step.status = 'SKIPPED';
       step.message = 'The component is marked skipped.';
-    } else if (component.type === 'end-success' || component.type === 'end-failure') {
-      step.status = 'SUCCESS';
     } else {
-      const run = CONTROL_COMPONENTS.get(component.type);
       try {
-        if (!run) throw new Error(`Component type "${component.type}" is not supported by the reference agent.`);
-        const message = await run(component, { variables: options.variables, signal: options.signal, print });
+        const message = await work();
+        this.signal.throwIfAborted();
         step.status = 'SUCCESS';
         if (message !== undefined) step.message = message;
       } catch (error) {
-        if (options.signal.aborted) {
+        if (this.signal.aborted) {
           step.status = 'CANCELLED';
           step.message = 'Cancelled while running.';
         } else {
           step.status = 'FAILED';
-          step.message = error instanceof Error ? error.message : String(error);
-          succeeded = false;
+          step.message = messageOf(error);
         }
       }
     }
-    step.finishedAt = clock().toISOString();
-    await record(step);
+    step.finishedAt = this.clock().toISOString();
+    await this.options.onStep?.({ ...step });
+    return step;
+  }
 
-    if (step.status === 'CANCELLED') return { status: 'CANCELLED', message: 'The run was cancelled.', steps };
-    if (component.type === 'end-success' && !component.skipped) {
-      return { status: 'SUCCESS', message: `Ended at "${component.name}".`, steps };
+  /** Walks `pipeline` from its start component. */
+  async walk(pipeline: Pipeline, scope: Scope, childPipeline: string | undefined): Promise<Outcome> {
+    const components = [...pipeline.components.values()];
+    const start = components.find((component) => component.type === 'start')!;
+    // An `and` runs once every component with a transition to it has arrived there.
+    const predecessors = new Map<string, Set<string>>();
+    for (const component of components) {
+      const t = component.transitions;
+      for (const target of [...t.success, ...t.failure, ...t.unconditional, ...t.true, ...t.false]) {
+        if (!predecessors.has(target)) predecessors.set(target, new Set());
+        predecessors.get(target)!.add(component.name);
+      }
     }
-    if (component.type === 'end-failure' && !component.skipped) {
-      return { status: 'FAILED', message: `Ended at "${component.name}".`, steps };
+    const arrivals = new Map<string, Set<string>>();
+    const queue: Component[] = [start];
+    const seen = new Set<string>([start.name]);
+    let unhandledFailure: string | undefined;
+
+    while (queue.length > 0) {
+      const component = queue.shift()!;
+      if (this.signal.aborted) return { status: 'CANCELLED', message: 'The run was cancelled.' };
+      let branch: boolean | undefined;
+      const step = await this.step(
+        component.name,
+        childPipeline,
+        async () => {
+          const answer = await this.execute(component, pipeline, scope, childPipeline);
+          if (typeof answer === 'object') {
+            branch = answer.branch;
+            return answer.message;
+          }
+          return answer;
+        },
+        component.skipped,
+      );
+      if (step.status === 'CANCELLED') return { status: 'CANCELLED', message: 'The run was cancelled.' };
+      const ends = !component.skipped && (component.type === 'end-success' || component.type === 'end-failure');
+      if (ends && component.type === 'end-success') return { status: 'SUCCESS', message: `Ended at "${component.name}".` };
+      if (ends) return { status: 'FAILED', message: `Ended at "${component.name}".` };
+      const succeeded = step.status !== 'FAILED';
+      const { success, failure, unconditional } = component.transitions;
+      const next =
+        branch !== undefined
+          ? [...(branch ? component.transitions.true : component.transitions.false), ...unconditional]
+          : [...(succeeded ? success : failure), ...unconditional];
+      if (!succeeded && next.length === 0) unhandledFailure ??= `"${component.name}" failed: ${step.message}`;
+      for (const target of next) {
+        const targetComponent = pipeline.components.get(target)!;
+        if (targetComponent.type === 'and') {
+          const arrived = arrivals.get(target) ?? new Set<string>();
+          arrived.add(component.name);
+          arrivals.set(target, arrived);
+          if (arrived.size < (predecessors.get(target)?.size ?? 0)) continue;
+        }
+        if (seen.has(target)) continue;
+        seen.add(target);
+        queue.push(targetComponent);
+      }
     }
-    const { success, failure, unconditional } = component.transitions;
-    const next = [...(succeeded ? success : failure), ...unconditional];
-    if (!succeeded && next.length === 0) unhandledFailure ??= `"${component.name}" failed: ${step.message}`;
-    for (const target of next) {
-      if (seen.has(target)) continue;
-      seen.add(target);
-      queue.push(pipeline.components.get(target)!);
+    if (unhandledFailure !== undefined) return { status: 'FAILED', message: unhandledFailure };
+    return { status: 'SUCCESS', message: 'The pipeline ran to its end.' };
+  }
+
+  /** Runs one component; answers its step's message (and `if`'s branch), or throws to fail the step. */
+  private async execute(
+    component: Component,
+    pipeline: Pipeline,
+    scope: Scope,
+    childPipeline: string | undefined,
+  ): Promise<string | undefined | { message: string; branch: boolean }> {
+    const p = component.parameters;
+    const text = (name: string) => substitute(p[name], scope.values());
+    const signal = this.signal;
+    switch (component.type) {
+      case 'start':
+      case 'end-success':
+      case 'end-failure':
+      case 'and':
+      case 'or':
+        return undefined;
+      case 'print-variables': {
+        const variables = scope.values();
+        const prefix = substitute(p.prefixText ?? '', variables);
+        const listed = rowsOf(p.variablesToPrint).map((row) => String(row[0]));
+        const lines = (listed.length > 0 ? listed : Object.keys(variables).sort()).map((name) => {
+          if (!scope.has(name)) throw new Error(`Variable "${name}" is not defined.`);
+          const value = scope.get(name);
+          return `${prefix}${name}=${Array.isArray(value) ? JSON.stringify(value) : value}`;
+        });
+        for (const line of lines) this.print(line);
+        return lines.join('\n');
+      }
+      case 'wait': {
+        const seconds = Number(text('seconds'));
+        if (!Number.isFinite(seconds) || seconds < 0 || seconds > 86_400) {
+          throw new Error('wait needs a parameter "seconds" from 0 to 86400.');
+        }
+        await sleep(seconds * 1000, signal);
+        return `waited ${seconds} s`;
+      }
+      case 'assert-scalar-variables': {
+        const assertions = rowsOf(p.assertions);
+        if (assertions.length === 0)
+          throw new Error('assert-scalar-variables needs "assertions": rows of [name, comparator, value].');
+        const failures: string[] = [];
+        for (const [name, comparator, expected] of assertions) {
+          const compare = COMPARATORS.get(String(comparator));
+          if (!compare) throw new Error(`Unknown comparator "${String(comparator)}"; use ${[...COMPARATORS.keys()].join(' ')}.`);
+          const key = String(name);
+          const actual = scope.get(key);
+          if (!scope.has(key)) failures.push(`${key} is not defined`);
+          else if (Array.isArray(actual)) failures.push(`${key} is a grid`);
+          else if (!compare(actual!, substitute(expected, scope.values()))) {
+            failures.push(`${key} is ${actual}, expected ${String(comparator)} ${String(expected)}`);
+          }
+        }
+        if (failures.length > 0) throw new Error(`Assertion failed: ${failures.join('; ')}.`);
+        return `${assertions.length} assertion(s) held`;
+      }
+      case 'sql-executor': {
+        const script = text('sqlScript');
+        if (script.trim() === '') throw new Error('sql-executor needs "sqlScript".');
+        await (await this.warehouse()).run(script, signal);
+        return 'The SQL ran.';
+      }
+      case 'query-to-scalar': {
+        const query = text('query');
+        const mapping = rowsOf(p.scalarVariableMapping);
+        if (query.trim() === '') throw new Error('query-to-scalar needs "query".');
+        if (mapping.length === 0) throw new Error('query-to-scalar needs "scalarVariableMapping": rows of [variable, column].');
+        const { columns, rows } = await (await this.warehouse()).query(query, signal);
+        if (rows.length === 0) throw new Error('The query answered no rows.');
+        const set: string[] = [];
+        for (const [variable, column] of mapping) {
+          const name = String(variable);
+          const wanted = String(column);
+          const found = columns.find((c) => c === wanted) ?? columns.find((c) => c.toLowerCase() === wanted.toLowerCase());
+          if (found === undefined) throw new Error(`The query has no column "${wanted}" (it has ${columns.join(', ')}).`);
+          if (!scope.has(name) && !Object.hasOwn(pipeline.variables, name)) throw new Error(`Variable "${name}" is not defined.`);
+          scope.set(name, rows[0][found]);
+          set.push(`${name}=${scope.get(name)}`);
+        }
+        return set.join(', ');
+      }
+      case 'create-table-v2':
+      case 'create-table':
+        return this.createTable(component, scope);
+      case 'truncate-table': {
+        const warehouse = await this.warehouse();
+        const names = listOf(p.tablesToTruncate ?? p.targetTable ?? p.tableName).map((name) => substitute(name, scope.values()));
+        if (names.length === 0) throw new Error('truncate-table needs "tablesToTruncate".');
+        for (const name of names) {
+          await warehouse.run(
+            `DELETE FROM ${qualifiedName(warehouse.dialect, this.tableName(component, scope, warehouse, name))}`,
+            signal,
+          );
+        }
+        return `${names.length} table(s) truncated`;
+      }
+      case 'if': {
+        const conditions = rowsOf(p.condition ?? p.conditions);
+        if (conditions.length === 0) throw new Error('if needs "condition": rows of [variable, Is|Not, comparator, value].');
+        const any = String(p.combineConditions ?? p.combineCondition ?? 'And').toLowerCase() === 'or';
+        const results = conditions.map(([variable, qualifier, comparator, value]) => {
+          const name = String(variable);
+          if (!scope.has(name)) throw new Error(`Variable "${name}" is not defined.`);
+          const actual = scope.get(name);
+          if (Array.isArray(actual)) throw new Error(`Variable "${name}" is a grid.`);
+          const holds = compareNamed(actual, String(comparator ?? 'Equal to'), substitute(value ?? '', scope.values()));
+          return String(qualifier ?? 'Is').toLowerCase() === 'not' ? !holds : holds;
+        });
+        const branch = any ? results.some(Boolean) : results.every(Boolean);
+        return { message: `The condition is ${branch}.`, branch };
+      }
+      case 'fixed-iterator':
+      case 'grid-iterator':
+      case 'table-iterator':
+        return this.iterate(component, pipeline, scope, childPipeline);
+      case 'retry':
+        return this.retry(component, pipeline, scope, childPipeline);
+      case 'run-orchestration':
+        return this.runChildOrchestration(component, scope);
+      case 'run-transformation':
+        return this.runChildTransformation(component, scope);
+      case 'python-script':
+      case 'bash-script':
+        return this.script(component, scope);
+      default:
+        throw new Error(`Component type "${component.type}" is not supported by the reference agent.`);
     }
   }
-  if (unhandledFailure !== undefined) return { status: 'FAILED', message: unhandledFailure, steps };
-  return { status: 'SUCCESS', message: 'The pipeline ran to its end.', steps };
+
+  private tableName(component: Component, scope: Scope, warehouse: Warehouse, table: string): TableName {
+    const part = (name: string, fallback: string | undefined) => {
+      const value = substitute(component.parameters[name] ?? '', scope.values());
+      return value === '' || value === ENVIRONMENT_DEFAULT ? fallback : value;
+    };
+    return { database: part('database', warehouse.defaultDatabase), schema: part('schema', warehouse.defaultSchema), table };
+  }
+
+  private async createTable(component: Component, scope: Scope): Promise<string> {
+    const p = component.parameters;
+    const warehouse = await this.warehouse();
+    const name = substitute(p.newTableName ?? p.tableName ?? p.table ?? '', scope.values());
+    if (name === '') throw new Error(`${component.type} needs "newTableName".`);
+    const columns = rowsOf(p.columns).map((row) => row.map((cell) => substitute(cell, scope.values())));
+    if (columns.length === 0)
+      throw new Error(`${component.type} needs "columns": rows of [name, type, size, precision, default, not null, unique].`);
+    const q = (n: string) => warehouse.quoteIdentifier(n);
+    const definitions = columns.map(([column, type, size, precision, defaultValue, notNull, unique]) => {
+      const sqlType = warehouse.dialect.typeName(
+        type ?? 'VARCHAR',
+        size ? Number(size) : undefined,
+        precision ? Number(precision) : undefined,
+      );
+      return [
+        q(column),
+        sqlType,
+        defaultValue ? `DEFAULT ${warehouse.quoteLiteral(defaultValue)}` : '',
+        yes(notNull) ? 'NOT NULL' : '',
+        yes(unique) ? 'UNIQUE' : '',
+      ]
+        .filter(Boolean)
+        .join(' ');
+    });
+    const table = qualifiedName(warehouse.dialect, this.tableName(component, scope, warehouse, name));
+    const method = String(p.createMethod ?? 'Create').toLowerCase();
+    const body = `(${definitions.join(', ')})`;
+    if (method === 'replace') {
+      await warehouse.run(`DROP TABLE IF EXISTS ${table}; CREATE TABLE ${table} ${body}`, this.signal);
+    } else if (method === 'create if not exists') {
+      await warehouse.run(`CREATE TABLE IF NOT EXISTS ${table} ${body}`, this.signal);
+    } else await warehouse.run(`CREATE TABLE ${table} ${body}`, this.signal);
+    return `Table ${name} created.`;
+  }
+
+  /** The values each iteration gets: a list of {variable: value}. */
+  private async iterations(component: Component, pipeline: Pipeline, scope: Scope): Promise<Record<string, unknown>[]> {
+    const p = component.parameters;
+    if (component.type === 'fixed-iterator') {
+      const variables = listOf(p.variablesToIterate);
+      if (variables.length === 0) throw new Error('fixed-iterator needs "variablesToIterate".');
+      return rowsOf(p.iterationValues).map((row) =>
+        Object.fromEntries(variables.map((name, index) => [name, substitute(row[index] ?? '', scope.values())])),
+      );
+    }
+    if (component.type === 'grid-iterator') {
+      const grid = String(p.gridVariable ?? '');
+      const rows = scope.get(grid);
+      if (!Array.isArray(rows)) throw new Error(`grid-iterator: "${grid}" is not a grid variable of the run.`);
+      const columns = Object.hasOwn(pipeline.variables, grid) ? (pipeline.variables[grid].columns ?? []) : [];
+      const mapping = rowsOf(p.gridIteratorVariableMapping);
+      if (mapping.length === 0)
+        throw new Error('grid-iterator needs "gridIteratorVariableMapping": rows of [grid column, variable].');
+      return rows.map((row) =>
+        Object.fromEntries(
+          mapping.map(([column, variable]) => {
+            const named = columns.indexOf(String(column));
+            const index = named >= 0 ? named : Number(column);
+            if (!Number.isInteger(index) || index < 0)
+              throw new Error(`grid-iterator: the grid has no column "${String(column)}".`);
+            return [String(variable), row[index]];
+          }),
+        ),
+      );
+    }
+    // table-iterator: a row of the table per iteration, columns to variables.
+    const warehouse = await this.warehouse();
+    const table = substitute(p.targetTable ?? p.tableName ?? '', scope.values());
+    if (table === '') throw new Error('table-iterator needs "targetTable".');
+    const mapping = rowsOf(p.columnMapping);
+    if (mapping.length === 0) throw new Error('table-iterator needs "columnMapping": rows of [column, variable].');
+    const order = rowsOf(p.orderBy).map(
+      ([column, direction]) =>
+        `${warehouse.quoteIdentifier(String(column))} ${
+          String(direction ?? '')
+            .toLowerCase()
+            .startsWith('desc')
+            ? 'DESC'
+            : 'ASC'
+        }`,
+    );
+    const { rows } = await warehouse.query(
+      `SELECT ${mapping.map(([column]) => warehouse.quoteIdentifier(String(column))).join(', ')} FROM ${qualifiedName(
+        warehouse.dialect,
+        this.tableName(component, scope, warehouse, table),
+      )}${order.length > 0 ? ` ORDER BY ${order.join(', ')}` : ''}`,
+      this.signal,
+    );
+    return rows.map((row) => Object.fromEntries(mapping.map(([column, variable]) => [String(variable), row[String(column)]])));
+  }
+
+  private attached(component: Component, pipeline: Pipeline): Component {
+    const target = component.iterationTarget ?? (component.parameters.iterationTarget as string | undefined);
+    const found = target === undefined ? undefined : pipeline.components.get(String(target));
+    if (!found) throw new Error(`${component.type} "${component.name}" has no component attached (iterationTarget).`);
+    return found;
+  }
+
+  /** Runs the attached component once per value, sequentially or up to a bound at once; each run is a step. */
+  private async iterate(
+    component: Component,
+    pipeline: Pipeline,
+    scope: Scope,
+    childPipeline: string | undefined,
+  ): Promise<string> {
+    const target = this.attached(component, pipeline);
+    const values = await this.iterations(component, pipeline, scope);
+    const concurrent = String(component.parameters.concurrency ?? 'Sequential').toLowerCase() === 'concurrent';
+    const bound = concurrent
+      ? Math.min(MAX_CONCURRENCY, Math.max(1, Number(component.parameters.maxConcurrency) || DEFAULT_CONCURRENCY))
+      : 1;
+    const breakOnFailure = yes(component.parameters.breakOnFailure);
+    let failed = 0;
+    let next = 0;
+    let stop = false;
+    const worker = async () => {
+      while (!stop && next < values.length && !this.signal.aborted) {
+        const index = next++;
+        const iteration = scope.copy();
+        for (const [name, value] of Object.entries(values[index])) iteration.set(name, value);
+        const step = await this.step(`${target.name}`, childPipeline, async () => {
+          const answer = await this.execute(target, pipeline, iteration, childPipeline);
+          const said = typeof answer === 'object' ? answer.message : answer;
+          const described = Object.entries(values[index])
+            .map(([name, value]) => `${name}=${String(value)}`)
+            .join(', ');
+          return `iteration ${index + 1} (${described})${said ? `: ${said}` : ''}`;
+        });
+        if (step.status === 'FAILED') {
+          failed += 1;
+          if (breakOnFailure) stop = true;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(bound, Math.max(values.length, 1)) }, worker));
+    this.signal.throwIfAborted();
+    if (failed > 0) throw new Error(`${failed} of ${values.length} iteration(s) failed.`);
+    return `${values.length} iteration(s) ran ${concurrent ? `concurrently (at most ${bound} at once)` : 'one after another'}.`;
+  }
+
+  private async retry(
+    component: Component,
+    pipeline: Pipeline,
+    scope: Scope,
+    childPipeline: string | undefined,
+  ): Promise<string> {
+    const target = this.attached(component, pipeline);
+    const retries = Math.max(
+      0,
+      Math.min(100, Number(substitute(component.parameters.numberOfRetries ?? 1, scope.values())) || 0),
+    );
+    const delay = Math.max(0, Number(substitute(component.parameters.retryDelay ?? 0, scope.values())) || 0);
+    for (let attempt = 0; attempt <= retries; attempt += 1) {
+      if (attempt > 0 && delay > 0) await sleep(delay * 1000, this.signal);
+      const step = await this.step(target.name, childPipeline, async () => {
+        const answer = await this.execute(target, pipeline, scope, childPipeline);
+        return typeof answer === 'object' ? answer.message : answer;
+      });
+      if (step.status === 'SUCCESS') return `Succeeded on attempt ${attempt + 1}.`;
+      this.signal.throwIfAborted();
+    }
+    throw new Error(`Failed after ${retries + 1} attempt(s).`);
+  }
+
+  /** The child's variables: its defaults, the project's, then the parent's `setScalarVariables`/`setGridVariables`. */
+  private childScope(component: Component, child: Pipeline, path: string, scope: Scope): Scope {
+    const values = variablesOf(child, this.services.projectVariables ?? {});
+    const given = (parameter: string, grid: boolean) => {
+      for (const row of rowsOf(component.parameters[parameter])) {
+        const name = String(row[0]);
+        if (!Object.hasOwn(child.variables, name)) throw new Error(`${parameter}: "${path}" has no variable "${name}".`);
+        if (child.variables[name].visibility === 'PRIVATE') {
+          throw new Error(`${parameter}: variable "${name}" of "${path}" is PRIVATE; a parent may set only PUBLIC variables.`);
+        }
+        if (grid) {
+          const source = row[1];
+          const rows = Array.isArray(source) ? rowsOf(source) : scope.get(String(source));
+          if (!Array.isArray(rows)) throw new Error(`${parameter}: "${String(source)}" is not a grid.`);
+          values[name] = rows as VariableValue[][];
+        } else {
+          const value = substitute(row[1] ?? '', scope.values());
+          values[name] = child.variables[name].type === 'NUMBER' ? Number(value) : value;
+        }
+      }
+    };
+    given('setScalarVariables', false);
+    given('setGridVariables', true);
+    return new Scope(values, child.variables);
+  }
+
+  private childFile(component: Component, parameter: string, suffix: string, scope: Scope): { path: string; pipeline: Pipeline } {
+    const name = substitute(component.parameters[parameter] ?? '', scope.values());
+    if (name === '') throw new Error(`${component.type} needs "${parameter}".`);
+    const pipelines = this.services.pipelines ?? {};
+    const path = findPipeline(pipelines, name, suffix);
+    if (path === undefined) throw new Error(`${parameter}: "${name}" is not a pipeline of this version.`);
+    return { path, pipeline: parsePipelineFile(pipelines[path]) };
+  }
+
+  private async runChildOrchestration(component: Component, scope: Scope): Promise<string> {
+    const { path, pipeline } = this.childFile(component, 'orchestrationJob', PIPELINE_SUFFIXES.orchestration, scope);
+    if (pipeline.kind !== 'orchestration') throw new Error(`orchestrationJob: "${path}" is not an orchestration pipeline.`);
+    const outcome = await this.walk(pipeline, this.childScope(component, pipeline, path, scope), path);
+    if (outcome.status === 'CANCELLED') this.signal.throwIfAborted();
+    if (outcome.status !== 'SUCCESS') throw new Error(`Child pipeline "${path}" failed: ${outcome.message}`);
+    return `Child pipeline "${path}" succeeded.`;
+  }
+
+  private async runChildTransformation(component: Component, scope: Scope): Promise<string> {
+    const { path, pipeline } = this.childFile(component, 'transformationJob', PIPELINE_SUFFIXES.transformation, scope);
+    if (pipeline.kind !== 'transformation') throw new Error(`transformationJob: "${path}" is not a transformation pipeline.`);
+    const warehouse = await this.warehouse();
+    const childScope = this.childScope(component, pipeline, path, scope);
+    const outputs = compileTransformation(pipeline, {
+      dialect: warehouse.dialect,
+      variables: childScope.values(),
+      defaultDatabase: warehouse.defaultDatabase,
+      defaultSchema: warehouse.defaultSchema,
+    });
+    let failed: string | undefined;
+    for (const output of outputs) {
+      const step = await this.step(output.component, path, async () => {
+        // One script: where the warehouse runs a script as one transaction (PostgreSQL), a truncate or
+        // drop and the write that follows it happen together or not at all.
+        await warehouse.run(output.statements.join(';\n'), this.signal);
+        return `${output.type} wrote ${output.statements.length} statement(s).`;
+      });
+      if (step.status === 'CANCELLED') this.signal.throwIfAborted();
+      if (step.status === 'FAILED') {
+        failed = `"${output.component}": ${step.message}`;
+        break;
+      }
+    }
+    if (failed) throw new Error(`Transformation "${path}" failed at ${failed}`);
+    return `Transformation "${path}" wrote ${outputs.length} output(s).`;
+  }
+
+  private async script(component: Component, scope: Scope): Promise<string> {
+    const runScript = this.services.runScript;
+    if (!runScript) throw new Error(`${component.type}: scripts are not allowed on this agent (start it with scripts allowed).`);
+    const script = String(component.parameters.script ?? '');
+    if (script.trim() === '') throw new Error(`${component.type} needs "script".`);
+    const seconds = Number(component.parameters.timeout ?? 3600);
+    const timeoutMs = Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 3_600_000;
+    const env: Record<string, string> = {};
+    for (const [name, value] of Object.entries(scope.values())) {
+      if (!Array.isArray(value) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) env[name] = String(value);
+    }
+    const result = await runScript(component.type === 'python-script' ? 'python' : 'bash', script, env, timeoutMs, this.signal);
+    this.signal.throwIfAborted();
+    const output = result.output.length > SCRIPT_OUTPUT_LIMIT ? `…${result.output.slice(-SCRIPT_OUTPUT_LIMIT)}` : result.output;
+    if (result.timedOut) throw new Error(`The script ran past its timeout of ${timeoutMs / 1000} s and was stopped.\n${output}`);
+    if (result.exitCode !== 0) throw new Error(`The script exited with ${result.exitCode}.\n${output}`);
+    return output;
+  }
+}
+
+/**
+ * Walks the pipeline from its start component. A component that succeeds follows its success and
+ * unconditional transitions, one that fails its failure and unconditional ones; `if` follows true or
+ * false. Targets run in the order listed, each component at most once (the first arrival runs it; an
+ * `and` waits for every component leading to it). end-success and end-failure end the run. A failed
+ * component with nowhere to go fails the run; otherwise the run succeeds when the walk runs out. A cancel
+ * (the signal) stops the run between steps and cancels what is in flight (a wait, a warehouse statement,
+ * a script).
+ */
+export async function runPipeline(pipeline: Pipeline, options: RunOptions): Promise<RunOutcome> {
+  const run = new Run(options);
+  try {
+    const outcome = await run.walk(pipeline, new Scope(options.variables, pipeline.variables), options.childPipeline);
+    return { ...outcome, steps: run.steps };
+  } finally {
+    await run.closeWarehouse();
+  }
 }
 
 /**
@@ -226,11 +773,12 @@ export async function runPipeline(pipeline: Pipeline, options: RunOptions): Prom
  * (request > environment override > project default), which wins. An object without a prototype: a
  * variable named `__proto__` is a variable like any other.
  */
-export function variablesOf(pipeline: Pipeline, resolved: Record<string, VariableValue>): Record<string, VariableValue> {
-  const variables = Object.create(null) as Record<string, VariableValue>;
+export function variablesOf(pipeline: Pipeline, resolved: VariableValues): VariableValues {
+  const variables = Object.create(null) as VariableValues;
   for (const [name, declared] of Object.entries(pipeline.variables)) {
     const value = declared.defaultValue;
     if (typeof value === 'string' || typeof value === 'number') variables[name] = value;
+    else if (Array.isArray(value)) variables[name] = rowsOf(value) as VariableValue[][];
   }
   for (const [name, value] of Object.entries(resolved)) variables[name] = value;
   return variables;

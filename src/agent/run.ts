@@ -17,6 +17,10 @@ export interface AgentOptions {
   stateDir: string;
   /** The customer vault; a LocalFileVault in the state folder by default. */
   vault?: VaultBackend;
+  /** Whether pipelines may run python-script and bash-script components (off unless asked). */
+  allowScripts?: boolean;
+  /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
+  statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -195,6 +199,9 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       signal,
       vault,
       privateKey: identity.privateKey,
+      stateDir: options.stateDir,
+      allowScripts: options.allowScripts === true,
+      statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };

@@ -23,6 +23,12 @@ export interface WorkContext {
   log(message: string, fields?: Record<string, unknown>): void;
   /** The agent's private key, matching the certificate it registered: what secrets are encrypted for. */
   privateKey: KeyObject;
+  /** The agent's state folder: the embedded warehouse's files live under it. */
+  stateDir: string;
+  /** Whether python-script and bash-script components may run here. */
+  allowScripts: boolean;
+  /** The agent's deadline for one warehouse statement, in ms (0: none). */
+  statementTimeoutMs: number;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

@@ -1,6 +1,9 @@
 import { readdir, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CliError, EXIT, required, UsageError, type Command, type Invocation } from './command.ts';
+import { parsePipelineFile, PipelineFileError, type VariableValues } from '../contract/pipeline-file.ts';
+import { SQL_DIALECTS } from '../contract/sql-dialect.ts';
+import { compileTransformation } from '../contract/transformation.ts';
 
 const PROFILE_TYPE = 'application/vnd.matillion.connector-profile+json';
 
@@ -57,6 +60,11 @@ class ApiClient {
       body: init.body,
       ...(init.body instanceof ReadableStream ? { duplex: 'half' } : {}),
     });
+  }
+
+  /** Forgets the token, so that the next request asks for a new one (it may have expired). */
+  forgetToken(): void {
+    this.token = undefined;
   }
 
   /** The JSON answer of a GET; an error answer fails the command. */
@@ -135,7 +143,99 @@ async function relay(invocation: Invocation, answer: Response, what: string): Pr
 
 const METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'];
 
+/**
+ * Follows GET /v1/events/stream, printing each event's JSON on a line of its own, and reconnects after a
+ * disconnect (a server restart, another instance behind a load balancer) with Last-Event-ID, so that
+ * nothing is missed or printed twice. Ends after `count` events, if given.
+ */
+async function tailEvents(
+  invocation: Invocation,
+  client: ApiClient,
+  options: { query: string; after?: string; count?: number },
+): Promise<void> {
+  let lastEventId = options.after;
+  let printed = 0;
+  let failures = 0;
+  for (;;) {
+    const headers: Record<string, string> = { accept: 'text/event-stream' };
+    if (lastEventId !== undefined) headers['last-event-id'] = lastEventId;
+    let answer: Response;
+    try {
+      answer = await client.request('GET', `/v1/events/stream${options.query}`, { headers });
+    } catch (error) {
+      if (++failures > 30) throw error;
+      invocation.err.write(`${(error as Error).message}; trying again\n`);
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      continue;
+    }
+    if (answer.status === 401 && failures++ < 3) {
+      client.forgetToken();
+      continue;
+    }
+    if (!answer.ok) {
+      const text = await answer.text();
+      throw new CliError(`GET /v1/events/stream answered ${answer.status}: ${text}`);
+    }
+    failures = 0;
+    const decoder = new TextDecoder();
+    let pending = '';
+    try {
+      for await (const chunk of answer.body as unknown as AsyncIterable<Uint8Array>) {
+        pending += decoder.decode(chunk, { stream: true });
+        let end: number;
+        while ((end = pending.indexOf('\n\n')) >= 0) {
+          const frame = pending.slice(0, end);
+          pending = pending.slice(end + 2);
+          const fields = new Map<string, string>();
+          for (const line of frame.split('\n')) {
+            const colon = line.indexOf(':');
+            if (colon > 0) fields.set(line.slice(0, colon), line.slice(colon + 1).replace(/^ /, ''));
+          }
+          const data = fields.get('data');
+          if (data === undefined) continue;
+          invocation.out.write(`${data}\n`);
+          lastEventId = fields.get('id') ?? lastEventId;
+          printed += 1;
+          if (options.count !== undefined && printed >= options.count) return;
+        }
+      }
+    } catch {
+      // The connection broke: resume below.
+    }
+    invocation.err.write(`the stream ended; resuming after event ${lastEventId ?? '(none)'}\n`);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
 export const clientCommands: Command[] = [
+  {
+    name: 'events tail',
+    summary: "Follow the account's events as they happen: one JSON object a line, resuming after disconnects.",
+    details:
+      'Reads GET /v1/events/stream (Server-Sent Events). After a disconnect it reconnects with the id of the\n' +
+      `last event printed, so nothing is missed or printed twice. Ctrl-C ends it.\n${CLIENT_ENVIRONMENT}`,
+    options: { type: { type: 'string' }, project: { type: 'string' }, after: { type: 'string' }, count: { type: 'string' } },
+    optionHelp: {
+      type: 'comma-separated event types; a type ending in * is a prefix (pipeline-execution.*)',
+      project: 'only events of this project id',
+      after: 'start after this event id (default: with the next event)',
+      count: 'end after printing this many events',
+    },
+    async run(invocation) {
+      const { values } = invocation;
+      if (invocation.args.length) throw new UsageError('events tail takes no arguments');
+      const query = new URLSearchParams();
+      if (typeof values.type === 'string') query.set('type', values.type);
+      if (typeof values.project === 'string') query.set('projectId', values.project);
+      const after = typeof values.after === 'string' ? values.after : undefined;
+      if (after !== undefined && !/^\d{1,15}$/.test(after)) throw new UsageError('--after must be an event id (a whole number)');
+      const count = typeof values.count === 'string' ? Number(values.count) : undefined;
+      if (count !== undefined && !(Number.isInteger(count) && count > 0))
+        throw new UsageError('--count must be a positive whole number');
+      const search = query.toString();
+      await tailEvents(invocation, ApiClient.fromEnvironment(), { query: search ? `?${search}` : '', after, count });
+    },
+  },
   {
     name: 'api',
     usage: 'METHOD PATH',
@@ -229,6 +329,85 @@ export const clientCommands: Command[] = [
         headers,
       });
       await relay(invocation, answer, 'the upload');
+    },
+  },
+  {
+    name: 'pipeline sql',
+    usage: 'FILE',
+    summary: 'Print the SQL a transformation pipeline (.tran.yaml) runs in the warehouse, one statement per line.',
+    details:
+      "The dialect is the environment's warehouse when --project and --environment are given (a client of\n" +
+      'the server, as for dpc api), else --dialect (duckdb, the embedded default, or postgres). Variables\n' +
+      "take the file's defaults unless --variable name=value says otherwise; [Environment Default] is\n" +
+      'left to the connection (unqualified names).\n' +
+      CLIENT_ENVIRONMENT,
+    options: {
+      project: { type: 'string' },
+      environment: { type: 'string' },
+      dialect: { type: 'string' },
+      variable: { type: 'string', multiple: true },
+    },
+    optionHelp: {
+      project: 'project id (with --environment: use its warehouse)',
+      environment: 'environment name',
+      dialect: `the warehouse dialect: ${Object.keys(SQL_DIALECTS).join(', ')} (default duckdb)`,
+      variable: 'name=value, repeatable',
+    },
+    async run(invocation) {
+      const { values, args, out } = invocation;
+      if (args.length !== 1) throw new UsageError('give exactly one FILE');
+      let dialectName = typeof values.dialect === 'string' ? values.dialect : undefined;
+      let defaults: { defaultDatabase?: string; defaultSchema?: string } = {};
+      if (typeof values.environment === 'string' && dialectName === undefined) {
+        const projectId = required(values, 'project');
+        const client = ApiClient.fromEnvironment();
+        type Listed = { name: string; warehouse?: { type: string; defaultDatabase?: string; defaultSchema?: string } };
+        let environment: Listed | undefined;
+        for (let page = 0; environment === undefined; page += 1) {
+          const answer = await client.getJson<{ results: Listed[] }>(
+            `/v1/projects/${encodeURIComponent(projectId)}/environments?page=${page}&size=100`,
+          );
+          if (answer.results.length === 0) throw new CliError(`the project has no environment "${values.environment}"`);
+          environment = answer.results.find((candidate) => candidate.name === values.environment);
+        }
+        dialectName = environment.warehouse?.type ?? 'duckdb';
+        defaults = {
+          defaultDatabase: environment.warehouse?.defaultDatabase,
+          defaultSchema: environment.warehouse?.defaultSchema,
+        };
+      }
+      const dialect = SQL_DIALECTS[dialectName ?? 'duckdb'];
+      if (!dialect) throw new UsageError(`--dialect must be one of ${Object.keys(SQL_DIALECTS).join(', ')}`);
+      let text: string;
+      try {
+        text = await readFile(path.resolve(args[0]), 'utf8');
+      } catch (error) {
+        throw new CliError(`cannot read ${args[0]}: ${(error as Error).message}`);
+      }
+      try {
+        const pipeline = parsePipelineFile(text);
+        const variables = Object.create(null) as VariableValues;
+        for (const [name, declared] of Object.entries(pipeline.variables)) {
+          const value = declared.defaultValue;
+          if (typeof value === 'string' || typeof value === 'number') variables[name] = value;
+        }
+        const given = values.variable;
+        for (const pair of Array.isArray(given) ? given : []) {
+          const at = String(pair).indexOf('=');
+          if (at <= 0) throw new UsageError(`--variable takes name=value, got "${String(pair)}"`);
+          variables[String(pair).slice(0, at)] = String(pair).slice(at + 1);
+        }
+        for (const output of compileTransformation(pipeline, { dialect, variables, ...defaults })) {
+          out.write(`-- ${output.component} (${output.type})\n`);
+          for (const statement of output.statements) out.write(`${statement};\n`);
+        }
+      } catch (error) {
+        if (error instanceof PipelineFileError || error instanceof Error) {
+          if (error instanceof UsageError) throw error;
+          throw new CliError(error.message);
+        }
+        throw error;
+      }
     },
   },
 ];

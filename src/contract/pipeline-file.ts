@@ -1,7 +1,8 @@
 /**
  * The pipeline file model, shared by the server (which checks a file before a run starts) and the agents
- * (which run it): the real service's YAML, `type: "orchestration"` with `pipeline.components` keyed by
- * name, each with `type`, `parameters` and `transitions`, and `pipeline.variables` with their metadata.
+ * (which run it): the real service's YAML. `type: "orchestration"` (control flow: each component's
+ * `transitions`) or `type: "transformation"` (data flow: each component's `sources`), `pipeline.components`
+ * keyed by name, each with `type` and `parameters`, and `pipeline.variables` with their metadata.
  * Pure: no I/O, no server or agent code.
  */
 import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from './bounded-yaml.ts';
@@ -15,23 +16,48 @@ export const PIPELINE_SUFFIXES = {
 } as const;
 
 export type VariableValue = string | number;
+/** A run's variables: scalars, and grids as rows. */
+export type VariableValues = Record<string, VariableValue | VariableValue[][]>;
 
 export interface Component {
   name: string;
   type: string;
   skipped: boolean;
   parameters: Record<string, unknown>;
-  transitions: { success: string[]; failure: string[]; unconditional: string[] };
+  /** orchestration: successors by outcome (`if` goes to `true` or `false`). */
+  transitions: { success: string[]; failure: string[]; unconditional: string[]; true: string[]; false: string[] };
+  /** orchestration: the component an iterator or retry runs (attached to it, not reached by transitions). */
+  iterationTarget?: string;
+  /** transformation: the components whose rows flow in. */
+  sources: string[];
+}
+
+export interface DeclaredVariable {
+  type: string;
+  scope: 'COPIED' | 'SHARED';
+  visibility: 'PUBLIC' | 'PRIVATE';
+  defaultValue?: unknown;
+  /** GRID: the column names, in order. */
+  columns?: string[];
 }
 
 export interface Pipeline {
+  kind: 'orchestration' | 'transformation';
   components: Map<string, Component>;
   /** Variables the file declares, with their default values. */
-  variables: Record<string, { type: string; defaultValue?: unknown }>;
+  variables: Record<string, DeclaredVariable>;
 }
 
-/** A pipeline file that cannot be run as it is. */
-export class PipelineFileError extends Error {}
+/** A pipeline file that cannot be run as it is; `component`/`parameter` say where when known. */
+export class PipelineFileError extends Error {
+  constructor(
+    message: string,
+    readonly component?: string,
+    readonly parameter?: string,
+  ) {
+    super(message);
+  }
+}
 
 function names(value: unknown): string[] {
   if (value === undefined || value === null) return [];
@@ -43,20 +69,22 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Reads an orchestration pipeline file into its graph, or PipelineFileError saying what is wrong. */
-export function parsePipeline(text: string): Pipeline {
+/** Reads a pipeline file (orchestration or transformation) into its graph, or PipelineFileError saying what is wrong. */
+export function parsePipelineFile(text: string): Pipeline {
   const parsed = parseBoundedYaml(text, PIPELINE_YAML_BOUNDS);
   if ('refused' in parsed) throw new PipelineFileError(`The pipeline file is ${parsed.refused}.`);
   const document = parsed.value;
   if (!isRecord(document) || !isRecord(document.pipeline) || !isRecord(document.pipeline.components)) {
     throw new PipelineFileError('The pipeline file has no pipeline.components mapping.');
   }
-  if (document.type !== undefined && document.type !== 'orchestration') {
-    throw new PipelineFileError(`Only orchestration pipelines run; this file is of type "${String(document.type)}".`);
+  const kind = document.type ?? 'orchestration';
+  if (kind !== 'orchestration' && kind !== 'transformation') {
+    throw new PipelineFileError(`A pipeline file is of type "orchestration" or "transformation", not "${String(kind)}".`);
   }
   const components = new Map<string, Component>();
   for (const [name, raw] of Object.entries(document.pipeline.components)) {
-    if (!isRecord(raw) || typeof raw.type !== 'string') throw new PipelineFileError(`Component "${name}" has no type.`);
+    if (!isRecord(raw) || typeof raw.type !== 'string')
+      throw new PipelineFileError(`Component "${name}" has no type.`, name, 'type');
     const transitions = isRecord(raw.transitions) ? raw.transitions : {};
     components.set(name, {
       name,
@@ -68,29 +96,91 @@ export function parsePipeline(text: string): Pipeline {
         success: names(transitions.success),
         failure: names(transitions.failure),
         unconditional: names(transitions.unconditional),
+        true: names(transitions.true),
+        false: names(transitions.false),
       },
+      ...(typeof raw.iterationTarget === 'string' && { iterationTarget: raw.iterationTarget }),
+      sources: names(raw.sources),
     });
   }
-  for (const component of components.values()) {
-    const { success, failure, unconditional } = component.transitions;
-    for (const target of [...success, ...failure, ...unconditional]) {
-      if (!components.has(target)) {
-        throw new PipelineFileError(`Component "${component.name}" has a transition to "${target}", which does not exist.`);
-      }
-    }
-  }
-  const starts = [...components.values()].filter((component) => component.type === 'start');
-  if (starts.length !== 1) throw new PipelineFileError(`The pipeline needs one start component; it has ${starts.length}.`);
   // Keyed by names the file chooses (`__proto__` among them): an object without a prototype.
   const variables = Object.create(null) as Pipeline['variables'];
   if (isRecord(document.pipeline.variables)) {
     for (const [name, raw] of Object.entries(document.pipeline.variables)) {
       const metadata = isRecord(raw) && isRecord(raw.metadata) ? raw.metadata : {};
+      const columns = isRecord(metadata.columns) ? Object.keys(metadata.columns) : undefined;
       variables[name] = {
         type: typeof metadata.type === 'string' ? metadata.type : 'TEXT',
+        scope: metadata.scope === 'SHARED' ? 'SHARED' : 'COPIED',
+        visibility: metadata.visibility === 'PRIVATE' ? 'PRIVATE' : 'PUBLIC',
         ...(isRecord(raw) && raw.defaultValue !== undefined && { defaultValue: raw.defaultValue }),
+        ...(columns && { columns }),
       };
     }
   }
-  return { components, variables };
+  const pipeline: Pipeline = { kind: kind as Pipeline['kind'], components, variables };
+  if (pipeline.kind === 'orchestration') checkOrchestrationShape(pipeline);
+  else checkTransformationShape(pipeline);
+  return pipeline;
+}
+
+/** Reads an orchestration pipeline file (the kind a run starts from). */
+export function parsePipeline(text: string): Pipeline {
+  const pipeline = parsePipelineFile(text);
+  if (pipeline.kind !== 'orchestration') {
+    throw new PipelineFileError(`Only orchestration pipelines run; this file is of type "${pipeline.kind}".`);
+  }
+  return pipeline;
+}
+
+function checkOrchestrationShape(pipeline: Pipeline): void {
+  const { components } = pipeline;
+  for (const component of components.values()) {
+    const { success, failure, unconditional, true: onTrue, false: onFalse } = component.transitions;
+    for (const target of [...success, ...failure, ...unconditional, ...onTrue, ...onFalse]) {
+      if (!components.has(target)) {
+        throw new PipelineFileError(
+          `Component "${component.name}" has a transition to "${target}", which does not exist.`,
+          component.name,
+          'transitions',
+        );
+      }
+    }
+    if (component.iterationTarget !== undefined && !components.has(component.iterationTarget)) {
+      throw new PipelineFileError(
+        `Component "${component.name}" iterates over "${component.iterationTarget}", which does not exist.`,
+        component.name,
+        'iterationTarget',
+      );
+    }
+  }
+  const starts = [...components.values()].filter((component) => component.type === 'start');
+  if (starts.length !== 1) throw new PipelineFileError(`The pipeline needs one start component; it has ${starts.length}.`);
+}
+
+function checkTransformationShape(pipeline: Pipeline): void {
+  const { components } = pipeline;
+  for (const component of components.values()) {
+    for (const source of component.sources) {
+      if (!components.has(source)) {
+        throw new PipelineFileError(
+          `Component "${component.name}" reads from "${source}", which does not exist.`,
+          component.name,
+          'sources',
+        );
+      }
+    }
+  }
+  // A cycle: a depth-first walk meeting a component still on its path.
+  const state = new Map<string, 'open' | 'done'>();
+  const visit = (name: string, path: string[]) => {
+    if (state.get(name) === 'done') return;
+    if (state.get(name) === 'open') {
+      throw new PipelineFileError(`Components form a cycle: ${[...path, name].join(' → ')}.`, name, 'sources');
+    }
+    state.set(name, 'open');
+    for (const source of components.get(name)!.sources) visit(source, [...path, name]);
+    state.set(name, 'done');
+  };
+  for (const name of components.keys()) visit(name, []);
 }

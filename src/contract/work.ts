@@ -46,6 +46,11 @@ export interface ExecutionPayload {
   pipelineName?: string;
   /** execute-tests: the test pipeline files to run, in order. */
   tests?: string[];
+  /** The account and environment the run belongs to: the embedded warehouse keeps one database per pair. */
+  accountId?: string;
+  environmentId?: string;
+  /** The environment's warehouse; absent, the agent's embedded one. */
+  warehouse?: WarehouseSpec;
 }
 
 /** write-secret. */
@@ -58,3 +63,25 @@ export interface WriteSecretPayload {
   /** Compact JWE (RSA-OAEP-256, A256GCM) for the agent's certificate; its plaintext is {"value": ...}. */
   jwe: string;
 }
+
+/**
+ * Where an environment's pipelines run (execute-pipeline and execute-tests carry it). Absent: the agent's
+ * embedded DuckDB database, one file per account and environment. PostgreSQL: where to connect and which
+ * vault secret holds the password; the password itself never travels through the server.
+ */
+export interface WarehouseSpec {
+  type: 'duckdb' | 'postgres';
+  host?: string;
+  port?: number;
+  database?: string;
+  user?: string;
+  /** postgres: the agent's vault secret holding the password (a string, or an object with `password`). */
+  secretName?: string;
+  secretKey?: string;
+  /** What `[Environment Default]` means for a database and a schema. */
+  defaultDatabase?: string;
+  defaultSchema?: string;
+}
+
+/** The value pipeline files write for "the environment's default" database or schema. */
+export const ENVIRONMENT_DEFAULT = '[Environment Default]';

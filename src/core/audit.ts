@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { now, type Executor } from './db/database.ts';
 import { preparedQuery } from './db/prepared.ts';
 import type { AuditEventTable } from './db/schema.ts';
+import { emitMany, writeEventType, type NewEvent } from './outbox.ts';
 
 const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
@@ -32,13 +33,16 @@ const MOST_ROWS = 500;
  * create's store time). Each request still waits for its own event to be stored before it answers.
  */
 class AuditBatches {
-  private waiting: { event: AuditEvent; done: (failure: unknown) => void }[] = [];
+  private waiting: { event: AuditEvent; announced?: NewEvent; done: (failure: unknown) => void }[] = [];
   constructor(private readonly db: Executor) {}
 
-  /** Stores the event with the others of this turn; answers the failure, if storing failed. */
-  record(event: AuditEvent): Promise<unknown> {
+  /**
+   * Stores the event with the others of this turn, and `announced` in the outbox in the same transaction;
+   * answers the failure, if storing failed.
+   */
+  record(event: AuditEvent, announced?: NewEvent): Promise<unknown> {
     if (this.waiting.length === 0) setImmediate(() => void this.flush());
-    return new Promise((done) => this.waiting.push({ event, done }));
+    return new Promise((done) => this.waiting.push({ event, announced, done }));
   }
 
   private async flush(): Promise<void> {
@@ -48,9 +52,16 @@ class AuditBatches {
     try {
       // One event alone (a quiet server) takes the statement compiled once.
       const events = batch.map(({ event }) => event);
-      await (events.length === 1
-        ? insertAuditEvent(this.db, events[0])
-        : this.db.insertInto('auditEvents').values(events).execute());
+      const announced = batch.flatMap(({ announced }) => (announced ? [announced] : []));
+      const insert = (db: Executor) =>
+        events.length === 1 ? insertAuditEvent(db, events[0]) : db.insertInto('auditEvents').values(events).execute();
+      // The trail and the outbox agree: both rows land or neither does.
+      await (announced.length === 0
+        ? insert(this.db)
+        : this.db.transaction().execute(async (trx) => {
+            await insert(trx);
+            await emitMany(trx, announced);
+          }));
     } catch (error) {
       failure = error;
     }
@@ -72,19 +83,40 @@ export const auditPlugin = fp(async (app: FastifyInstance) => {
   // Before the answer leaves, so that a client that saw its write succeed finds it in the trail.
   const recordWrite = async (request: FastifyRequest, reply: FastifyReply) => {
     const audited = WRITES.has(request.method) || request.routeOptions.config.audited === true;
-    if (!audited || reply.statusCode >= 400 || !request.principal) return;
+    // A replayed answer (Idempotency-Key) did nothing: the first request was recorded.
+    if (!audited || reply.statusCode >= 400 || !request.principal || request.idempotentReplay) return;
     const ids: Record<string, string> = { ...(request.params as Record<string, string>), ...request.auditIds };
-    const failure = await trail.record({
-      accountId: request.principal.accountId,
-      clientId: request.principal.clientId,
-      method: request.method,
-      route: request.routeOptions.url ?? request.url,
-      path: request.url.split('?')[0],
-      status: reply.statusCode,
-      projectId: ids.projectId ?? null,
-      resourceIds: JSON.stringify(ids),
-      occurredAt: now(),
-    });
+    const route = request.routeOptions.url ?? request.url;
+    const path = request.url.split('?')[0];
+    const type = writeEventType(request.method, route);
+    const failure = await trail.record(
+      {
+        accountId: request.principal.accountId,
+        clientId: request.principal.clientId,
+        method: request.method,
+        route,
+        path,
+        status: reply.statusCode,
+        projectId: ids.projectId ?? null,
+        resourceIds: JSON.stringify(ids),
+        occurredAt: now(),
+      },
+      type === undefined
+        ? undefined
+        : {
+            accountId: request.principal.accountId,
+            type,
+            projectId: ids.projectId ?? null,
+            subject: path.replace(/^\/dpc\/v1\//, ''),
+            data: {
+              method: request.method,
+              route,
+              status: reply.statusCode,
+              resourceIds: ids,
+              clientId: request.principal.clientId,
+            },
+          },
+    );
     if (failure) request.log.error({ err: failure }, 'audit event not recorded');
   };
   // Hooked onto write routes (and reads marked `audited`) only: a read pays nothing for the trail.

@@ -86,6 +86,40 @@ export interface Config {
   secretWriteTimeoutSeconds: number;
   /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
   aiModel: AiModelConfig;
+  /** How long outbox events are kept (the event feed and webhooks resume within it). */
+  eventsRetentionDays: number;
+  /** How often followers of the outbox look for events without being woken (on SQLite, the wake-up across processes). */
+  eventsPollMs: number;
+  /** Time between keep-alive comments on an idle event stream. */
+  eventsHeartbeatSeconds: number;
+  /** Waits before each retry of a failed webhook delivery, in seconds: one try, then one per entry. */
+  webhookRetrySeconds: number[];
+  /** A webhook is disabled when this many deliveries in a row failed every try. */
+  webhookDisableAfter: number;
+  /** Credits per run-hour by agent type (consumption); `default` prices other types and deleted agents. */
+  creditsPerHour: Readonly<Record<string, number>>;
+}
+
+/** Credits per run-hour when DPC_CREDITS_PER_HOUR does not say otherwise: the platform's own agents cost double. */
+export const DEFAULT_CREDITS_PER_HOUR: Readonly<Record<string, number>> = Object.freeze({
+  default: 1,
+  CUSTOMER_HOSTED: 1,
+  PLATFORM_HOSTED: 2,
+  streaming: 1,
+});
+
+/** "TYPE=rate,TYPE=rate" over the defaults; a rate is a non-negative number. Kept in an object without a prototype. */
+function creditRates(env: NodeJS.ProcessEnv, name: string): Readonly<Record<string, number>> {
+  const rates: Record<string, number> = Object.assign(Object.create(null), DEFAULT_CREDITS_PER_HOUR);
+  for (const entry of (env[name] ?? '')
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)) {
+    const match = /^([A-Za-z][\w-]{0,63})=(\d+(\.\d+)?)$/.exec(entry);
+    if (!match) throw new ConfigError(`${name} must be comma-separated TYPE=rate pairs (e.g. PLATFORM_HOSTED=2), got "${entry}"`);
+    rates[match[1]] = Number(match[2]);
+  }
+  return Object.freeze(rates);
 }
 
 export interface AiModelConfig {
@@ -157,6 +191,17 @@ function url(env: NodeJS.ProcessEnv, name: string, schemes: string[], fallback?:
   return raw;
 }
 
+/** Comma-separated whole numbers of seconds. */
+function secondsList(env: NodeJS.ProcessEnv, name: string, fallback: number[]): number[] {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const parts = raw.split(',').map((part) => part.trim());
+  if (parts.length > 20 || !parts.every((part) => /^\d{1,7}$/.test(part))) {
+    throw new ConfigError(`${name} must be up to 20 comma-separated whole numbers of seconds, got "${raw}"`);
+  }
+  return parts.map(Number);
+}
+
 function oneOf(env: NodeJS.ProcessEnv, name: string, allowed: string[], fallback: string): string {
   const raw = env[name] || fallback;
   if (!allowed.includes(raw)) throw new ConfigError(`${name} must be one of ${allowed.join(', ')}, got "${raw}"`);
@@ -223,5 +268,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       maxToolCalls: integer(env, 'DPC_AI_MAX_TOOL_CALLS', 200, 1),
       maxTaskSeconds: integer(env, 'DPC_AI_MAX_TASK_SECONDS', 1800, 1),
     },
+    creditsPerHour: creditRates(env, 'DPC_CREDITS_PER_HOUR'),
+    eventsRetentionDays: integer(env, 'DPC_EVENTS_RETENTION_DAYS', 30, 1, 3650),
+    eventsPollMs: integer(env, 'DPC_EVENTS_POLL_MS', 1000, 50, 60_000),
+    eventsHeartbeatSeconds: integer(env, 'DPC_EVENTS_HEARTBEAT_SECONDS', 15, 1, 300),
+    // 1 min, 5 min, 30 min, 2 h, 6 h, 18 h: seven tries over 26.6 hours.
+    webhookRetrySeconds: secondsList(env, 'DPC_WEBHOOK_RETRY_SECONDS', [60, 300, 1800, 7200, 21_600, 64_800]),
+    webhookDisableAfter: integer(env, 'DPC_WEBHOOK_DISABLE_AFTER', 5, 1, 1000),
   };
 }

@@ -7,6 +7,7 @@ import type { Store } from './db/database.ts';
 import type { Role } from './auth/accounts.ts';
 import type { AgentPrincipal, Principal, TokenService } from './auth/tokens.ts';
 import type { JobQueue } from './jobs.ts';
+import type { OutboxWakeups } from './outbox-wakeups.ts';
 import type { SecretBox } from './secret-box.ts';
 import type { Metrics } from './metrics.ts';
 import type { ErrorSender } from './errors-plugin.ts';
@@ -18,6 +19,8 @@ declare module 'fastify' {
     store: Store;
     tokens: TokenService;
     jobs: JobQueue;
+    /** Wake-ups for readers of the outbox: an account may have new events. */
+    outboxWakeups: OutboxWakeups;
     /** Encrypts secrets kept in the store with keys kept outside it. */
     secretBox: SecretBox;
     metrics: Metrics;

@@ -204,6 +204,54 @@ const RESPONSE_HEADERS: Record<string, Record<string, unknown>> = {
   503: { 'Retry-After': { ...RETRY_AFTER, description: 'Seconds to wait before trying again, where the server knows.' } },
 };
 
+/** Where conditional requests and idempotency keys apply: /dpc/v1, but SCIM, which has its own rules. */
+const conditionalPath = (path: string) => path.startsWith('/dpc/v1/') && !path.includes('/directory-integration/scim/');
+
+const documentedProblem = (status: number, description?: string): OpenApiResponse => ({
+  description: description ?? STATUS_TITLES[status],
+  content: { [PROBLEM_CONTENT_TYPE]: { schema: { $ref: '#/components/schemas/ProblemDetail' } } },
+});
+
+/**
+ * The headers and statuses of conditional requests (core/conditional.ts) and idempotency keys
+ * (core/idempotency.ts), which every operation of /dpc/v1 takes the same way.
+ */
+function declareConditions(path: string, method: string, operation: OpenApiOperation): void {
+  if (!conditionalPath(path)) return;
+  const parameters = (operation.parameters ??= []) as Record<string, unknown>[];
+  const responses = (operation.responses ??= {});
+  const header = (name: string, description: string) => {
+    if (!parameters.some((p) => p.in === 'header' && String(p.name).toLowerCase() === name.toLowerCase())) {
+      parameters.push({ in: 'header', name, required: false, description, schema: { type: 'string', maxLength: 1024 } });
+    }
+  };
+  const streams = Object.keys(responses['200']?.content ?? {}).includes('text/event-stream');
+  if (method === 'get' && !streams) {
+    header('If-None-Match', 'ETags of answers already held: 304 without a body when the answer would be one of them.');
+    responses['304'] ??= { description: 'Not Modified: the answer is the one If-None-Match names.' };
+    for (const status of ['200', '304']) {
+      const response = responses[status];
+      if (response)
+        response.headers = {
+          ETag: { description: 'A strong entity tag of the answer.', schema: { type: 'string' } },
+          ...response.headers,
+        };
+    }
+  }
+  if (method === 'post' || method === 'patch') {
+    header(
+      'Idempotency-Key',
+      'A unique key (1 to 255 printable ASCII characters) that makes retries safe: the same key and request within 24 hours answer as the first did, without doing it again.',
+    );
+    responses['409'] ??= documentedProblem(409, 'Conflict (or a request with the same Idempotency-Key is still in progress).');
+    responses['422'] ??= documentedProblem(422, 'Unprocessable Entity (or the Idempotency-Key was sent with another request).');
+  }
+  if (method === 'put' || method === 'patch' || method === 'delete') {
+    header('If-Match', 'The ETag of the version this change is based on: 412 when the resource has changed since.');
+    responses['412'] ??= documentedProblem(412, 'Precondition Failed: the resource is not at the version If-Match names.');
+  }
+}
+
 /**
  * The document's component schemas: bodies and answers move there under a name, so that generated clients get
  * type names. The name is the schema's exported name (its `title`), or for a page or list of a named item
@@ -275,6 +323,7 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
       const operation = item[method];
       if (!operation) continue;
       const operationId = (operation.operationId ??= operationIdOf(method, path));
+      declareConditions(path, method, operation);
       for (const tag of operation.tags ?? []) tags.add(tag);
       for (const parameter of operation.parameters ?? []) {
         if (parameter.in === 'query' && parameter.schema?.default !== undefined) parameter.required = false;

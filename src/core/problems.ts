@@ -18,6 +18,7 @@ export const STATUS_TITLES: Record<number, string> = {
   408: 'Request Timeout',
   409: 'Conflict',
   410: 'Gone',
+  412: 'Precondition Failed',
   413: 'Payload Too Large',
   414: 'URI Too Long',
   415: 'Unsupported Media Type',

@@ -16,6 +16,11 @@ const coercing = ajv({ coerceTypes: 'array' });
 // `discriminator`: a oneOf chosen by a property (OpenAPI's), so a bad field is reported in the variant chosen.
 const exact = ajv({ coerceTypes: false, discriminator: true });
 
+/** A check of a value against `schema` as request bodies are checked (no coercion; discriminated oneOf). */
+export function exactCheck(schema: object): ValidateFunction {
+  return exact.compile(schema);
+}
+
 interface ObjectSchema {
   properties: Record<string, unknown>;
   required?: string[];

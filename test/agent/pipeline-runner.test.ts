@@ -106,7 +106,7 @@ describe('pipeline runner', () => {
       transitions:
         unconditional: ["Load"]
     Load:
-      type: "run-transformation"
+      type: "s3-load"
       transitions:
         success: ["Done"]
     Done:
@@ -114,7 +114,7 @@ describe('pipeline runner', () => {
 `),
     );
     assert.equal(outcome.status, 'FAILED');
-    assert.match(outcome.steps[1].message!, /"run-transformation" is not supported/);
+    assert.match(outcome.steps[1].message!, /"s3-load" is not supported/);
     assert.equal(outcome.steps.length, 2);
   });
 

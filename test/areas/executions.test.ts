@@ -139,7 +139,31 @@ describeEachStore('pipeline and test executions', (kind) => {
       transitions:
         unconditional: ["Load"]
     Load:
+      type: "s3-load"
+`),
+      'pipelines/invalid.orch.yaml': orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Load"]
+    Load:
+      type: "sql-executor"
+      transitions:
+        success: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "pipelines/missing"
+`),
+      'pipelines/cyclic.tran.yaml':
+        'type: "transformation"\npipeline:\n  components:\n    A:\n      type: "filter"\n      sources: ["B"]\n    B:\n      type: "filter"\n      sources: ["A"]\n',
+      'pipelines/runs-cyclic.orch.yaml': orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["T"]
+    T:
       type: "run-transformation"
+      parameters:
+        transformationJob: "pipelines/cyclic"
 `),
     });
     agent = new Agent(() => server, agentId);
@@ -207,7 +231,7 @@ describeEachStore('pipeline and test executions', (kind) => {
 
     const unsupported = (await start({ pipelineName: 'pipelines/unsupported' })).body.pipelineExecutionId;
     assert.equal(await settled(unsupported, 'FAILED'), 'FAILED');
-    assert.match((await steps(unsupported)).results[1].result.message, /"run-transformation" is not supported/);
+    assert.match((await steps(unsupported)).results[1].result.message, /"s3-load" is not supported/);
   });
 
   test('cancelled while waiting: CANCELLING, then CANCELLED once the agent stops; the wait is interrupted', async () => {
@@ -297,6 +321,17 @@ describeEachStore('pipeline and test executions', (kind) => {
     expectProblem(await start({ pipelineName: 'pipelines/check', environmentName: 'nowhere' }), 404);
     expectProblem(await start({ pipelineName: 'pipelines/check', versionName: 'v9' }), 404);
     expectProblem(await start({ pipelineName: 'pipelines/broken' }), 422);
+    // A graph that cannot run is refused when the run starts, naming the component and the parameter.
+    const invalid = expectProblem(await start({ pipelineName: 'pipelines/invalid' }), 400);
+    assert.deepEqual(invalid.violations, [
+      'pipelines/invalid.orch.yaml: components.Load.parameters.sqlScript: required',
+      'pipelines/invalid.orch.yaml: components.Child.parameters.orchestrationJob: "pipelines/missing" is not a pipeline of this version',
+    ]);
+    const cyclic = expectProblem(await start({ pipelineName: 'pipelines/runs-cyclic' }), 400);
+    assert.match(
+      cyclic.violations![0],
+      /^pipelines\/cyclic\.tran\.yaml: components\.[AB]\.parameters\.sources: Components form a cycle/,
+    );
     const bad = expectProblem(
       await start({
         pipelineName: 'pipelines/check',

@@ -12,6 +12,8 @@ import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
 import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
 import { writeSecretValue } from '../../src/areas/secret-values/service.ts';
 import { ProblemError } from '../../src/core/problems.ts';
+import * as scim from '../../src/areas/scim/service.ts';
+import { GROUP_SCHEMA, PATCH_OP_SCHEMA, USER_SCHEMA } from '../../src/areas/scim/definitions.ts';
 
 /** The problem `promise` rejects with (it must reject with one). */
 async function problemOf(promise: Promise<unknown>): Promise<ProblemError> {
@@ -123,5 +125,86 @@ describeEachStore('services, called directly', (kind) => {
       404,
       'another account or no agent',
     );
+  });
+
+  test('SCIM directory: versions, preconditions, uniqueness, members and their effect on versions, filtered lists', async () => {
+    const scope = { db: server.db, dialect: kind, accountId: caller.accountId, base: 'http://scim.test/scim/v2' };
+    const all = {};
+    const ada = await scim.createUser(scope, { schemas: [USER_SCHEMA], userName: 'ada', displayName: 'Ada' }, all);
+    const bob = await scim.createUser(scope, { schemas: [USER_SCHEMA], userName: 'bob' }, all);
+    assert.equal(ada.version, 1);
+    const taken = await problemOf(scim.createUser(scope, { schemas: [USER_SCHEMA], userName: 'ADA' }, all));
+    assert.deepEqual([taken.status, taken.options.scimType], [409, 'uniqueness']);
+
+    const adaId = ada.resource.id as string;
+    const bobId = bob.resource.id as string;
+    const group = await scim.createGroup(
+      scope,
+      { schemas: [GROUP_SCHEMA], displayName: 'engineers', members: [{ value: adaId }] },
+      all,
+    );
+    const groupId = group.resource.id as string;
+    assert.deepEqual(
+      (group.resource.members as { value: string; display: string }[]).map((m) => [m.value, m.display]),
+      [[adaId, 'Ada']],
+    );
+    // Joining a group is a new version of the user: its answer shows its groups.
+    assert.equal((await scim.getUser(scope, adaId, all)).version, 2);
+    const stranger = await problemOf(
+      scim.patchGroup(
+        scope,
+        groupId,
+        { schemas: [PATCH_OP_SCHEMA], Operations: [{ op: 'add', path: 'members', value: [{ value: randomUUID() }] }] },
+        undefined,
+        all,
+      ),
+    );
+    assert.deepEqual([stranger.status, stranger.options.scimType], [400, 'invalidValue']);
+
+    // A stale If-Match is 412 and writes nothing; the current one passes.
+    const stale = await problemOf(
+      scim.replaceUser(scope, adaId, { schemas: [USER_SCHEMA], userName: 'ada', displayName: 'Ada L.' }, 'W/"1"', all),
+    );
+    assert.equal(stale.status, 412);
+    const renamed = await scim.replaceUser(
+      scope,
+      adaId,
+      { schemas: [USER_SCHEMA], userName: 'ada', displayName: 'Ada L.' },
+      'W/"2"',
+      all,
+    );
+    assert.equal(renamed.version, 3);
+    // The group shows the new name, so it is a new version too; a write that changes nothing is not.
+    const regrouped = await scim.getGroup(scope, groupId, all);
+    assert.equal(regrouped.version, group.version + 1);
+    assert.equal(
+      (await scim.replaceUser(scope, adaId, { schemas: [USER_SCHEMA], userName: 'ada', displayName: 'Ada L.' }, undefined, all))
+        .version,
+      3,
+    );
+
+    await scim.patchGroup(
+      scope,
+      groupId,
+      {
+        schemas: [PATCH_OP_SCHEMA],
+        Operations: [
+          { op: 'add', path: 'members', value: [{ value: bobId }] },
+          { op: 'remove', path: `members[value eq "${adaId}"]` },
+        ],
+      },
+      undefined,
+      all,
+    );
+    const members = ((await scim.getGroup(scope, groupId, all)).resource.members as { value: string }[]).map((m) => m.value);
+    assert.deepEqual(members, [bobId]);
+    const filtered = await scim.listUsers(scope, { filter: 'userName sw "a"', startIndex: 1, count: 10 });
+    assert.deepEqual([filtered.totalResults, filtered.Resources.map((r) => r.userName)], [1, ['ada']]);
+
+    await scim.deleteUser(scope, bobId, undefined);
+    assert.equal((await problemOf(scim.getUser(scope, bobId, all))).status, 404);
+    assert.deepEqual((await scim.getGroup(scope, groupId, all)).resource.members, []);
+    await scim.deleteGroup(scope, groupId, undefined);
+    assert.equal((await scim.listGroups(scope, { startIndex: 1, count: 10 })).totalResults, 0);
   });
 });

@@ -283,4 +283,77 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     assert.equal(work.body.payload.streamingPipelineId, id);
     await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
   });
+
+  test('definitions stored in the older shape are read, upgraded where certain, and refused at start with what does not fit', async () => {
+    const project = await server.newProject(caller);
+    const legacy = (name: string, definition: unknown) => ({
+      id: crypto.randomUUID(),
+      projectId: project,
+      agentId,
+      name,
+      definition: JSON.stringify(definition),
+      status: 'STOPPED',
+      statusMessage: null,
+      statusChangedAt: new Date().toISOString(),
+      createdAt: new Date().toISOString(),
+    });
+    const reference = { secretName: 'orders-db', secretKey: 'password', secretLocation: 'MATILLION_CUSTOMER_VAULT' };
+    const upgradable = legacy('old-fits', {
+      streamingSource: {
+        type: 'POSTGRES',
+        connection: { host: 'db', port: 5432, username: 'u', password: reference, jdbcProperties: { databaseName: 'orders' } },
+        tables: [{ schema: 'public', table: 'orders' }],
+      },
+      streamingTarget: { type: 'AZURE_BLOB', accountName: 'lake', accountKey: reference, container: 'cdc' },
+    });
+    const unfit = legacy('old-unfit', {
+      advancedProperties: { 'snapshot.mode': 'never' },
+      streamingSource: {
+        type: 'MARIADB',
+        connection: { host: 'db', port: 3306, username: 'u', password: reference },
+        tables: [{ schema: 'shop', table: 'orders' }],
+      },
+      streamingTarget: { type: 'S3', prefix: 'cdc/', decimalMapping: 'STRING' },
+    });
+    await server.db.insertInto('streamingPipelines').values([upgradable, unfit]).execute();
+
+    const fits = await api('GET', `${pipelines(project)}/${upgradable.id}`, undefined, viewer);
+    assert.equal(fits.status, 200, fits.text);
+    assert.deepEqual(fits.body.streamingSource, {
+      type: 'postgres',
+      connection: { host: 'db', port: 5432, username: 'u', password: reference, database: 'orders' },
+      tables: [{ schema: 'public', table: 'orders' }],
+    });
+    assert.equal(fits.body.streamingTarget.type, 'abs');
+    assert.equal(fits.body.definitionProblems, undefined);
+
+    const list = await api('GET', pipelines(project), undefined, viewer);
+    assert.equal(list.status, 200, list.text);
+    const old = list.body.results.find((p: { name: string }) => p.name === 'old-unfit');
+    assert.equal(old.streamingSource.type, 'mysql');
+    assert.deepEqual(old.streamingTarget, { type: 's3', prefix: 'cdc/', decimalMapping: 'STRING' });
+    assert.ok(
+      old.definitionProblems.some((p: string) => p.startsWith('streamingTarget')),
+      JSON.stringify(old.definitionProblems),
+    );
+
+    const refused = expectProblem(await api('POST', `${pipelines(project)}/${unfit.id}/start`), 409);
+    assert.ok(
+      (refused.violations ?? []).some((v: string) => v.startsWith('streamingTarget')),
+      JSON.stringify(refused.violations),
+    );
+    assert.equal((await api('GET', `${pipelines(project)}/${unfit.id}`)).body.status, 'STOPPED');
+
+    const rewritten = pipelineBody(agentId, 'old-unfit');
+    assert.equal((await api('PUT', `${pipelines(project)}/${unfit.id}`, rewritten)).status, 200);
+    const read = (await api('GET', `${pipelines(project)}/${unfit.id}`)).body;
+    assert.equal(read.definitionProblems, undefined);
+
+    const started = await api('POST', `${pipelines(project)}/${upgradable.id}/start`);
+    assert.equal(started.status, 202, started.text);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    assert.equal(work.body.payload.definition.streamingSource.type, 'postgres');
+    assert.equal(work.body.payload.definition.streamingSource.connection.database, 'orders');
+    await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
+  });
 });

@@ -1,7 +1,15 @@
 /**
  * The agents area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { agentNameWhere, agentsInContactSince, findAgent, isConnected, isPaused, requireAgent } from './repository.ts';
+export {
+  agentNameWhere,
+  agentsById,
+  agentsInContactSince,
+  findAgent,
+  isConnected,
+  isPaused,
+  requireAgent,
+} from './repository.ts';
 export { AgentParams } from './schemas.ts';
 export {
   cancelAgentWork,

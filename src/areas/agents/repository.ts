@@ -303,3 +303,19 @@ export function agentNameWhere(
     )
     .$asScalar();
 }
+
+/** The account's agents among `agentIds`, by id, with their name and type (an id of a deleted agent is absent). */
+export async function agentsById(
+  db: Executor,
+  accountId: string,
+  agentIds: readonly string[],
+): Promise<Map<string, { name: string; agentType: string }>> {
+  if (agentIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('agents')
+    .select(['id', 'name', 'agentType'])
+    .where('accountId', '=', accountId)
+    .where('id', 'in', [...new Set(agentIds)])
+    .execute();
+  return new Map(rows.map((row) => [row.id, { name: row.name, agentType: row.agentType }]));
+}

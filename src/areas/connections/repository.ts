@@ -317,3 +317,33 @@ export async function deleteConnectionOverride(db: Executor, projectId: string, 
 function noOverride(key: OverrideKey) {
   return notFound(`Connection "${key.connectionName}" has no override in environment "${key.environmentName}".`);
 }
+
+/**
+ * The vault secret that connection `name` of the project names for environment `environmentId` (its
+ * override there, else its own details): `{secretName, secretKey?}`, or undefined when there is no such
+ * connection or it names no secret. What an agent resolves in its vault; never the secret itself.
+ */
+export async function connectionSecret(
+  db: Executor,
+  projectId: string,
+  environmentId: string,
+  name: string,
+): Promise<{ secretName: string; secretKey?: string } | undefined> {
+  const connection = await db
+    .selectFrom('connections')
+    .select(['id', 'connectionDetails'])
+    .where('projectId', '=', projectId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  if (!connection) return undefined;
+  const override = await db
+    .selectFrom('connectionOverrides')
+    .select('connectionDetails')
+    .where('connectionId', '=', connection.id)
+    .where('environmentId', '=', environmentId)
+    .executeTakeFirst();
+  const text = override?.connectionDetails ?? connection.connectionDetails;
+  const properties = text === null ? undefined : (JSON.parse(text) as ConnectionDetails).connectionProperties;
+  if (!properties?.secretName) return undefined;
+  return { secretName: properties.secretName, ...(properties.secretKey && { secretKey: properties.secretKey }) };
+}

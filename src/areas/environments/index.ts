@@ -8,4 +8,4 @@ export {
   requireEnvironment,
   requireEnvironmentId,
 } from './repository.ts';
-export { EnvironmentName } from './schemas.ts';
+export { EnvironmentName, type WarehouseSettings } from './schemas.ts';

@@ -5,9 +5,9 @@ import { conflict, notFound } from '../../core/problems.ts';
 import { agentNameWhere } from '../agents/index.ts';
 import { accountOfProject, projectList } from '../projects/index.ts';
 import type { EnvironmentTable } from './tables.ts';
-import type { CreateEnvironmentRequest, Environment } from './schemas.ts';
+import type { CreateEnvironmentRequest, Environment, WarehouseSettings } from './schemas.ts';
 
-type EnvironmentRow = Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'createdAt'> & {
+type EnvironmentRow = Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'warehouse' | 'createdAt'> & {
   defaultAgentName: string | null;
 };
 
@@ -17,6 +17,7 @@ function toEnvironment(row: EnvironmentRow): Environment {
     ...(row.description !== null && { description: row.description }),
     ...(row.defaultAgentId !== null && { defaultAgentId: row.defaultAgentId }),
     ...(row.defaultAgentName !== null && { defaultAgentName: row.defaultAgentName }),
+    ...(row.warehouse !== null && { warehouse: JSON.parse(row.warehouse) as WarehouseSettings }),
     createdAt: row.createdAt,
   };
 }
@@ -41,6 +42,7 @@ export async function createEnvironment(
     name: request.name,
     description: request.description ?? null,
     defaultAgentId: request.defaultAgentId ?? null,
+    warehouse: request.warehouse === undefined ? null : JSON.stringify(request.warehouse),
     createdAt: now(),
   };
   try {
@@ -63,6 +65,7 @@ export const listEnvironments = projectList({
         'environments.name',
         'environments.description',
         'environments.defaultAgentId',
+        'environments.warehouse',
         'environments.createdAt',
         // The default agent's name, where it is one of the project's account.
         agentNameWhere(eb, eb.ref('environments.defaultAgentId'), accountOfProject(eb, projectId)).as('defaultAgentName'),
@@ -100,12 +103,12 @@ export async function deleteEnvironment(db: Executor, projectId: string, name: s
 export async function requireEnvironment(db: Executor, projectId: string, name: string) {
   const row = await db
     .selectFrom('environments')
-    .select(['id', 'name', 'defaultAgentId'])
+    .select(['id', 'name', 'defaultAgentId', 'warehouse'])
     .where('projectId', '=', projectId)
     .where('name', '=', name)
     .executeTakeFirst();
   if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
-  return row;
+  return { ...row, warehouse: row.warehouse === null ? null : (JSON.parse(row.warehouse) as WarehouseSettings) };
 }
 
 /** The names of environments by id (ids that name no environment are absent). */

@@ -4,6 +4,8 @@ export interface EnvironmentTable {
   name: string;
   description: string | null;
   defaultAgentId: string | null;
+  /** The environment's warehouse as JSON (WarehouseSettings); null: the agent's embedded DuckDB. */
+  warehouse: string | null;
   createdAt: string;
 }
 

@@ -5,3 +5,4 @@ export { createExecution, hasUnfinishedRun, listSteps, recordSkippedRun, require
 export { preparePipelineRun } from './run-start.ts';
 export { PipelineName } from './schemas.ts';
 export { EXECUTION_STATUSES, isFinal, type ExecutionStatus } from './states.ts';
+export { usageByDay, type UsageRow } from './usage.ts';

@@ -2,11 +2,13 @@
  * How a run moves once started: the agent's reports, a user's cancel, and the agent falling out of
  * contact. Every move goes through moveExecution (the state table).
  */
-import type { Executor } from '../../core/db/database.ts';
+import type { Db, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
 import { agentsInContactSince, cancelAgentWork, cancelledWorkIds, type AgentReport, type AgentWork } from '../agents/index.ts';
-import { moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
+import { recordStepLineage } from '../lineage/index.ts';
+import { emit } from '../../core/outbox.ts';
+import { eventPrefix, moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
 interface ReportBody {
@@ -45,13 +47,56 @@ function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
  * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
  */
 export async function applyAgentReport(trx: Executor, { work, report }: { work: AgentWork; report: AgentReport }): Promise<void> {
-  const run = await trx.selectFrom('executions').select(['id', 'status']).where('agentWorkId', '=', work.id).executeTakeFirst();
+  const run = await trx
+    .selectFrom('executions')
+    .select(['id', 'status', 'accountId', 'projectId', 'pipelineName', 'testName'])
+    .where('agentWorkId', '=', work.id)
+    .executeTakeFirst();
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
-  if (report.type === 'progress' && isStep(body.step)) await recordStep(trx, run.id, body.step);
+  if (report.type === 'progress' && isStep(body.step)) {
+    await recordStep(trx, run.id, body.step);
+    // The datasets the step read and wrote, as OpenLineage events of this run (the run's, not the report's, ids).
+    const { lineage } = body.step as { lineage?: unknown };
+    if (lineage !== undefined) {
+      await recordStepLineage(
+        trx,
+        {
+          accountId: run.accountId,
+          projectId: run.projectId,
+          executionId: run.id,
+          pipelineName: run.pipelineName ?? run.testName ?? '(tests)',
+          step: body.step,
+        },
+        lineage,
+      );
+    }
+  }
   // A report that resolves UNKNOWN also clears its "out of contact" message.
   const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : run.status === 'UNKNOWN' ? null : undefined;
-  await moveExecution(trx, run.id, eventOf(report), { lastReportAt: now(), ...(message !== undefined && { message }) });
+  const moved = await moveExecution(trx, run.id, eventOf(report), {
+    lastReportAt: now(),
+    ...(message !== undefined && { message }),
+  });
+  const step = body.step;
+  if (report.type === 'progress' && isStep(step) && step.status !== 'RUNNING') {
+    await emit(trx, {
+      accountId: moved.accountId,
+      type: `${eventPrefix(moved.kind)}.step-finished`,
+      projectId: moved.projectId,
+      subject: `${eventPrefix(moved.kind)}s/${run.id}/steps/${step.index}`,
+      data: {
+        executionId: run.id,
+        step: {
+          index: step.index,
+          name: step.name,
+          status: step.status,
+          startedAt: step.startedAt,
+          finishedAt: step.finishedAt ?? null,
+        },
+      },
+    });
+  }
 }
 
 /**
@@ -76,7 +121,7 @@ export async function cancelExecution(trx: Executor, run: ExecutionRow, force: b
  * them); runs whose work the agents area closed as cancelled (the agent vanished while a cancel was
  * pending) become CANCELLED. Contact is the agent's last poll or heartbeat, or the run's last report.
  */
-export async function sweepExecutions(db: Executor, windowMs: number): Promise<number> {
+export async function sweepExecutions(db: Db, windowMs: number): Promise<number> {
   const cutoff = new Date(Date.now() - windowMs).toISOString();
   // Runs with no report since the cutoff, of agents that have not been in contact since either.
   const quiet = db
@@ -115,7 +160,8 @@ export async function sweepExecutions(db: Executor, windowMs: number): Promise<n
   let moved = 0;
   for (const [id, event, message] of moves) {
     try {
-      await moveExecution(db, id, event, { message });
+      // In a transaction of its own: the move and its event land together.
+      await db.transaction().execute((trx) => moveExecution(trx, id, event, { message }));
       moved += 1;
     } catch (error) {
       // Moved meanwhile by a report (the state table refuses this move now): the report wins.

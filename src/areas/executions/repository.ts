@@ -18,6 +18,7 @@ import {
   type Trigger,
 } from './schemas.ts';
 import type { PreparedRun } from './run-start.ts';
+import { emit } from '../../core/outbox.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';
@@ -77,6 +78,9 @@ export async function createExecution(
     variables: run.variables,
     ...(fields.pipelineName !== null && kind === 'PIPELINE' && { pipelineName: fields.pipelineName }),
     ...(fields.tests && { tests: fields.tests }),
+    accountId: run.request.accountId,
+    environmentId: run.environment.id,
+    ...(run.warehouse && { warehouse: run.warehouse }),
   };
   const agentWorkId = await enqueueAgentWork(trx, {
     accountId: run.request.accountId,
@@ -85,7 +89,26 @@ export async function createExecution(
     payload,
   });
   await trx.updateTable('executions').set({ agentWorkId }).where('id', '=', id).execute();
+  await emit(trx, {
+    accountId: run.request.accountId,
+    type: `${eventPrefix(kind)}.started`,
+    projectId: run.request.projectId,
+    subject: `${eventPrefix(kind)}s/${id}`,
+    data: {
+      executionId: id,
+      status,
+      pipelineName: fields.pipelineName,
+      environmentName: run.environment.name,
+      trigger: run.request.trigger,
+      ...(fields.executionTag !== undefined && { executionTag: fields.executionTag }),
+    },
+  });
   return id;
+}
+
+/** What events about a run of `kind` are called: `pipeline-execution.finished`, `test-execution.started`. */
+export function eventPrefix(kind: string): string {
+  return kind === 'TEST' ? 'test-execution' : 'pipeline-execution';
 }
 
 /**
@@ -137,6 +160,20 @@ export async function recordSkippedRun(
       lastReportAt: null,
     })
     .execute();
+  await emit(trx, {
+    accountId: run.accountId,
+    type: 'pipeline-execution.finished',
+    projectId: run.projectId,
+    subject: `pipeline-executions/${id}`,
+    data: {
+      executionId: id,
+      status: moveOf('(none)', 'decline'),
+      pipelineName: run.pipelineName,
+      environmentName: run.environmentName,
+      trigger: 'SCHEDULE',
+      message,
+    },
+  });
   return id;
 }
 
@@ -185,6 +222,23 @@ export async function moveExecution(
         .where('executionId', '=', id)
         .where('status', '=', 'RUNNING')
         .execute();
+    }
+    if (to !== from) {
+      await emit(db, {
+        accountId: row.accountId,
+        type: `${eventPrefix(row.kind)}.${finished ? 'finished' : 'status-changed'}`,
+        projectId: row.projectId,
+        subject: `${eventPrefix(row.kind)}s/${id}`,
+        data: {
+          executionId: id,
+          status: to,
+          previousStatus: from,
+          pipelineName: row.pipelineName,
+          environmentName: row.environmentName,
+          message: set.message ?? row.message,
+          ...(finished && { finishedAt: set.finishedAt }),
+        },
+      });
     }
     return { ...row, ...set };
   }

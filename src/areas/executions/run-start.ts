@@ -9,7 +9,8 @@ import type { Executor } from '../../core/db/database.ts';
 import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
 import { requireAgent } from '../agents/index.ts';
 import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
-import { requireEnvironment } from '../environments/index.ts';
+import { requireEnvironment, type WarehouseSettings } from '../environments/index.ts';
+import { connectionSecret } from '../connections/index.ts';
 import { valueOfType, variableValuesIn } from '../variables/index.ts';
 import {
   parsePipeline,
@@ -18,6 +19,8 @@ import {
   type Pipeline,
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
+import { checkPipeline, describeViolation } from '../../contract/pipeline-checks.ts';
+import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
 const TEST_ORCHESTRATION = PIPELINE_SUFFIXES.test;
@@ -57,15 +60,43 @@ async function chooseAgent(db: Executor, accountId: string, named: string | unde
   return agentId;
 }
 
-function parseOrRefuse(text: string, path: string): Pipeline {
+/** Every pipeline file of an artifact (orchestration and transformation), by path: what child pipelines come from. */
+async function pipelineFiles(db: Executor, artifactId: number): Promise<Record<string, string>> {
+  const files = Object.create(null) as Record<string, string>;
+  for (const path of await artifactFilePaths(db, artifactId)) {
+    if (path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation)) {
+      files[path] = await artifactFileText(db, artifactId, path);
+    }
+  }
+  return files;
+}
+
+/**
+ * The pipeline at `path`, checked with the pipelines it runs: a file that is not a pipeline at all is a
+ * 422; a graph that cannot run (an unknown target or source, a cycle, a missing parameter, a child not in
+ * the artifact) is a 400 whose violations name the file, the component and the parameter.
+ */
+function parseOrRefuse(path: string, files: Record<string, string>): Pipeline {
+  let violations;
+  let pipeline: Pipeline;
   try {
-    return parsePipeline(text);
+    pipeline = parsePipeline(files[path]);
+    violations = checkPipeline(path, files);
   } catch (error) {
-    if (error instanceof PipelineFileError) {
+    if (error instanceof PipelineFileError && error.component === undefined) {
       throw new ProblemError(422, `Pipeline "${path}" cannot run: ${error.message}`);
     }
-    throw error;
+    if (error instanceof PipelineFileError) {
+      violations = [{ file: path, component: error.component, parameter: error.parameter, message: error.message }];
+    } else throw error;
   }
+  if (violations.length > 0) {
+    throw badRequest(
+      `Pipeline "${path}" cannot run: ${describeViolation(violations[0])}${violations.length > 1 ? ` (and ${violations.length - 1} more)` : ''}.`,
+      violations.map(describeViolation),
+    );
+  }
+  return pipeline!;
 }
 
 /**
@@ -112,6 +143,29 @@ async function resolveVariables(
   return resolved;
 }
 
+/**
+ * The warehouse a run of the environment uses, as the agent needs it: where to connect and which vault
+ * secret holds the password (from the project connection the environment names). Undefined: the agent's
+ * embedded DuckDB. A connection that does not exist or names no secret is a 400.
+ */
+async function warehouseFor(
+  db: Executor,
+  projectId: string,
+  environmentId: string,
+  settings: WarehouseSettings | null,
+): Promise<WarehouseSpec | undefined> {
+  if (settings === null) return undefined;
+  const { connectionName, ...rest } = settings;
+  if (connectionName === undefined) return rest;
+  const secret = await connectionSecret(db, projectId, environmentId, connectionName);
+  if (!secret) {
+    throw badRequest(`The environment's warehouse names connection "${connectionName}", which names no secret.`, [
+      `warehouse.connectionName: no connection "${connectionName}" with a secretName in this project`,
+    ]);
+  }
+  return { ...rest, ...secret };
+}
+
 export interface RunRequest {
   accountId: string;
   projectId: string;
@@ -128,6 +182,8 @@ export interface PreparedRun {
   request: RunRequest;
   environment: { id: string; name: string };
   versionName: string;
+  /** The environment's warehouse; absent, the agent's embedded one. */
+  warehouse?: WarehouseSpec;
   agentId: string;
   pipelines: Record<string, string>;
   variables: Record<string, VariableValue | VariableValue[][]>;
@@ -145,8 +201,8 @@ export async function preparePipelineRun(
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
   const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
   const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
-  const text = await artifactFileText(db, artifact.id, pipelineName);
-  const pipeline = parseOrRefuse(text, pipelineName);
+  const files = await pipelineFiles(db, artifact.id);
+  const pipeline = parseOrRefuse(pipelineName, files);
   const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
   const variables = await resolveVariables(
     db,
@@ -156,12 +212,14 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
+  const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
     environment,
     versionName: artifact.versionName,
     agentId,
-    pipelines: { [pipelineName]: text },
+    ...(warehouse && { warehouse }),
+    pipelines: files,
     variables,
     pipelineName,
   };
@@ -208,13 +266,14 @@ export async function prepareTestRun(
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines = Object.create(null) as Record<string, string>;
-  for (const path of tests) pipelines[path] = await artifactFileText(db, artifact.id, path);
+  const pipelines = await pipelineFiles(db, artifact.id);
   const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
   const variables = await resolveVariables(db, request.projectId, environment.id, {});
+  const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
     environment,
+    ...(warehouse && { warehouse }),
     versionName: artifact.versionName,
     agentId,
     pipelines,

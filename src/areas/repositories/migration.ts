@@ -10,7 +10,17 @@ import { assertNoMigrationInProgress, ensureHostedRepository } from './hosting.t
 import { basicAuthEnv, GitError, listRefs, runGit } from './git.ts';
 import type { GitLimits } from '../../core/git.ts';
 import { GitLabTokenRotation, REQUIRED_PROVIDER_PARAMETERS, RotationError, TOKEN_USER, type TokenRotation } from './providers.ts';
-import { checkCloneUrl, externalRepositoryOf, requireCredentialFor, sealContext, type MigrationRow } from './repository.ts';
+import { checkCloneUrl, requireCredentialFor, sealContext } from './service.ts';
+import {
+  externalRepositoryOf,
+  findGitCredential,
+  findMigration,
+  finishMigration,
+  insertMigration,
+  updateMigration,
+  upsertExternalRepository,
+  type MigrationRow,
+} from './repository.ts';
 import type { GitProvider, StartMigrationRequest } from './schemas.ts';
 import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
 import { credentialViolations, refuseCredentials } from '../../core/credentials.ts';
@@ -88,26 +98,23 @@ export async function startMigration(
   });
   const id = randomUUID();
   try {
-    await trx
-      .insertInto('repositoryMigrations')
-      .values({
-        id,
-        projectId,
-        mode: request.mode,
-        targetCloneUrl: request.targetCloneUrl,
-        targetProvider: provider,
-        targetName: request.targetName,
-        gitCredentialId: request.targetEnterpriseOauthId ?? null,
-        providerParameters: JSON.stringify(parameters),
-        sealedToken: accessToken ? app.secretBox.seal(accessToken, sealContext.migration(id)) : null,
-        tokenRotated: 0,
-        phase: 'QUEUED',
-        status: 'IN_PROGRESS',
-        detail: null,
-        createdAt: now(),
-        finishedAt: null,
-      })
-      .execute();
+    await insertMigration(trx, {
+      id,
+      projectId,
+      mode: request.mode,
+      targetCloneUrl: request.targetCloneUrl,
+      targetProvider: provider,
+      targetName: request.targetName,
+      gitCredentialId: request.targetEnterpriseOauthId ?? null,
+      providerParameters: JSON.stringify(parameters),
+      sealedToken: accessToken ? app.secretBox.seal(accessToken, sealContext.migration(id)) : null,
+      tokenRotated: 0,
+      phase: 'QUEUED',
+      status: 'IN_PROGRESS',
+      detail: null,
+      createdAt: now(),
+      finishedAt: null,
+    });
   } catch (error) {
     if (isUniqueViolation(error)) throw conflictInProgress(projectId);
     throw error;
@@ -177,11 +184,7 @@ export class MigrationRunner {
   }
 
   async run(migrationId: string, runs: number): Promise<void> {
-    const migration = await this.db
-      .selectFrom('repositoryMigrations')
-      .selectAll()
-      .where('id', '=', migrationId)
-      .executeTakeFirst();
+    const migration = await findMigration(this.db, migrationId);
     if (!migration || migration.status !== 'IN_PROGRESS') return;
     try {
       if (runs > MAX_RUNS)
@@ -213,11 +216,10 @@ export class MigrationRunner {
         cloneUrl: migration.targetCloneUrl,
         parameters: JSON.parse(migration.providerParameters) as Record<string, string>,
       });
-      await this.db
-        .updateTable('repositoryMigrations')
-        .set({ sealedToken: this.app.secretBox.seal(token, sealContext.migration(migration.id)), tokenRotated: 1 })
-        .where('id', '=', migration.id)
-        .execute();
+      await updateMigration(this.db, migration.id, {
+        sealedToken: this.app.secretBox.seal(token, sealContext.migration(migration.id)),
+        tokenRotated: 1,
+      });
       migration.tokenRotated = 1;
     }
     if (!token && migration.gitCredentialId) token = await this.credentialToken(migration.gitCredentialId);
@@ -225,7 +227,7 @@ export class MigrationRunner {
   }
 
   private async credentialToken(credentialId: string): Promise<string> {
-    const credential = await this.db.selectFrom('gitCredentials').selectAll().where('id', '=', credentialId).executeTakeFirst();
+    const credential = await findGitCredential(this.db, credentialId);
     if (!credential) throw new MigrationFailure(`enterprise OAuth connection ${credentialId} no longer exists`);
     if (credential.credentialType !== 'TOKEN') {
       throw new MigrationFailure(
@@ -260,7 +262,7 @@ export class MigrationRunner {
           `MIRROR_PUSH needs an empty target, and the target already holds ${names.length} branch(es) or tag(s): ${names.slice(0, 10).join(', ')}${names.length > 10 ? ', ...' : ''}; use RECONFIGURE or an empty repository`,
         );
       }
-      await this.db.updateTable('repositoryMigrations').set({ phase: 'PUSHING' }).where('id', '=', migration.id).execute();
+      await updateMigration(this.db, migration.id, { phase: 'PUSHING' });
     }
     const local = path.isAbsolute(source.location) ? undefined : await fs.mkdtemp(path.join(os.tmpdir(), 'dpc-mirror-'));
     try {
@@ -307,11 +309,7 @@ export class MigrationRunner {
   /** Points the project at the target and ends the migration, together. */
   private async complete(migration: MigrationRow): Promise<void> {
     await this.db.transaction().execute(async (trx) => {
-      const current = await trx
-        .selectFrom('repositoryMigrations')
-        .select(['status', 'sealedToken', 'tokenRotated'])
-        .where('id', '=', migration.id)
-        .executeTakeFirst();
+      const current = await findMigration(trx, migration.id);
       if (current?.status !== 'IN_PROGRESS') return;
       const token =
         current.tokenRotated && current.sealedToken
@@ -329,31 +327,13 @@ export class MigrationRunner {
         sealedToken: token,
         updatedAt: now(),
       };
-      await trx
-        .insertInto('projectRepositories')
-        .values(row)
-        .onConflict((oc) => oc.column('projectId').doUpdateSet(row))
-        .execute();
-      await this.finishIn(trx, migration.id, 'COMPLETED', null);
+      await upsertExternalRepository(trx, row);
+      await finishMigration(trx, migration.id, 'COMPLETED', null);
     });
   }
 
+  /** A failed migration ends; its token is dropped (a completed one's lives on with the project). */
   private finish(migrationId: string, status: 'FAILED', detail: string): Promise<void> {
-    return this.db.transaction().execute((trx) => this.finishIn(trx, migrationId, status, detail));
-  }
-
-  private async finishIn(
-    trx: Executor,
-    migrationId: string,
-    status: 'COMPLETED' | 'FAILED',
-    detail: string | null,
-  ): Promise<void> {
-    // The token of a migration that ends is of no further use here (a completed one lives on with the project).
-    await trx
-      .updateTable('repositoryMigrations')
-      .set({ status, detail, sealedToken: null, finishedAt: now() })
-      .where('id', '=', migrationId)
-      .where('status', '=', 'IN_PROGRESS')
-      .execute();
+    return finishMigration(this.db, migrationId, status, detail);
   }
 }

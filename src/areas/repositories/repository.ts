@@ -1,189 +1,49 @@
-import { randomUUID } from 'node:crypto';
-import type { Selectable } from 'kysely';
+import type { Insertable, Selectable, Updateable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { credentialIn } from '../../core/credentials.ts';
-import { badRequest, conflict, notFound } from '../../core/problems.ts';
-import type { SecretBox } from '../../core/secret-box.ts';
+import { now } from '../../core/db/database.ts';
 import type { GitCredentialTable, ProjectRepositoryTable, RepositoryMigrationTable } from './tables.ts';
-import type {
-  CreateGitCredentialRequest,
-  GitCredential,
-  GitProvider,
-  MigrationResult,
-  ProjectRepository,
-  SetProjectRepositoryRequest,
-} from './schemas.ts';
 
+/**
+ * The repositories area's SQL: enterprise OAuth connections (git credentials), projects' external
+ * repositories and repository migrations. The rules are in service.ts and migration.ts.
+ */
+
+export type GitCredentialRow = Selectable<GitCredentialTable>;
 export type MigrationRow = Selectable<RepositoryMigrationTable>;
 export type ExternalRepository = Selectable<ProjectRepositoryTable>;
 
-/** What each sealed value is bound to, so that a value copied to another row does not open there. */
-export const sealContext = {
-  credential: (id: string) => `git-credentials:${id}`,
-  projectRepository: (projectId: string) => `project-repositories:${projectId}`,
-  migration: (id: string) => `repository-migrations:${id}`,
-};
+// ---- Git credentials
 
-function toCredential(row: Selectable<GitCredentialTable>): GitCredential {
-  return {
-    id: row.id,
-    name: row.name,
-    provider: row.provider as GitProvider,
-    type: row.credentialType as GitCredential['type'],
-    ...(row.clientId !== null && { clientId: row.clientId }),
-    createdAt: row.createdAt,
-  };
+export async function insertGitCredential(db: Executor, row: Insertable<GitCredentialTable>): Promise<void> {
+  await db.insertInto('gitCredentials').values(row).execute();
 }
 
-export async function createGitCredential(
-  db: Executor,
-  box: SecretBox,
-  accountId: string,
-  request: CreateGitCredentialRequest,
-): Promise<GitCredential> {
-  const secret = request.type === 'TOKEN' ? request.token : request.clientSecret;
-  const misplaced =
-    request.type === 'TOKEN'
-      ? [request.clientId !== undefined && 'body.clientId', request.clientSecret !== undefined && 'body.clientSecret']
-      : [request.token !== undefined && 'body.token', request.clientId === undefined && 'body.clientId'];
-  const violations = [
-    ...(secret === undefined
-      ? [`body.${request.type === 'TOKEN' ? 'token' : 'clientSecret'}: required for type ${request.type}`]
-      : []),
-    ...misplaced
-      .filter((v): v is string => typeof v === 'string')
-      .map(
-        (v) => `${v}: ${v === 'body.clientId' && request.type === 'APP' ? 'required' : 'not allowed'} for type ${request.type}`,
-      ),
-  ];
-  if (violations.length)
-    throw badRequest('A TOKEN connection takes token; an APP connection takes clientId and clientSecret.', violations);
-  const id = randomUUID();
-  const row = {
-    id,
-    accountId,
-    name: request.name,
-    provider: request.provider,
-    credentialType: request.type,
-    clientId: request.clientId ?? null,
-    sealedSecret: box.seal(secret!, sealContext.credential(id)),
-    createdAt: now(),
-  };
-  try {
-    await db.insertInto('gitCredentials').values(row).execute();
-  } catch (error) {
-    if (isUniqueViolation(error)) throw conflict(`An enterprise OAuth connection named "${request.name}" already exists.`);
-    throw error;
-  }
-  return toCredential({ ...row, seq: 0 });
+export function gitCredentialsOf(db: Executor, accountId: string): Promise<GitCredentialRow[]> {
+  return db.selectFrom('gitCredentials').selectAll().where('accountId', '=', accountId).orderBy('seq').execute();
 }
 
-export async function listGitCredentials(db: Executor, accountId: string): Promise<GitCredential[]> {
-  const rows = await db.selectFrom('gitCredentials').selectAll().where('accountId', '=', accountId).orderBy('seq').execute();
-  return rows.map(toCredential);
+/** The account's connection `id`; without `accountId`, whichever account's (a migration already checked it). */
+export function findGitCredential(db: Executor, id: string, accountId?: string): Promise<GitCredentialRow | undefined> {
+  let query = db.selectFrom('gitCredentials').selectAll().where('id', '=', id);
+  if (accountId !== undefined) query = query.where('accountId', '=', accountId);
+  return query.executeTakeFirst();
 }
 
-export async function requireGitCredential(db: Executor, accountId: string, id: string) {
-  const row = await db
-    .selectFrom('gitCredentials')
-    .selectAll()
-    .where('accountId', '=', accountId)
-    .where('id', '=', id)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Enterprise OAuth connection ${id} does not exist.`);
-  return row;
-}
-
-export async function deleteGitCredential(db: Executor, accountId: string, id: string): Promise<void> {
+/** Deletes the account's connection `id`; whether there was one. */
+export async function deleteGitCredentialRow(db: Executor, accountId: string, id: string): Promise<boolean> {
   const result = await db.deleteFrom('gitCredentials').where('accountId', '=', accountId).where('id', '=', id).executeTakeFirst();
-  if (result.numDeletedRows === 0n) throw notFound(`Enterprise OAuth connection ${id} does not exist.`);
+  return result.numDeletedRows > 0n;
 }
+
+// ---- External repositories
 
 /** The project's external repository, or undefined while the server hosts it. */
 export function externalRepositoryOf(db: Executor, projectId: string): Promise<ExternalRepository | undefined> {
   return db.selectFrom('projectRepositories').selectAll().where('projectId', '=', projectId).executeTakeFirst();
 }
 
-export function hostedCloneUrl(baseUrl: string, projectId: string): string {
-  return `${baseUrl}/dpc/git/${projectId}.git`;
-}
-
-export function toProjectRepository(
-  baseUrl: string,
-  projectId: string,
-  external: ExternalRepository | undefined,
-): ProjectRepository {
-  if (!external) return { hosted: true, cloneUrl: hostedCloneUrl(baseUrl, projectId) };
-  return {
-    hosted: false,
-    cloneUrl: external.cloneUrl,
-    provider: external.provider as GitProvider,
-    ...(external.name !== null && { name: external.name }),
-    ...(external.gitCredentialId !== null && { enterpriseOauthId: external.gitCredentialId }),
-  };
-}
-
-/**
- * A clone URL the server will reach: http(s), as written with no space or control character (the URL
- * parser would quietly encode or drop them, so the URL stored and the one git is given would differ), and
- * without credentials in it (those belong in a connection): no user name or password, no credential
- * query parameter (src/core/credentials.ts).
- */
-export function checkCloneUrl(url: string, field: string): URL {
-  if (/[\s\x00-\x1f\x7f]/.test(url)) {
-    throw badRequest(`${field} must not contain spaces or control characters.`, [
-      `body.${field}: must not contain spaces or control characters (percent-encode them)`,
-    ]);
-  }
-  const parsed = URL.canParse(url) ? new URL(url) : undefined;
-  if (!parsed || !['http:', 'https:'].includes(parsed.protocol)) {
-    throw badRequest(`${field} must be an http or https clone URL.`, [`body.${field}: must be an http(s) URL`]);
-  }
-  if (parsed.username || parsed.password) {
-    throw badRequest(`${field} must not hold credentials; use an enterprise OAuth connection.`, [
-      `body.${field}: must not hold a user name or password`,
-    ]);
-  }
-  const credential = credentialIn(url);
-  if (credential) {
-    throw badRequest(`${field} must not hold credentials; use an enterprise OAuth connection.`, [
-      `body.${field}: holds a credential (${credential})`,
-    ]);
-  }
-  return parsed;
-}
-
-/** A connection of the account for `provider`, or a problem saying why it cannot be used. */
-export async function requireCredentialFor(db: Executor, accountId: string, id: string, provider: GitProvider, field: string) {
-  const credential = await requireGitCredential(db, accountId, id);
-  if (credential.provider !== provider) {
-    throw badRequest(`Enterprise OAuth connection ${id} is for ${credential.provider}, not ${provider}.`, [
-      `body.${field}: must be a connection for ${provider}`,
-    ]);
-  }
-  return credential;
-}
-
-export async function setExternalRepository(
-  db: Executor,
-  accountId: string,
-  projectId: string,
-  request: SetProjectRepositoryRequest,
-): Promise<void> {
-  checkCloneUrl(request.cloneUrl, 'cloneUrl');
-  if (request.enterpriseOauthId) {
-    await requireCredentialFor(db, accountId, request.enterpriseOauthId, request.provider, 'enterpriseOauthId');
-  }
-  const row = {
-    projectId,
-    cloneUrl: request.cloneUrl,
-    provider: request.provider,
-    name: request.name ?? null,
-    gitCredentialId: request.enterpriseOauthId ?? null,
-    sealedToken: null,
-    updatedAt: now(),
-  };
+/** The project's repository becomes `row` (created or replaced). */
+export async function upsertExternalRepository(db: Executor, row: Insertable<ProjectRepositoryTable>): Promise<void> {
   await db
     .insertInto('projectRepositories')
     .values(row)
@@ -191,24 +51,37 @@ export async function setExternalRepository(
     .execute();
 }
 
-export async function requireMigration(db: Executor, projectId: string, migrationId: string): Promise<MigrationRow> {
-  const row = await db
-    .selectFrom('repositoryMigrations')
-    .selectAll()
-    .where('projectId', '=', projectId)
-    .where('id', '=', migrationId)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Repository migration ${migrationId} does not exist in this project.`);
-  return row;
+// ---- Migrations
+
+export function findMigration(db: Executor, migrationId: string, projectId?: string): Promise<MigrationRow | undefined> {
+  let query = db.selectFrom('repositoryMigrations').selectAll().where('id', '=', migrationId);
+  if (projectId !== undefined) query = query.where('projectId', '=', projectId);
+  return query.executeTakeFirst();
 }
 
-const NAMED_STATUSES = new Set(['IN_PROGRESS', 'COMPLETED', 'FAILED']);
+export async function insertMigration(db: Executor, row: Insertable<RepositoryMigrationTable>): Promise<void> {
+  await db.insertInto('repositoryMigrations').values(row).execute();
+}
 
-/** E29's answer; a stored state this release cannot name (a newer release wrote it) is UNKNOWN. */
-export function toMigrationResult(row: MigrationRow): MigrationResult {
-  return {
-    migrationId: row.id,
-    status: (NAMED_STATUSES.has(row.status) ? row.status : 'UNKNOWN') as MigrationResult['status'],
-    ...(row.detail !== null && { detail: row.detail }),
-  };
+export async function updateMigration(
+  db: Executor,
+  migrationId: string,
+  set: Updateable<RepositoryMigrationTable>,
+): Promise<void> {
+  await db.updateTable('repositoryMigrations').set(set).where('id', '=', migrationId).execute();
+}
+
+/** Ends a migration still IN_PROGRESS; its token is of no further use here. */
+export async function finishMigration(
+  db: Executor,
+  migrationId: string,
+  status: 'COMPLETED' | 'FAILED',
+  detail: string | null,
+): Promise<void> {
+  await db
+    .updateTable('repositoryMigrations')
+    .set({ status, detail, sealedToken: null, finishedAt: now() })
+    .where('id', '=', migrationId)
+    .where('status', '=', 'IN_PROGRESS')
+    .execute();
 }

@@ -9,13 +9,13 @@ import { MigrationRunner, startMigration } from './migration.ts';
 import {
   createGitCredential,
   deleteGitCredential,
-  externalRepositoryOf,
   listGitCredentials,
   requireMigration,
   setExternalRepository,
   toMigrationResult,
   toProjectRepository,
-} from './repository.ts';
+} from './service.ts';
+import { externalRepositoryOf } from './repository.ts';
 import {
   CreateGitCredentialRequest,
   GitCredential,

@@ -21,13 +21,13 @@ import {
   patchGroup,
   patchUser,
   projectGrantsOf,
-  projectLeavesGroups,
   replaceGroup,
   replaceUser,
   type Answer,
   type ListAnswer,
   type Scope,
-} from './repository.ts';
+} from './service.ts';
+import { projectLeavesGroups } from './repository.ts';
 import {
   CreatedToken,
   CreateTokenRequest,

@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { badRequest, conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
+import { readStoredDefinition } from './stored-definitions.ts';
 import {
   SECRET_REFERENCE_FIELDS,
   type StreamingPipeline,
@@ -101,16 +102,17 @@ function checkNoSecretValues(request: StreamingPipelineRequest): void {
 }
 
 function toPipeline(row: PipelineRow): StreamingPipeline {
-  const definition = JSON.parse(row.definition) as Definition;
+  const { definition, problems } = readStoredDefinition(row.definition);
   return {
     streamingPipelineId: row.id,
     projectId: row.projectId,
     name: row.name,
     agentId: row.agentId,
-    advancedProperties: definition.advancedProperties ?? {},
-    streamingSource: definition.streamingSource,
-    streamingTarget: definition.streamingTarget,
+    advancedProperties: definition.advancedProperties,
+    streamingSource: definition.streamingSource as StreamingPipeline['streamingSource'],
+    streamingTarget: definition.streamingTarget as StreamingPipeline['streamingTarget'],
     status: row.status as StreamingPipelineStatus,
+    ...(problems.length > 0 && { definitionProblems: problems }),
   };
 }
 
@@ -261,6 +263,14 @@ export async function requestRun(
 ): Promise<ReturnType<typeof statusOf>> {
   const row = await requirePipeline(db, projectId, pipelineId);
   if (action === 'stop' && force) return forceStop(db, row);
+  const { definition, problems } = readStoredDefinition(row.definition);
+  if (action === 'start' && problems.length > 0) {
+    throw new ProblemError(
+      409,
+      'The streaming pipeline was stored in an older shape that its schemas no longer fit; write it again (PUT) to start it.',
+      { violations: problems },
+    );
+  }
   // The conditional move comes first: of two concurrent requests only one moves the row (on PostgreSQL the
   // other waits for the row lock, then finds the status changed), so the agent gets one run, not two.
   const moved = await db
@@ -274,12 +284,11 @@ export async function requestRun(
     if (action === 'start') requireIdle(current, 'start');
     throw conflict(`The streaming pipeline is ${current.status}; only a RUNNING one can be stopped.`);
   }
-  const pipeline = toPipeline(row);
   await enqueueAgentWork(db, {
     accountId,
     agentId: row.agentId,
     kind: action === 'start' ? START_WORK : STOP_WORK,
-    payload: { streamingPipelineId: pipelineId, projectId, name: pipeline.name, definition: JSON.parse(row.definition) },
+    payload: { streamingPipelineId: pipelineId, projectId, name: row.name, definition },
   });
   return statusOf(await requirePipeline(db, projectId, pipelineId));
 }

@@ -180,6 +180,17 @@ export const StreamingPipelineRequest = Type.Object(
 );
 export type StreamingPipelineRequest = Static<typeof StreamingPipelineRequest>;
 
+/** A definition stored in an older shape that its type's schema no longer fits: answered as stored. */
+function AsStored(what: string) {
+  return Type.Object(
+    { type: Type.Unknown() },
+    {
+      additionalProperties: true,
+      description: `the ${what} as stored, when it does not fit its type's schema (see definitionProblems)`,
+    },
+  );
+}
+
 export const StreamingPipeline = Type.Object(
   {
     streamingPipelineId: Type.String({ format: 'uuid' }),
@@ -187,9 +198,15 @@ export const StreamingPipeline = Type.Object(
     name: Type.String(),
     agentId: Type.String({ format: 'uuid' }),
     advancedProperties: Properties,
-    streamingSource: StreamingSource,
-    streamingTarget: StreamingTarget,
+    streamingSource: Type.Union([StreamingSource, AsStored('source')]),
+    streamingTarget: Type.Union([StreamingTarget, AsStored('target')]),
     status: Type.Enum(STREAMING_PIPELINE_STATUSES),
+    definitionProblems: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'present only for a definition stored in an older shape that does not fit its schemas: what does not, by field; write the pipeline again (PUT) to start it',
+      }),
+    ),
   },
   {
     examples: [

@@ -60,12 +60,54 @@ export interface JobTable {
   finishedAt: string | null;
 }
 
+/** Each account's last outbox event id (core/outbox.ts). */
+export interface EventSequenceTable {
+  accountId: string;
+  lastId: number;
+}
+
+/** A change worth announcing, written in the transaction of the change (core/outbox.ts). */
+export interface OutboxEventTable {
+  accountId: string;
+  /** Counts from 1 per account, without gaps. */
+  id: number;
+  type: string;
+  projectId: string | null;
+  /** What the event is about: a path-like name of the resource (`pipeline-executions/<id>`). */
+  subject: string;
+  /** JSON object. */
+  data: string;
+  occurredAt: string;
+}
+
+/** A request sent with an Idempotency-Key, and its answer once there is one (core/idempotency.ts). */
+export interface IdempotencyKeyTable {
+  clientId: string;
+  key: string;
+  accountId: string;
+  /** SHA-256 of the method, URL and body. */
+  fingerprint: string;
+  /** running or done. */
+  state: string;
+  status: number | null;
+  /** JSON object of the answer's headers that are replayed. */
+  headers: string | null;
+  body: string | null;
+  /** A running request's claim; past it, a retry takes the key over (the process answering it died). */
+  lockedUntil: string | null;
+  createdAt: string;
+  expiresAt: string;
+}
+
 export interface CoreTables {
   accounts: AccountTable;
   apiClients: ApiClientTable;
   signingKeys: SigningKeyTable;
   auditEvents: AuditEventTable;
   jobs: JobTable;
+  eventSequences: EventSequenceTable;
+  outboxEvents: OutboxEventTable;
+  idempotencyKeys: IdempotencyKeyTable;
 }
 
 /**

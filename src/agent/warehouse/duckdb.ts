@@ -1,0 +1,127 @@
+/**
+ * The embedded warehouse: DuckDB in the agent's process, one database file per account and environment
+ * under the agent's state folder. Nothing to install or configure. Each statement gets a connection of
+ * its own, so concurrent iterations run side by side and a cancel interrupts exactly what is in flight.
+ */
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
+import { DUCKDB_DIALECT, qualifiedName, type TableName } from '../../contract/sql-dialect.ts';
+import { plainValue, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
+
+/** Names safe as a file name: the ids are UUIDs, anything else is reduced to word characters. */
+function fileSafe(name: string): string {
+  return name.replace(/[^\w-]/g, '_') || '_';
+}
+
+export function duckdbFile(stateDir: string, accountId: string, environmentId: string): string {
+  return path.join(stateDir, 'warehouse', fileSafe(accountId), `${fileSafe(environmentId)}.duckdb`);
+}
+
+export interface DuckDbOptions {
+  database?: string;
+  schema?: string;
+  /** The longest a statement may run, in ms (0: no bound); past it the statement is interrupted. */
+  statementTimeoutMs?: number;
+}
+
+export class DuckDbWarehouse implements Warehouse {
+  readonly dialect = DUCKDB_DIALECT;
+  readonly defaultDatabase?: string;
+  readonly defaultSchema: string;
+  private readonly active = new Set<DuckDBConnection>();
+
+  private readonly statementTimeoutMs: number;
+
+  private constructor(
+    private readonly instance: DuckDBInstance,
+    options: DuckDbOptions,
+  ) {
+    this.defaultDatabase = options.database;
+    this.defaultSchema = options.schema ?? 'main';
+    this.statementTimeoutMs = options.statementTimeoutMs ?? 0;
+  }
+
+  /** Opens (creating when new) the database `file`; one instance per file is shared within the process. */
+  static async open(file: string, options: DuckDbOptions = {}): Promise<DuckDbWarehouse> {
+    if (file !== ':memory:') await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+    const instance = await DuckDBInstance.fromCache(file);
+    return new DuckDbWarehouse(instance, options);
+  }
+
+  private async withConnection<T>(signal: AbortSignal, work: (connection: DuckDBConnection) => Promise<T>): Promise<T> {
+    signal.throwIfAborted();
+    const connection = await this.instance.connect();
+    this.active.add(connection);
+    const onAbort = () => connection.interrupt();
+    signal.addEventListener('abort', onAbort, { once: true });
+    let timedOut = false;
+    const deadline =
+      this.statementTimeoutMs > 0
+        ? setTimeout(() => {
+            timedOut = true;
+            connection.interrupt();
+          }, this.statementTimeoutMs)
+        : undefined;
+    try {
+      if (this.defaultSchema !== 'main') {
+        await connection.run(`CREATE SCHEMA IF NOT EXISTS ${this.quoteIdentifier(this.defaultSchema)}`);
+        await connection.run(`SET schema = ${this.quoteLiteral(this.defaultSchema)}`);
+      }
+      return await work(connection);
+    } catch (error) {
+      signal.throwIfAborted();
+      if (timedOut)
+        throw new WarehouseError(
+          `The statement ran past its deadline of ${this.statementTimeoutMs / 1000} s and was interrupted.`,
+        );
+      throw new WarehouseError(error instanceof Error ? error.message : String(error));
+    } finally {
+      clearTimeout(deadline);
+      signal.removeEventListener('abort', onAbort);
+      this.active.delete(connection);
+      connection.closeSync();
+    }
+  }
+
+  async run(sql: string, signal: AbortSignal): Promise<void> {
+    await this.withConnection(signal, async (connection) => {
+      await connection.run(sql);
+    });
+  }
+
+  async query(sql: string, signal: AbortSignal): Promise<QueryResult> {
+    return this.withConnection(signal, async (connection) => {
+      const reader = await connection.runAndReadAll(sql);
+      const columns = reader.columnNames();
+      const rows = reader.getRowsJS().map((values) => {
+        const row = Object.create(null) as Record<string, unknown>;
+        columns.forEach((column, index) => (row[column] = plainValue(values[index])));
+        return row;
+      });
+      return { columns, rows };
+    });
+  }
+
+  quoteIdentifier(name: string): string {
+    return this.dialect.quoteIdentifier(name);
+  }
+
+  quoteLiteral(value: unknown): string {
+    return this.dialect.quoteLiteral(value);
+  }
+
+  async listColumns(table: TableName, signal: AbortSignal): Promise<Column[]> {
+    const { rows } = await this.query(`DESCRIBE ${qualifiedName(this.dialect, table)}`, signal);
+    return rows.map((row) => ({ name: String(row.column_name), type: String(row.column_type) }));
+  }
+
+  async cancel(): Promise<void> {
+    for (const connection of this.active) connection.interrupt();
+  }
+
+  async close(): Promise<void> {
+    await this.cancel();
+    // The instance stays in the process's cache for the next run on this file.
+  }
+}

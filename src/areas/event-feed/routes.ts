@@ -1,0 +1,87 @@
+import type { FastifyInstance } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { badRequest } from '../../core/problems.ts';
+import { lastEventId, pruneEvents } from '../../core/outbox.ts';
+import { runPeriodically } from '../../core/ticker.ts';
+import { FeedHub } from './hub.ts';
+import { EventStreamHeaders, EventStreamQuery } from './schemas.ts';
+
+const HOUR_MS = 3_600_000;
+
+/** Types as the query gives them: comma-separated, blanks dropped. */
+export function parseTypes(raw: string | undefined): string[] | undefined {
+  const types = (raw ?? '')
+    .split(',')
+    .map((type) => type.trim())
+    .filter(Boolean);
+  return types.length > 0 ? types : undefined;
+}
+
+/** The resumable event feed (Server-Sent Events) of the outbox, and the outbox's retention. */
+export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  const hub = new FeedHub(app.store.db, app.outboxWakeups, {
+    pollMs: app.config.eventsPollMs,
+    heartbeatMs: app.config.eventsHeartbeatSeconds * 1000,
+    log: app.log,
+  });
+  // Open streams would hold the server's close up: they end first, and their clients resume elsewhere.
+  app.addHook('preClose', async () => hub.close());
+
+  runPeriodically(app, 'event retention', HOUR_MS, () =>
+    pruneEvents(app.store.db, new Date(Date.now() - app.config.eventsRetentionDays * 24 * HOUR_MS).toISOString()),
+  );
+
+  app.get(
+    '/events/stream',
+    {
+      schema: {
+        summary: "Follow the account's events (Server-Sent Events)",
+        description:
+          "A `text/event-stream` of the account's events, oldest first, each with its id (`id:`), type (`event:`) and " +
+          'JSON (`data:`, a StreamedEvent). Without Last-Event-ID it starts with the next event; with it, after that ' +
+          'event, on any server instance: nothing is lost or repeated. Events are kept DPC_EVENTS_RETENTION_DAYS ' +
+          '(30) days. A comment line every DPC_EVENTS_HEARTBEAT_SECONDS keeps idle connections open. See docs/events.md.',
+        tags: ['Events'],
+        querystring: EventStreamQuery,
+        headers: EventStreamHeaders,
+        response: {
+          200: {
+            description: 'The stream; it stays open until the client or the server closes it.',
+            content: { 'text/event-stream': { schema: Type.String() } },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const { accountId } = request.principal;
+      const head = await lastEventId(app.store.db, accountId);
+      const resume = request.headers['last-event-id'] ?? request.query.lastEventId;
+      const cursor = resume === undefined ? head : Number(resume);
+      if (cursor > head) {
+        throw badRequest(`Event ${cursor} has not happened in this account; its last event is ${head}.`, [
+          "Last-Event-ID: must be an id this account's stream has sent",
+        ]);
+      }
+      reply.hijack();
+      const response = reply.raw;
+      response.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        connection: 'keep-alive',
+        'x-accel-buffering': 'no',
+        'x-request-id': request.id,
+      });
+      // Sent at once, so that a client knows it is subscribed before the first event.
+      response.write(`: subscribed after event ${cursor}\nretry: 2000\n\n`);
+      hub.subscribe(
+        accountId,
+        response,
+        { types: parseTypes(request.query.type), projectId: request.query.projectId },
+        cursor,
+        head,
+      );
+    },
+  );
+}

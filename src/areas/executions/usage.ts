@@ -1,0 +1,71 @@
+import { sql } from 'kysely';
+import type { Dialect, Executor } from '../../core/db/database.ts';
+import type { ExecutionStatus } from './states.ts';
+
+/** The runs that did work: a SKIPPED or FORBIDDEN run ran nothing, and an unfinished one is counted when it ends. */
+export const WORKING_STATUSES: readonly ExecutionStatus[] = ['SUCCESS', 'FAILED', 'CANCELLED'];
+
+/** Finished runs of one day, project, environment, agent and pipeline: the finest grain usage is read at. */
+export interface UsageRow {
+  /** The UTC day the runs started, YYYY-MM-DD. */
+  day: string;
+  projectId: string;
+  environmentName: string;
+  agentId: string;
+  /** The pipeline run; for a test execution, its scope's name (`(tests)` for a whole project's tests). */
+  pipelineName: string;
+  runs: number;
+  failedRuns: number;
+  /** Seconds from each run's start to its end, summed. */
+  runSeconds: number;
+}
+
+/**
+ * The account's finished runs that started on the days from `fromDay` to `toDay` (inclusive, UTC), counted
+ * once each from the executions table (whatever instance ran or recorded them).
+ */
+export async function usageByDay(
+  db: Executor,
+  dialect: Dialect,
+  accountId: string,
+  fromDay: string,
+  toDay: string,
+): Promise<UsageRow[]> {
+  const day = sql<string>`substr(started_at, 1, 10)`;
+  const seconds =
+    dialect === 'postgres'
+      ? sql<number>`extract(epoch from (finished_at::timestamptz - started_at::timestamptz))`
+      : sql<number>`(julianday(finished_at) - julianday(started_at)) * 86400.0`;
+  const pipeline = sql<string>`coalesce(pipeline_name, test_name, '(tests)')`;
+  const rows = await db
+    .selectFrom('executions')
+    .select([
+      day.as('day'),
+      'projectId',
+      'environmentName',
+      'agentId',
+      pipeline.as('pipelineName'),
+      sql<string>`count(*)`.as('runs'),
+      sql<string>`sum(case when status = 'FAILED' then 1 else 0 end)`.as('failedRuns'),
+      sql<string>`sum(${seconds})`.as('runSeconds'),
+    ])
+    .where('accountId', '=', accountId)
+    .where('startedAt', '>=', fromDay)
+    // Every ISO time of the last day sorts before the next character after its date.
+    .where('startedAt', '<', `${toDay}~`)
+    .where('status', 'in', WORKING_STATUSES)
+    .where('finishedAt', 'is not', null)
+    .groupBy([day, 'projectId', 'environmentName', 'agentId', pipeline])
+    .execute();
+  return rows.map((row) => ({
+    day: row.day,
+    projectId: row.projectId,
+    environmentName: row.environmentName,
+    agentId: row.agentId,
+    pipelineName: row.pipelineName,
+    runs: Number(row.runs),
+    failedRuns: Number(row.failedRuns),
+    // Times are kept to the millisecond; SQLite's julianday arithmetic is not exact below that.
+    runSeconds: Math.max(0, Math.round(Number(row.runSeconds) * 1000) / 1000),
+  }));
+}

@@ -1,0 +1,315 @@
+/**
+ * The rules of a pipeline quality review: pure functions from a version's pipeline files to findings.
+ * Each finding names its rule, severity and location (file, component, parameter); none quotes a
+ * credential it found.
+ */
+import sqlParser from 'node-sql-parser';
+import { credentialViolations } from '../../core/credentials.ts';
+import { checkPipeline, describeViolation, type PipelineViolation } from '../../contract/pipeline-checks.ts';
+import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
+import { OUTPUT_TYPES } from '../../contract/transformation.ts';
+import { rowsOf } from '../../contract/variables.ts';
+
+export const SEVERITIES = ['ERROR', 'WARNING'] as const;
+export type Severity = (typeof SEVERITIES)[number];
+
+/** Every rule, with what it finds: the documentation (docs/api/reviews.md) lists the same. */
+export const RULES = {
+  'invalid-file': ['ERROR', 'the file is not a pipeline file that can be read'],
+  'invalid-graph': [
+    'ERROR',
+    'a transition, source or attached component names a component that is not there, or components form a cycle',
+  ],
+  'missing-parameter': ['ERROR', 'a parameter the component cannot run without is missing'],
+  'unknown-pipeline': ['ERROR', 'a child pipeline (run-orchestration, run-transformation) is not in the version'],
+  'pipeline-cycle': ['ERROR', 'pipelines run each other in a cycle'],
+  'unknown-variable': ['ERROR', '${name} refers to a variable that neither the pipeline nor the project declares'],
+  'undeclared-variable': ['ERROR', 'a component sets a variable that the pipeline does not declare'],
+  'sql-syntax': ['ERROR', 'SQL that does not parse for the warehouse (WARNING for statements the parser may not know)'],
+  'credential-in-parameter': [
+    'ERROR',
+    'a parameter holds a credential: it belongs in a secret, read through a variable or a connection',
+  ],
+  'unreachable-component': ['WARNING', 'an orchestration component that no path from the start reaches'],
+  'unused-component': ['WARNING', 'a transformation component whose rows reach no output'],
+} as const satisfies Record<string, readonly [Severity, string]>;
+export type RuleId = keyof typeof RULES;
+
+export interface Finding {
+  rule: RuleId;
+  severity: Severity;
+  file: string;
+  component?: string;
+  parameter?: string;
+  message: string;
+}
+
+export interface ReviewContext {
+  /** Names of the project's variables (with the environment's overrides). */
+  projectVariables: ReadonlySet<string>;
+  /** The grammar SQL is parsed with (node-sql-parser's `database`). */
+  sqlDialect: string;
+}
+
+function finding(
+  rule: RuleId,
+  file: string,
+  message: string,
+  at: { component?: string; parameter?: string } = {},
+  severity?: Severity,
+): Finding {
+  return { rule, severity: severity ?? RULES[rule][0], file, ...at, message };
+}
+
+/** A violation of the run-start checks as a finding: its rule from what it says. */
+function fromViolation(violation: PipelineViolation): Finding {
+  const at = { component: violation.component, parameter: violation.parameter };
+  const rule: RuleId =
+    violation.parameter !== undefined && violation.message.startsWith('required')
+      ? 'missing-parameter'
+      : violation.message.includes('not a pipeline of this version')
+        ? 'unknown-pipeline'
+        : violation.message.includes('run each other in a cycle')
+          ? 'pipeline-cycle'
+          : 'invalid-graph';
+  return finding(rule, violation.file, violation.message, at);
+}
+
+// ---- Variables
+
+const REFERENCE = /\$\{([^}]{1,255})\}/g;
+
+/** Every string in a parameter value, with the path below the parameter. */
+function* stringsIn(value: unknown, path = ''): Generator<[string, string]> {
+  if (typeof value === 'string') yield [path, value];
+  else if (Array.isArray(value)) for (const [i, item] of value.entries()) yield* stringsIn(item, `${path}[${i}]`);
+  else if (value !== null && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) yield* stringsIn(item, `${path}.${key}`);
+  }
+}
+
+/** Names a component sets: query-to-scalar's mapping, iterators' variables, a child's variables are the child's. */
+function variablesSet(type: string, parameters: Record<string, unknown>): [string, string][] {
+  switch (type) {
+    case 'query-to-scalar':
+      return rowsOf(parameters.scalarVariableMapping).map((row) => ['scalarVariableMapping', String(row[0])]);
+    case 'fixed-iterator':
+      return rowsOf(parameters.variablesToIterate).map((row) => [
+        'variablesToIterate',
+        String(Array.isArray(row) ? row[0] : row),
+      ]);
+    case 'table-iterator':
+      return rowsOf(parameters.columnMapping).map((row) => ['columnMapping', String(row[1] ?? row[0])]);
+    case 'grid-iterator':
+      return rowsOf(parameters.gridIteratorVariableMapping).map((row) => [
+        'gridIteratorVariableMapping',
+        String(row[1] ?? row[0]),
+      ]);
+    default:
+      return [];
+  }
+}
+
+function variableFindings(file: string, pipeline: Pipeline, context: ReviewContext): Finding[] {
+  const declared = (name: string) => Object.hasOwn(pipeline.variables, name) || context.projectVariables.has(name);
+  const findings: Finding[] = [];
+  for (const component of pipeline.components.values()) {
+    for (const [parameter, value] of Object.entries(component.parameters)) {
+      const reported = new Set<string>();
+      for (const [, text] of stringsIn(value)) {
+        for (const [, name] of text.matchAll(REFERENCE)) {
+          if (declared(name) || reported.has(name)) continue;
+          reported.add(name);
+          findings.push(
+            finding('unknown-variable', file, `\${${name}} is not a variable of the pipeline or the project`, {
+              component: component.name,
+              parameter,
+            }),
+          );
+        }
+      }
+    }
+    for (const [parameter, name] of variablesSet(component.type, component.parameters)) {
+      if (name !== '' && name !== 'undefined' && !Object.hasOwn(pipeline.variables, name)) {
+        findings.push(
+          finding('undeclared-variable', file, `sets variable "${name}", which the pipeline does not declare`, {
+            component: component.name,
+            parameter,
+          }),
+        );
+      }
+    }
+  }
+  return findings;
+}
+
+// ---- SQL
+
+const parser = new sqlParser.Parser();
+/** Statements the parser's grammars know well: a failure to parse one of these is an error. */
+const WELL_KNOWN = /^\s*(\(\s*)*(select|with|insert|update|delete)\b/i;
+
+/** Where a component keeps SQL. */
+const SQL_PARAMETERS: Record<string, string[]> = {
+  'sql-executor': ['sqlScript'],
+  'query-to-scalar': ['query'],
+  sql: ['query', 'sqlQuery'],
+};
+
+/** `${name}` replaced so that the statement still reads as SQL: a simple default value, else a neutral name. */
+function withPlaceholders(sqlText: string, pipeline: Pipeline): string {
+  return sqlText.replace(REFERENCE, (_whole, name: string) => {
+    const value = Object.hasOwn(pipeline.variables, name) ? pipeline.variables[name].defaultValue : undefined;
+    return (typeof value === 'string' || typeof value === 'number') && /^[\w.]{1,64}$/.test(String(value))
+      ? String(value)
+      : 'dpc_variable';
+  });
+}
+
+function sqlFindings(file: string, pipeline: Pipeline, context: ReviewContext): Finding[] {
+  const findings: Finding[] = [];
+  for (const component of pipeline.components.values()) {
+    for (const parameter of SQL_PARAMETERS[component.type] ?? []) {
+      const text = component.parameters[parameter];
+      if (typeof text !== 'string' || text.trim() === '') continue;
+      const sqlText = withPlaceholders(text, pipeline);
+      try {
+        parser.astify(sqlText, { database: context.sqlDialect });
+      } catch (error) {
+        const reason = String((error as Error).message ?? error)
+          .split('\n')[0]
+          .slice(0, 300);
+        const line = (error as { location?: { start?: { line?: number } } }).location?.start?.line;
+        findings.push(
+          finding(
+            'sql-syntax',
+            file,
+            `does not parse as ${context.sqlDialect} SQL${line ? ` (line ${line})` : ''}: ${reason}`,
+            { component: component.name, parameter },
+            WELL_KNOWN.test(sqlText) ? 'ERROR' : 'WARNING',
+          ),
+        );
+      }
+    }
+  }
+  return findings;
+}
+
+// ---- Credentials
+
+function credentialFindings(file: string, pipeline: Pipeline): Finding[] {
+  const findings: Finding[] = [];
+  for (const component of pipeline.components.values()) {
+    for (const [parameter, value] of Object.entries(component.parameters)) {
+      const violations = credentialViolations({ [parameter]: value }, 'parameters', 'keep it in a secret and refer to it');
+      if (violations.length > 0) {
+        // The detector's phrase says why without quoting the value.
+        const why = violations[0].replace(/^[^:]*: /, '');
+        findings.push(finding('credential-in-parameter', file, why, { component: component.name, parameter }));
+      }
+    }
+  }
+  return findings;
+}
+
+// ---- Reachability
+
+function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
+  const components = [...pipeline.components.values()];
+  if (pipeline.kind === 'orchestration') {
+    const targets = new Set(
+      components.flatMap((c) => [...Object.values(c.transitions).flat(), ...(c.iterationTarget ? [c.iterationTarget] : [])]),
+    );
+    const starts = components.filter((c) => c.type === 'start');
+    const roots = starts.length > 0 ? starts : components.filter((c) => !targets.has(c.name));
+    const reached = new Set<string>();
+    const queue = roots.map((c) => c.name);
+    while (queue.length > 0) {
+      const name = queue.pop()!;
+      if (reached.has(name)) continue;
+      reached.add(name);
+      const component = pipeline.components.get(name);
+      if (!component) continue;
+      queue.push(
+        ...Object.values(component.transitions).flat(),
+        ...(component.iterationTarget ? [component.iterationTarget] : []),
+      );
+    }
+    return components
+      .filter((c) => !reached.has(c.name))
+      .map((c) =>
+        finding('unreachable-component', file, 'no path from the start reaches it: it never runs', { component: c.name }),
+      );
+  }
+  // Transformation: rows flow from sources to outputs; a component upstream of no output does no work.
+  const outputs = components.filter((c) => (OUTPUT_TYPES as readonly string[]).includes(c.type));
+  const feeding = new Set<string>();
+  const queue = outputs.map((c) => c.name);
+  while (queue.length > 0) {
+    const name = queue.pop()!;
+    if (feeding.has(name)) continue;
+    feeding.add(name);
+    queue.push(...(pipeline.components.get(name)?.sources ?? []));
+  }
+  return components
+    .filter((c) => !feeding.has(c.name))
+    .map((c) => finding('unused-component', file, 'its rows reach no output component', { component: c.name }));
+}
+
+// ---- A version
+
+/** Whether a file cannot be read as a pipeline at all (its own finding says why). */
+function isBrokenFile(text: string | undefined): boolean {
+  if (text === undefined) return false;
+  try {
+    parsePipelineFile(text);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+const isPipelineFile = (path: string) =>
+  path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
+
+/** The findings of every pipeline file among `files` (by path), most severe first, then by file and component. */
+export function reviewFiles(files: Record<string, string>, context: ReviewContext): Finding[] {
+  const findings: Finding[] = [];
+  const seen = new Set<string>();
+  for (const path of Object.keys(files).filter(isPipelineFile).sort()) {
+    let pipeline: Pipeline;
+    try {
+      pipeline = parsePipelineFile(files[path]);
+    } catch (error) {
+      if (!(error instanceof PipelineFileError)) throw error;
+      findings.push(
+        error.component === undefined
+          ? finding('invalid-file', path, error.message)
+          : finding('invalid-graph', path, error.message, { component: error.component, parameter: error.parameter }),
+      );
+      continue;
+    }
+    // Parameters and child pipelines, as a run start checks them; a cycle is found from any file on it.
+    for (const violation of checkPipeline(path, files)) {
+      const key = describeViolation(violation);
+      if (seen.has(key)) continue;
+      seen.add(key);
+      // A child that cannot be read at all is that child's own finding (invalid-file or invalid-graph).
+      if (violation.file === path || !isBrokenFile(files[violation.file])) findings.push(fromViolation(violation));
+    }
+    findings.push(
+      ...reachabilityFindings(path, pipeline),
+      ...variableFindings(path, pipeline, context),
+      ...sqlFindings(path, pipeline, context),
+      ...credentialFindings(path, pipeline),
+    );
+  }
+  const rank = (f: Finding) => SEVERITIES.indexOf(f.severity);
+  return findings.sort(
+    (a, b) =>
+      rank(a) - rank(b) ||
+      a.file.localeCompare(b.file) ||
+      (a.component ?? '').localeCompare(b.component ?? '') ||
+      a.rule.localeCompare(b.rule),
+  );
+}

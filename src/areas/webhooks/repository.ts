@@ -1,0 +1,200 @@
+import { randomUUID } from 'node:crypto';
+import type { Selectable } from 'kysely';
+import { now, type Executor } from '../../core/db/database.ts';
+import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { notFound } from '../../core/problems.ts';
+import type { WebhookDeliveryTable, WebhookTable } from './tables.ts';
+import type { Webhook, WebhookDelivery } from './schemas.ts';
+
+export type WebhookRow = Selectable<WebhookTable>;
+export type DeliveryRow = Selectable<WebhookDeliveryTable>;
+
+export function toWebhook(row: WebhookRow): Webhook {
+  return {
+    webhookId: row.id,
+    url: row.url,
+    ...(row.description !== null && { description: row.description }),
+    eventTypes: JSON.parse(row.eventTypes) as string[],
+    ...(row.projectId !== null && { projectId: row.projectId }),
+    enabled: row.enabled === 1,
+    ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
+    consecutiveFailures: row.consecutiveFailures,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+export function toDelivery(row: DeliveryRow): WebhookDelivery {
+  return {
+    deliveryId: row.id,
+    eventId: Number(row.eventId),
+    eventType: row.eventType,
+    status: row.status,
+    attempts: row.attempts,
+    ...(row.nextAttemptAt !== null && { nextAttemptAt: row.nextAttemptAt }),
+    ...(row.lastAttemptAt !== null && { lastAttemptAt: row.lastAttemptAt }),
+    ...(row.lastStatusCode !== null && { lastStatusCode: row.lastStatusCode }),
+    ...(row.lastResponse !== null && { lastResponse: row.lastResponse }),
+    ...(row.lastError !== null && { lastError: row.lastError }),
+    createdAt: row.createdAt,
+  };
+}
+
+export async function insertWebhook(trx: Executor, row: Omit<WebhookRow, 'id' | 'createdAt' | 'updatedAt'>): Promise<WebhookRow> {
+  const at = now();
+  const full = { ...row, id: randomUUID(), createdAt: at, updatedAt: at };
+  await trx.insertInto('webhooks').values(full).execute();
+  return full;
+}
+
+export async function requireWebhook(db: Executor, accountId: string, webhookId: string): Promise<WebhookRow> {
+  const row = await db
+    .selectFrom('webhooks')
+    .selectAll()
+    .where('id', '=', webhookId)
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Webhook ${webhookId} does not exist in this account.`);
+  return row;
+}
+
+export async function listWebhooks(db: Executor, accountId: string, query: PageQuery) {
+  const base = db.selectFrom('webhooks').where('accountId', '=', accountId);
+  const [rows, total] = await Promise.all([
+    base.selectAll().orderBy('createdAt').orderBy('id').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(base),
+  ]);
+  return { rows, total };
+}
+
+export async function updateWebhookRow(trx: Executor, id: string, changes: Partial<WebhookRow>): Promise<void> {
+  await trx
+    .updateTable('webhooks')
+    .set({ ...changes, updatedAt: now() })
+    .where('id', '=', id)
+    .execute();
+}
+
+export async function deleteWebhookRow(trx: Executor, accountId: string, id: string): Promise<boolean> {
+  const result = await trx.deleteFrom('webhooks').where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  return result.numDeletedRows > 0n;
+}
+
+/** Enabled webhooks (of the accounts given, or all) whose deliveries may be behind the account's events. */
+export function enabledWebhooks(db: Executor, accountIds: string[] | 'all') {
+  let query = db.selectFrom('webhooks').selectAll().where('enabled', '=', 1);
+  if (accountIds !== 'all') query = query.where('accountId', 'in', accountIds);
+  return query.execute();
+}
+
+/** Moves the webhook's cursor from `from` to `to`; false when another process moved it first (or it was disabled). */
+export async function advanceCursor(trx: Executor, id: string, from: number, to: number): Promise<boolean> {
+  const result = await trx
+    .updateTable('webhooks')
+    .set({ cursor: to })
+    .where('id', '=', id)
+    .where('cursor', '=', from)
+    .where('enabled', '=', 1)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+export async function insertDelivery(
+  trx: Executor,
+  delivery: Pick<DeliveryRow, 'webhookId' | 'accountId' | 'eventId' | 'eventType' | 'body'>,
+): Promise<string> {
+  const id = randomUUID();
+  const at = now();
+  await trx
+    .insertInto('webhookDeliveries')
+    .values({
+      ...delivery,
+      id,
+      status: 'PENDING',
+      attempts: 0,
+      nextAttemptAt: at,
+      lastAttemptAt: null,
+      lastStatusCode: null,
+      lastResponse: null,
+      lastError: null,
+      createdAt: at,
+    })
+    .execute();
+  return id;
+}
+
+/** A delivery and its webhook, or undefined when either is gone. */
+export async function deliveryWithWebhook(db: Executor, deliveryId: string) {
+  const delivery = await db.selectFrom('webhookDeliveries').selectAll().where('id', '=', deliveryId).executeTakeFirst();
+  if (!delivery) return undefined;
+  const webhook = await db.selectFrom('webhooks').selectAll().where('id', '=', delivery.webhookId).executeTakeFirst();
+  return webhook && { delivery, webhook };
+}
+
+/** Records a try's outcome if the delivery is still at `attempts` tries (another worker did not record this try). */
+export async function recordAttempt(
+  trx: Executor,
+  id: string,
+  attempts: number,
+  outcome: Pick<DeliveryRow, 'status' | 'nextAttemptAt' | 'lastStatusCode' | 'lastResponse' | 'lastError'>,
+): Promise<boolean> {
+  const result = await trx
+    .updateTable('webhookDeliveries')
+    .set({ ...outcome, attempts: attempts + 1, lastAttemptAt: now() })
+    .where('id', '=', id)
+    .where('attempts', '=', attempts)
+    .where('status', '=', 'PENDING')
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+export async function listDeliveries(db: Executor, webhookId: string, query: PageQuery & { status?: string }) {
+  let base = db.selectFrom('webhookDeliveries').where('webhookId', '=', webhookId);
+  if (query.status) base = base.where('status', '=', query.status);
+  const [rows, total] = await Promise.all([
+    base.selectAll().orderBy('eventId', 'desc').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(base),
+  ]);
+  return { rows, total };
+}
+
+export async function requireDelivery(db: Executor, webhookId: string, deliveryId: string): Promise<DeliveryRow> {
+  const row = await db
+    .selectFrom('webhookDeliveries')
+    .selectAll()
+    .where('id', '=', deliveryId)
+    .where('webhookId', '=', webhookId)
+    .executeTakeFirst();
+  if (!row) throw notFound(`Delivery ${deliveryId} does not exist for this webhook.`);
+  return row;
+}
+
+/** Makes a finished delivery PENDING again (a manual redelivery); false when it is pending already. */
+export async function reopenDelivery(trx: Executor, id: string): Promise<boolean> {
+  const result = await trx
+    .updateTable('webhookDeliveries')
+    .set({ status: 'PENDING', nextAttemptAt: now() })
+    .where('id', '=', id)
+    .where('status', '<>', 'PENDING')
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+export function pendingDeliveries(db: Executor, webhookId: string) {
+  return db
+    .selectFrom('webhookDeliveries')
+    .select(['id', 'attempts'])
+    .where('webhookId', '=', webhookId)
+    .where('status', '=', 'PENDING')
+    .execute();
+}
+
+/** Deletes finished deliveries made before `before`. */
+export async function pruneDeliveries(db: Executor, before: string): Promise<number> {
+  const result = await db
+    .deleteFrom('webhookDeliveries')
+    .where('createdAt', '<', before)
+    .where('status', '<>', 'PENDING')
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}

@@ -1,0 +1,343 @@
+import { createHmac, randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { now, type Executor } from '../../core/db/database.ts';
+import { emit, eventsAfter, lastEventId, matches, type StoredEvent } from '../../core/outbox.ts';
+import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
+import { conflict, unprocessable } from '../../core/problems.ts';
+import { runPeriodically } from '../../core/ticker.ts';
+import {
+  advanceCursor,
+  deleteWebhookRow,
+  deliveryWithWebhook,
+  enabledWebhooks,
+  insertDelivery,
+  insertWebhook,
+  pendingDeliveries,
+  recordAttempt,
+  reopenDelivery,
+  requireDelivery,
+  requireWebhook,
+  updateWebhookRow,
+  type DeliveryRow,
+  type WebhookRow,
+} from './repository.ts';
+import type { CreateWebhookRequest, UpdateWebhookRequest } from './schemas.ts';
+
+export const DELIVERY_JOB = 'webhook-delivery';
+/** Events fanned out to one webhook per transaction. */
+const FAN_OUT_BATCH = 200;
+/** Characters of a receiver's answer kept in the delivery log. */
+const RESPONSE_KEPT = 1000;
+
+interface DeliveryJob {
+  deliveryId: string;
+  /** Tries made when the job was queued: a job whose try another worker already recorded does nothing. */
+  attempts: number;
+  /** A manual redelivery: one try, no retries. */
+  manual?: boolean;
+}
+
+const sealContext = (webhookId: string) => `webhooks:${webhookId}:signing-secret`;
+
+/** A new signing secret: 32 random bytes, base64, prefixed so that it is recognisable in a receiver's settings. */
+function newSigningSecret(): string {
+  return `whsec_${randomBytes(32).toString('base64')}`;
+}
+
+/**
+ * The signature a receiver checks: HMAC-SHA256, keyed with the signing secret, of `<timestamp>.<body>`,
+ * where timestamp is the X-Signature-Timestamp header (Unix seconds) and body the exact bytes received;
+ * sent as `X-Signature: sha256=<hex>`. See docs/webhooks.md.
+ */
+export function signature(secret: string, timestamp: number, body: string): string {
+  return `sha256=${createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex')}`;
+}
+
+/** What a webhook sends for an event: the same document the event stream's `data:` line carries. */
+export function deliveryBody(event: StoredEvent): string {
+  return JSON.stringify({
+    id: event.id,
+    type: event.type,
+    occurredAt: event.occurredAt,
+    projectId: event.projectId,
+    subject: event.subject,
+    data: event.data,
+  });
+}
+
+/**
+ * Webhooks: their rules, the fan-out of the outbox into deliveries, and the deliveries themselves.
+ *
+ * Fan-out: each process, woken by new events (or its poll), reads every enabled webhook's events past its
+ * cursor and, in one transaction, moves the cursor (compare-and-set: one process wins) and makes one
+ * delivery per matching event (unique per webhook and event) with a durable job to send it. Sending: the
+ * job signs and POSTs the body through the outbound client (address rules, deadline); a 2xx answer ends
+ * it, anything else is recorded and retried after the next wait of DPC_WEBHOOK_RETRY_SECONDS, then
+ * FAILED. A webhook whose deliveries failed every try DPC_WEBHOOK_DISABLE_AFTER times in a row is
+ * disabled. A process that dies while sending leaves the job to be taken over when its lease runs out: the
+ * receiver may then get the same event twice, with the same X-Event-Id (at least once, never lost).
+ */
+export class WebhookService {
+  private readonly outbound: OutboundClient;
+  private fanning: Promise<void> | undefined;
+  private fanAgain: Set<string> | 'all' | undefined;
+
+  constructor(private readonly app: FastifyInstance) {
+    this.outbound = new OutboundClient(outboundSettings(app.config));
+  }
+
+  /** Registers the delivery job and follows the outbox (only in processes that run background work). */
+  start(): void {
+    this.app.jobs.register(DELIVERY_JOB, (payload) => this.deliver(payload as DeliveryJob));
+    let unsubscribe: (() => void) | undefined;
+    this.app.addHook('onReady', async () => {
+      unsubscribe = this.app.outboxWakeups.subscribe((accounts) => this.wake(accounts));
+    });
+    this.app.addHook('onClose', async () => {
+      unsubscribe?.();
+      await this.fanning;
+    });
+    // The wake-up across processes on SQLite; on PostgreSQL (NOTIFY) a safety net only.
+    const pollMs = this.app.config.eventsPollMs * (this.app.store.dialect === 'postgres' ? 10 : 1);
+    runPeriodically(this.app, 'webhook fan-out', pollMs, async () => {
+      this.wake('all');
+      await this.fanning;
+    });
+  }
+
+  async checkUrl(url: string): Promise<void> {
+    const parsed = URL.canParse(url) ? new URL(url) : undefined;
+    if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')) {
+      throw unprocessable('A webhook URL must be an http or https URL.', ['body.url: must be an http(s) URL']);
+    }
+    if (parsed.username || parsed.password) {
+      throw unprocessable('A webhook URL must not hold credentials.', ['body.url: must not hold a user or password']);
+    }
+    try {
+      await this.outbound.checkHost(parsed);
+    } catch (error) {
+      if (error instanceof OutboundError && error.failure === 'refused') {
+        throw unprocessable(error.message, ['body.url: the address may not be reached (DPC_OUTBOUND_ALLOW)']);
+      }
+      // A name that does not resolve now may later: deliveries check every time.
+    }
+  }
+
+  async create(accountId: string, clientId: string, body: CreateWebhookRequest) {
+    await this.checkUrl(body.url);
+    const secret = newSigningSecret();
+    const row = await this.app.store.db.transaction().execute(async (trx) => {
+      const created = await insertWebhook(trx, {
+        accountId,
+        url: body.url,
+        description: body.description ?? null,
+        eventTypes: JSON.stringify(body.eventTypes ?? []),
+        projectId: body.projectId ?? null,
+        enabled: body.enabled === false ? 0 : 1,
+        disabledReason: null,
+        sealedSecret: 'sealed below',
+        // Events from now on: the account's last event is already behind it.
+        cursor: await lastEventId(trx, accountId),
+        consecutiveFailures: 0,
+        createdBy: clientId,
+      });
+      const sealedSecret = this.app.secretBox.seal(secret, sealContext(created.id));
+      await updateWebhookRow(trx, created.id, { sealedSecret });
+      return { ...created, sealedSecret };
+    });
+    return { row, secret };
+  }
+
+  async update(accountId: string, webhookId: string, body: UpdateWebhookRequest): Promise<WebhookRow> {
+    if (body.url !== undefined) await this.checkUrl(body.url);
+    return this.app.store.db.transaction().execute(async (trx) => {
+      const row = await requireWebhook(trx, accountId, webhookId);
+      const changes: Partial<WebhookRow> = {
+        ...(body.url !== undefined && { url: body.url }),
+        ...(body.description !== undefined && { description: body.description }),
+        ...(body.eventTypes !== undefined && { eventTypes: JSON.stringify(body.eventTypes) }),
+        ...(body.projectId !== undefined && { projectId: body.projectId }),
+        ...(body.enabled !== undefined && { enabled: body.enabled ? 1 : 0, disabledReason: null }),
+        ...(body.enabled === true && { consecutiveFailures: 0 }),
+      };
+      await updateWebhookRow(trx, webhookId, changes);
+      // Deliveries left pending while it was disabled go on (the cursor resumes where it stopped too).
+      if (body.enabled === true && row.enabled === 0) {
+        for (const pending of await pendingDeliveries(trx, webhookId)) {
+          await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
+            deliveryId: pending.id,
+            attempts: pending.attempts,
+          } satisfies DeliveryJob);
+        }
+      }
+      return { ...row, ...changes };
+    });
+  }
+
+  async delete(accountId: string, webhookId: string): Promise<boolean> {
+    return this.app.store.db.transaction().execute((trx) => deleteWebhookRow(trx, accountId, webhookId));
+  }
+
+  async rotateSecret(accountId: string, webhookId: string): Promise<string> {
+    const secret = newSigningSecret();
+    await this.app.store.db.transaction().execute(async (trx) => {
+      await requireWebhook(trx, accountId, webhookId);
+      await updateWebhookRow(trx, webhookId, { sealedSecret: this.app.secretBox.seal(secret, sealContext(webhookId)) });
+    });
+    return secret;
+  }
+
+  async redeliver(accountId: string, webhookId: string, deliveryId: string): Promise<DeliveryRow> {
+    return this.app.store.db.transaction().execute(async (trx) => {
+      await requireWebhook(trx, accountId, webhookId);
+      const delivery = await requireDelivery(trx, webhookId, deliveryId);
+      if (!(await reopenDelivery(trx, deliveryId))) throw conflict('The delivery is still pending: it will be tried again.');
+      await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
+        deliveryId,
+        attempts: delivery.attempts,
+        manual: true,
+      } satisfies DeliveryJob);
+      return { ...delivery, status: 'PENDING', nextAttemptAt: now() };
+    });
+  }
+
+  /** Fans out the accounts' new events (coalescing wake-ups that arrive while a fan-out runs). */
+  wake(accounts: string[] | 'all'): void {
+    if (this.fanning) {
+      if (accounts === 'all' || this.fanAgain === 'all') this.fanAgain = 'all';
+      else {
+        const again: Set<string> = this.fanAgain ?? new Set<string>();
+        for (const account of accounts) again.add(account);
+        this.fanAgain = again;
+      }
+      return;
+    }
+    this.fanning = this.fanOut(accounts)
+      .catch((error) => this.app.log.error({ err: error }, 'webhook fan-out failed'))
+      .finally(() => {
+        this.fanning = undefined;
+        const again = this.fanAgain;
+        this.fanAgain = undefined;
+        if (again) this.wake(again === 'all' ? 'all' : [...again]);
+      });
+  }
+
+  /** Makes the deliveries of every enabled webhook (of `accounts`) up to its account's last event. */
+  async fanOut(accounts: string[] | 'all'): Promise<void> {
+    const db = this.app.store.db;
+    const heads = new Map<string, number>();
+    for (const webhook of await enabledWebhooks(db, accounts)) {
+      let cursor = Number(webhook.cursor);
+      const head = heads.get(webhook.accountId) ?? (await lastEventId(db, webhook.accountId));
+      heads.set(webhook.accountId, head);
+      const types = JSON.parse(webhook.eventTypes) as string[];
+      const filter = { types, projectId: webhook.projectId ?? undefined };
+      while (cursor < head) {
+        const events = (await eventsAfter(db, webhook.accountId, cursor, FAN_OUT_BATCH)).filter((event) => event.id <= head);
+        // Events past the cursor may be gone (retention): the cursor then moves to the head.
+        const to = events.at(-1)?.id ?? head;
+        const moved = await db.transaction().execute(async (trx) => {
+          if (!(await advanceCursor(trx, webhook.id, cursor, to))) return false;
+          for (const event of events) {
+            if (!matches(filter, event)) continue;
+            const deliveryId = await insertDelivery(trx, {
+              webhookId: webhook.id,
+              accountId: webhook.accountId,
+              eventId: event.id,
+              eventType: event.type,
+              body: deliveryBody(event),
+            });
+            await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob);
+          }
+          return true;
+        });
+        if (!moved) break; // another process fans this webhook out
+        cursor = to;
+      }
+    }
+  }
+
+  /** One try of a delivery (the job's handler). */
+  async deliver(job: DeliveryJob): Promise<void> {
+    const db = this.app.store.db;
+    const found = await deliveryWithWebhook(db, job.deliveryId);
+    if (!found) return; // the webhook was deleted
+    const { delivery, webhook } = found;
+    if (delivery.status !== 'PENDING' || delivery.attempts !== job.attempts) return; // recorded by another worker
+    if (webhook.enabled !== 1) return; // resumed when it is enabled again
+    const secret = this.app.secretBox.open(webhook.sealedSecret, sealContext(webhook.id));
+    const timestamp = Math.floor(Date.now() / 1000);
+    let statusCode: number | null = null;
+    let response: string | null = null;
+    let error: string | null = null;
+    try {
+      const answer = await this.outbound.send({
+        method: 'POST',
+        url: new URL(webhook.url),
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'platform-api-webhooks/1',
+          'x-event-id': String(delivery.eventId),
+          'x-event-type': delivery.eventType,
+          'x-delivery-id': delivery.id,
+          'x-signature-timestamp': String(timestamp),
+          'x-signature': signature(secret, timestamp, delivery.body),
+        },
+        body: delivery.body,
+      });
+      statusCode = answer.status;
+      response = answer.body.toString('utf8').slice(0, RESPONSE_KEPT);
+    } catch (failure) {
+      if (!(failure instanceof OutboundError)) throw failure;
+      error = failure.message;
+    }
+    const succeeded = statusCode !== null && statusCode >= 200 && statusCode < 300;
+    const tries = delivery.attempts + 1;
+    const schedule = this.app.config.webhookRetrySeconds;
+    // A manual redelivery is one try; otherwise one try and then one per wait of the schedule.
+    const waitSeconds = job.manual || succeeded ? undefined : schedule[tries - 1];
+    const nextAttemptAt = waitSeconds === undefined ? null : new Date(Date.now() + waitSeconds * 1000).toISOString();
+    const status = succeeded ? 'SUCCEEDED' : nextAttemptAt ? 'PENDING' : 'FAILED';
+    await db.transaction().execute(async (trx) => {
+      const recorded = await recordAttempt(trx, delivery.id, delivery.attempts, {
+        status,
+        nextAttemptAt,
+        lastStatusCode: statusCode,
+        lastResponse: response,
+        lastError: error ?? (succeeded ? null : `The receiver answered ${statusCode}.`),
+      });
+      if (!recorded) return;
+      if (nextAttemptAt) {
+        await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId: delivery.id, attempts: tries } satisfies DeliveryJob, {
+          runAt: new Date(nextAttemptAt),
+        });
+      } else if (!job.manual || succeeded) {
+        await this.settleFailures(trx, webhook, succeeded);
+      }
+    });
+  }
+
+  /** Counts a delivery that ended: a success clears the failures, a failure may disable the webhook. */
+  private async settleFailures(trx: Executor, webhook: WebhookRow, succeeded: boolean): Promise<void> {
+    if (succeeded) {
+      await trx.updateTable('webhooks').set({ consecutiveFailures: 0 }).where('id', '=', webhook.id).execute();
+      return;
+    }
+    const row = await trx
+      .updateTable('webhooks')
+      .set((eb) => ({ consecutiveFailures: eb('consecutiveFailures', '+', 1) }))
+      .where('id', '=', webhook.id)
+      .returning(['consecutiveFailures', 'enabled'])
+      .executeTakeFirst();
+    if (!row || row.enabled !== 1 || row.consecutiveFailures < this.app.config.webhookDisableAfter) return;
+    const reason = `Disabled after ${row.consecutiveFailures} deliveries in a row failed every try.`;
+    await updateWebhookRow(trx, webhook.id, { enabled: 0, disabledReason: reason });
+    await emit(trx, {
+      accountId: webhook.accountId,
+      type: 'webhook.disabled',
+      projectId: webhook.projectId,
+      subject: `webhooks/${webhook.id}`,
+      data: { webhookId: webhook.id, url: webhook.url, reason },
+    });
+  }
+}

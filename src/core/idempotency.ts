@@ -1,0 +1,204 @@
+import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import fp from 'fastify-plugin';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { isUniqueViolation, now } from './db/database.ts';
+import { ProblemError, badRequest } from './problems.ts';
+import { runPeriodically } from './ticker.ts';
+
+const KEYED_METHODS = new Set(['POST', 'PATCH']);
+/** What a key may be: printable ASCII, as the IETF draft and every client library send (UUIDs, most often). */
+const KEY = /^[\x21-\x7e]{1,255}$/;
+/** How long an answer is kept for retries. */
+const KEPT_MS = 24 * 3_600_000;
+/** How long a request in progress holds its key; a retry after that takes it over (the process answering died). */
+const CLAIM_MS = 120_000;
+/** How long a retry waits for the same key's request in progress to be answered, before 409. */
+const WAIT_MS = 10_000;
+const WAIT_STEP_MS = 50;
+/** Answer headers replayed with the stored body. */
+const REPLAYED_HEADERS = ['content-type', 'location'];
+/** Headers that are part of a multipart upload's request (its parts are not read before the handler). */
+const UPLOAD_HEADERS = ['versionname', 'environmentname', 'commithash', 'branch', 'sharedpipelineidprefix'];
+
+interface Claim {
+  clientId: string;
+  key: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The Idempotency-Key this request holds while it runs. */
+    idempotencyClaim: Claim | null;
+    /** Answered from a stored answer: nothing was done (the audit trail records nothing either). */
+    idempotentReplay: boolean;
+  }
+}
+
+/**
+ * What makes two requests the same: method, URL (query included) and body. A JSON body counts as parsed
+ * and validated, so formatting differences do not matter; a multipart upload (read by its handler) counts
+ * by its content type without the boundary and the headers that describe it, not by its parts.
+ */
+function fingerprintOf(request: FastifyRequest): string {
+  const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
+  const type = String(request.headers['content-type'] ?? '');
+  if (type.startsWith('multipart/')) {
+    hash.update(type.split(';')[0]);
+    for (const name of UPLOAD_HEADERS) hash.update(`\n${name}:${String(request.headers[name] ?? '')}`);
+  } else {
+    hash.update(JSON.stringify(request.body ?? null));
+  }
+  return hash.digest('hex');
+}
+
+const inProgress = () =>
+  new ProblemError(409, 'A request with this Idempotency-Key is still in progress; retry it once that one is answered.', {
+    name: 'idempotency-key-in-use',
+    headers: { 'retry-after': '1' },
+  });
+
+/**
+ * `Idempotency-Key` on every POST and PATCH of the scope it is registered in. The first request with a
+ * key (per API client) claims it and runs; its answer (status, body, Content-Type and Location) is kept 24
+ * hours, and a retry with the same key and the same request is answered the same without running again
+ * (`Idempotent-Replayed: true`). The same key with another request is 422. A retry while the first still
+ * runs waits up to 10 s for its answer, then answers 409 (Retry-After). An answer of 5xx or 429 is not
+ * kept: the key is released, so a retry runs the request again. See docs/idempotency.md.
+ */
+export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
+  app.decorateRequest('idempotencyClaim', null);
+  app.decorateRequest('idempotentReplay', false);
+  const db = app.store.db;
+
+  runPeriodically(app, 'idempotency key expiry', 3_600_000, () =>
+    db.deleteFrom('idempotencyKeys').where('expiresAt', '<', now()).execute(),
+  );
+
+  const replay = (reply: FastifyReply, row: { status: number | null; headers: string | null; body: string | null }) => {
+    reply.request.idempotentReplay = true;
+    const headers = JSON.parse(row.headers ?? '{}') as Record<string, string>;
+    reply.code(row.status ?? 200).headers({ ...headers, 'idempotent-replayed': 'true' });
+    return reply.send(row.body === null ? undefined : Buffer.from(row.body, 'utf8'));
+  };
+
+  const claim = async (request: FastifyRequest, reply: FastifyReply) => {
+    const key = request.headers['idempotency-key'];
+    if (key === undefined || !request.principal) return;
+    if (typeof key !== 'string' || !KEY.test(key)) {
+      throw badRequest('The Idempotency-Key header must be 1 to 255 printable ASCII characters.', [
+        'Idempotency-Key: must be 1 to 255 printable ASCII characters',
+      ]);
+    }
+    const { accountId, clientId } = request.principal;
+    const fingerprint = fingerprintOf(request);
+    const waitUntil = Date.now() + WAIT_MS;
+    for (;;) {
+      const at = new Date();
+      try {
+        await db
+          .insertInto('idempotencyKeys')
+          .values({
+            clientId,
+            key,
+            accountId,
+            fingerprint,
+            state: 'running',
+            status: null,
+            headers: null,
+            body: null,
+            lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString(),
+            createdAt: at.toISOString(),
+            expiresAt: new Date(at.getTime() + KEPT_MS).toISOString(),
+          })
+          .execute();
+        request.idempotencyClaim = { clientId, key };
+        return;
+      } catch (error) {
+        if (!isUniqueViolation(error)) throw error;
+      }
+      const row = await db
+        .selectFrom('idempotencyKeys')
+        .selectAll()
+        .where('clientId', '=', clientId)
+        .where('key', '=', key)
+        .executeTakeFirst();
+      if (!row) continue; // released or expired meanwhile: claim it
+      if (row.expiresAt < at.toISOString()) {
+        await db
+          .deleteFrom('idempotencyKeys')
+          .where('clientId', '=', clientId)
+          .where('key', '=', key)
+          .where('expiresAt', '=', row.expiresAt)
+          .execute();
+        continue;
+      }
+      if (row.fingerprint !== fingerprint) {
+        throw new ProblemError(422, 'This Idempotency-Key was used with another request (method, URL or body): use a new key.', {
+          name: 'idempotency-key-reused',
+          violations: ['Idempotency-Key: was sent with another request'],
+        });
+      }
+      if (row.state === 'done') return replay(reply, row);
+      if (row.lockedUntil !== null && row.lockedUntil < at.toISOString()) {
+        // The request holding it was never answered (its process died): this one takes it over.
+        const taken = await db
+          .updateTable('idempotencyKeys')
+          .set({ lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString() })
+          .where('clientId', '=', clientId)
+          .where('key', '=', key)
+          .where('state', '=', 'running')
+          .where('lockedUntil', '=', row.lockedUntil)
+          .executeTakeFirst();
+        if (taken.numUpdatedRows > 0n) {
+          request.idempotencyClaim = { clientId, key };
+          return;
+        }
+        continue;
+      }
+      if (Date.now() >= waitUntil) throw inProgress();
+      await sleep(WAIT_STEP_MS);
+    }
+  };
+
+  const keep = async (request: FastifyRequest, reply: FastifyReply, payload: unknown) => {
+    const held = request.idempotencyClaim;
+    if (!held || request.idempotentReplay) return payload;
+    request.idempotencyClaim = null;
+    const where = db.updateTable('idempotencyKeys').where('clientId', '=', held.clientId).where('key', '=', held.key);
+    const status = reply.statusCode;
+    const body =
+      typeof payload === 'string'
+        ? payload
+        : Buffer.isBuffer(payload)
+          ? payload.toString('utf8')
+          : payload == null
+            ? null
+            : undefined;
+    try {
+      if (status >= 500 || status === 429 || body === undefined) {
+        // Not an answer to give again (or one that cannot be kept, a stream): a retry runs the request.
+        await db.deleteFrom('idempotencyKeys').where('clientId', '=', held.clientId).where('key', '=', held.key).execute();
+        return payload;
+      }
+      const headers = Object.fromEntries(
+        REPLAYED_HEADERS.flatMap((name) => {
+          const value = reply.getHeader(name);
+          return value === undefined ? [] : [[name, String(value)]];
+        }),
+      );
+      await where.set({ state: 'done', status, headers: JSON.stringify(headers), body, lockedUntil: null }).execute();
+    } catch (error) {
+      request.log.error({ err: error }, 'could not keep the answer of an idempotent request');
+    }
+    return payload;
+  };
+
+  app.addHook('onRoute', (route) => {
+    const methods = [route.method].flat();
+    if (!methods.some((method) => KEYED_METHODS.has(method)) || route.config?.readOnly || route.config?.directoryIntegration)
+      return;
+    route.preHandler = [claim, ...[route.preHandler ?? []].flat()];
+    route.onSend = [keep, ...[route.onSend ?? []].flat()];
+  });
+});

@@ -1,0 +1,172 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { CHECKING, uploadVersion } from '../helpers/executions.ts';
+
+/**
+ * Lineage: the datasets a step reports become OpenLineage run events of its run, read back by
+ * `GET /v1/lineage/events` as a catalogue's ingestion source reads them. The agent here is played over
+ * the agent protocol, so that what it reports (good and bad) is exactly what the test says.
+ */
+describeEachStore('lineage events', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  let viewer: string;
+  let projectId: string;
+  let agentToken: string;
+
+  const api = (method: string, apiPath: string, body?: unknown, token = caller.token) =>
+    server.api(method, apiPath, { token, body });
+  const agentCall = (method: string, apiPath: string, body?: unknown) =>
+    server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
+
+  before(async () => {
+    server = await TestServer.start(kind);
+    ({ caller, viewer, projectId } = await server.prologue());
+    const created = await api('POST', '/agents', {
+      name: 'runner',
+      agentType: 'CUSTOMER_HOSTED',
+      cloudProvider: 'aws',
+      deployment: 'fargate',
+    });
+    assert.equal(created.status, 201, created.text);
+    const credentials = (await api('POST', `/agents/${created.body.agentId}/credentials`)).body;
+    agentToken = await server.token(credentials.clientId, credentials.clientSecret);
+    assert.equal(
+      (await api('POST', `/projects/${projectId}/environments`, { name: 'prod', defaultAgentId: created.body.agentId })).status,
+      201,
+    );
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+  });
+  after(() => server.close());
+
+  /** Starts a run and takes its work as the agent. */
+  async function startRun() {
+    const started = await api('POST', `/projects/${projectId}/pipeline-executions`, {
+      environmentName: 'prod',
+      pipelineName: 'pipelines/check.orch.yaml',
+    });
+    assert.equal(started.status, 201, started.text);
+    const work = await agentCall('GET', '/work?waitSeconds=5');
+    assert.equal(work.status, 200, work.text);
+    assert.equal(work.body.payload.executionId, started.body.pipelineExecutionId);
+    return { executionId: started.body.pipelineExecutionId as string, workId: work.body.workId as string };
+  }
+
+  const orders = { namespace: 'postgres://db.internal:5432', name: 'shop.public.orders' };
+  const customers = { namespace: 'postgres://db.internal:5432', name: 'shop.public.customers' };
+  const mart = { namespace: 'postgres://db.internal:5432', name: 'shop.marts.daily_orders' };
+
+  test("a step's datasets become a run event of the pipeline's job; a catalogue reads them back", async () => {
+    const { executionId, workId } = await startRun();
+    const step = (index: number, name: string, lineage?: unknown) => ({
+      type: 'progress',
+      body: {
+        step: {
+          index,
+          name,
+          status: 'SUCCESS',
+          startedAt: new Date().toISOString(),
+          finishedAt: new Date().toISOString(),
+          ...(lineage !== undefined && { lineage }),
+        },
+      },
+    });
+    assert.equal((await agentCall('POST', `/work/${workId}/reports`, step(0, 'Start'))).status, 200);
+    const load = await agentCall(
+      'POST',
+      `/work/${workId}/reports`,
+      step(1, 'Build mart', {
+        inputs: [{ ...orders, fields: [{ name: 'id', type: 'integer' }, { name: 'amount' }] }, customers],
+        outputs: [
+          {
+            ...mart,
+            fields: [{ name: 'day' }, { name: 'total' }],
+            columnLineage: { total: [{ ...orders, field: 'amount' }], day: [{ ...orders, field: 'created_at' }] },
+          },
+        ],
+        sql: 'insert into marts.daily_orders select ...',
+      }),
+    );
+    assert.equal(load.status, 200, load.text);
+    // A step that touched no dataset records nothing.
+    await agentCall('POST', `/work/${workId}/reports`, step(2, 'Print', { inputs: [], outputs: [] }));
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+
+    const page = await api(
+      'GET',
+      `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}`,
+      undefined,
+      viewer,
+    );
+    assert.equal(page.status, 200, page.text);
+    assert.equal(page.body.total, 1);
+    const [{ id, event }] = page.body.results;
+    assert.match(id, /^\d+$/);
+    assert.equal(event.eventType, 'COMPLETE');
+    assert.equal(event.run.runId, executionId);
+    assert.deepEqual(event.job.namespace, `dpc://${caller.accountId}.${projectId}`);
+    assert.equal(event.job.name, 'pipelines/check.orch.yaml');
+    assert.equal(event.job.facets.sql.query, 'insert into marts.daily_orders select ...');
+    assert.equal(event.run.facets.dpc_step.name, 'Build mart');
+    assert.deepEqual(
+      event.inputs.map((input: { name: string }) => input.name),
+      ['shop.public.orders', 'shop.public.customers'],
+    );
+    assert.deepEqual(event.inputs[0].facets.schema.fields, [{ name: 'id', type: 'integer' }, { name: 'amount' }]);
+    // As DataHub's matillion source reads column lineage: outputs[].facets.columnLineage.fields[col].inputFields.
+    assert.deepEqual(event.outputs[0].facets.columnLineage.fields.total.inputFields, [{ ...orders, field: 'amount' }]);
+    for (const facet of [event.job.facets.sql, event.outputs[0].facets.columnLineage]) {
+      assert.equal(typeof facet._producer, 'string');
+      assert.equal(typeof facet._schemaURL, 'string');
+    }
+  });
+
+  test('a report with malformed lineage is refused naming the field; the run is untouched', async () => {
+    const { executionId, workId } = await startRun();
+    const bad = await agentCall('POST', `/work/${workId}/reports`, {
+      type: 'progress',
+      body: {
+        step: {
+          index: 0,
+          name: 'Load',
+          status: 'SUCCESS',
+          startedAt: new Date().toISOString(),
+          lineage: { inputs: [{ namespace: '', name: 'x' }], outputs: 'everything' },
+        },
+      },
+    });
+    const problem = expectProblem(bad, 400);
+    assert.deepEqual(problem.violations, [
+      'body.step.lineage.inputs[0].namespace: must be a string of 1 to 1024 characters',
+      'body.step.lineage.outputs: must be a list of at most 500 datasets',
+    ]);
+    const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.equal(steps.status, 200, steps.text);
+    assert.deepEqual(steps.body.results, [], 'the step of a refused report is not recorded');
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+  });
+
+  test("windows: at most 31 days, in order, paged; another account's events are never shown", async () => {
+    const from = new Date(Date.now() - 3_600_000).toISOString();
+    const mine = await api('GET', `/lineage/events?generatedFrom=${from}&size=1&page=0`);
+    assert.equal(mine.body.total, 1);
+    assert.equal(mine.body.size, 1);
+    const other = await server.newAccount('other');
+    const theirs = await api('GET', `/lineage/events?generatedFrom=${from}`, undefined, other.token);
+    assert.deepEqual(theirs.body, { page: 0, results: [], size: 25, total: 0 });
+
+    // Dates and date-times without an offset are UTC; the window may not pass 31 days.
+    assert.equal((await api('GET', '/lineage/events?generatedFrom=2026-01-01&generatedBefore=2026-02-01')).status, 200);
+    assert.equal(
+      (await api('GET', '/lineage/events?generatedFrom=2026-01-01T00:00:00&generatedBefore=2026-01-02T00:00:00')).status,
+      200,
+    );
+    const long = expectProblem(await api('GET', '/lineage/events?generatedFrom=2026-01-01&generatedBefore=2026-02-02'), 400);
+    assert.ok(long.violations?.[0].startsWith('querystring.generatedFrom'));
+    const reversed = expectProblem(await api('GET', '/lineage/events?generatedFrom=2026-02-01&generatedBefore=2026-01-01'), 400);
+    assert.ok(reversed.violations?.[0].startsWith('querystring.generatedBefore'));
+    expectProblem(await api('GET', '/lineage/events?generatedFrom=yesterday-ish'), 400);
+    expectProblem(await server.api('GET', '/lineage/events'), 401);
+  });
+});

@@ -1,0 +1,167 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { CHECKING, orchestration, uploadVersion } from '../helpers/executions.ts';
+
+/** A pipeline with one of everything a review finds. */
+const FLAWED = orchestration(
+  `    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Load"]
+    Load:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "insert into marts.orders select * from \${source_table} where region = '\${regoin}'"
+      transitions:
+        success: ["Count"]
+    Count:
+      type: "query-to-scalar"
+      parameters:
+        query: "select count(* from marts.orders"
+        scalarVariableMapping:
+          - ["row_count", "count"]
+      transitions:
+        success: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "pipelines/missing"
+      transitions:
+        success: ["Call API"]
+    Call API:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "select 1"
+        connectionUrl: "https://api.example.com/v1?api_key=sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    Forgotten:
+      type: "print-variables"
+    Empty:
+      type: "sql-executor"
+`,
+  `  variables:
+    source_table:
+      metadata: {type: "TEXT", scope: "COPIED", visibility: "PUBLIC"}
+      defaultValue: "staging.orders"
+`,
+);
+
+describeEachStore('pipeline quality review', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  let viewer: string;
+  let projectId: string;
+
+  const review = (body: unknown, token = viewer, project = projectId) =>
+    server.api('POST', `/projects/${project}/reviews`, { token, body });
+
+  before(async () => {
+    server = await TestServer.start(kind);
+    ({ caller, viewer, projectId } = await server.prologue({ environments: ['prod'] }));
+    const region = { name: 'region', type: 'TEXT', behaviour: 'SHARED', value: 'eu' };
+    assert.equal(
+      (await server.api('POST', `/projects/${projectId}/variables`, { token: caller.token, body: region })).status,
+      201,
+    );
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', {
+      'pipelines/check.orch.yaml': CHECKING,
+      'pipelines/flawed.orch.yaml': FLAWED,
+    });
+  });
+  after(() => server.close());
+
+  test('a published version: every rule finds its flaw, naming file, component and parameter; a clean file has none', async () => {
+    const answer = await review({ environmentName: 'prod' });
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.body.versionName, 'v1');
+    assert.deepEqual(answer.body.files, ['pipelines/check.orch.yaml', 'pipelines/flawed.orch.yaml']);
+    const found = answer.body.findings.map((f: any) => [f.rule, f.severity, f.component ?? null, f.parameter ?? null]);
+    assert.deepEqual(
+      found.filter((f: any[]) => f[0] !== 'sql-syntax'),
+      [
+        ['credential-in-parameter', 'ERROR', 'Call API', 'connectionUrl'],
+        ['undeclared-variable', 'ERROR', 'Count', 'scalarVariableMapping'],
+        ['missing-parameter', 'ERROR', 'Empty', 'sqlScript'],
+        ['unknown-variable', 'ERROR', 'Load', 'sqlScript'],
+        ['unknown-pipeline', 'ERROR', 'Child', 'orchestrationJob'],
+        ['unreachable-component', 'WARNING', 'Empty', null],
+        ['unreachable-component', 'WARNING', 'Forgotten', null],
+      ].sort(
+        (a, b) =>
+          (a[1] as string).localeCompare(b[1] as string) ||
+          String(a[2]).localeCompare(String(b[2])) ||
+          String(a[0]).localeCompare(String(b[0])),
+      ),
+    );
+    const syntax = answer.body.findings.filter((f: any) => f.rule === 'sql-syntax');
+    assert.deepEqual(
+      syntax.map((f: any) => [f.severity, f.component, f.parameter]),
+      [['ERROR', 'Count', 'query']],
+      'the SQL with a known variable parses with its default value; the misspelt SELECT does not',
+    );
+    assert.ok(answer.body.findings.every((f: any) => f.file === 'pipelines/flawed.orch.yaml'));
+    assert.ok(!answer.text.includes('sk_live_4eC39HqLyjWDarjtT1zdp7dc'), 'a credential found is never quoted');
+    // The project variable `region` is known; the misspelt `regoin` is not.
+    assert.ok(answer.body.findings.some((f: any) => f.message.includes('${regoin}')));
+    assert.ok(!answer.body.findings.some((f: any) => f.message.includes('${region}')));
+    assert.equal(answer.body.errors, answer.body.findings.filter((f: any) => f.severity === 'ERROR').length);
+    assert.equal(answer.body.warnings, 2);
+  });
+
+  test('uploaded files are reviewed without publishing them; cycles and broken graphs are findings', async () => {
+    const a = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Run b"]
+    Run b:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "b"
+`);
+    const b = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Run a"]
+    Run a:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "a.orch.yaml"
+`);
+    const c = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Nowhere"]
+`);
+    const answer = await review({
+      environmentName: 'prod',
+      files: {
+        'a.orch.yaml': a,
+        'b.orch.yaml': b,
+        'c.orch.yaml': c,
+        'broken.orch.yaml': 'pipeline: [',
+        'README.md': '# not a pipeline',
+      },
+    });
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.body.versionName, undefined);
+    assert.deepEqual(answer.body.files, ['a.orch.yaml', 'b.orch.yaml', 'broken.orch.yaml', 'c.orch.yaml']);
+    const rules = answer.body.findings.map((f: any) => `${f.file} ${f.rule}`);
+    assert.ok(rules.includes('a.orch.yaml pipeline-cycle'), rules.join('\n'));
+    assert.ok(rules.includes('c.orch.yaml invalid-graph'), rules.join('\n'));
+    assert.ok(rules.includes('broken.orch.yaml invalid-file'), rules.join('\n'));
+  });
+
+  test('refusals: unknown environment or version 404, both a version and files 400, another account 404, no token 401', async () => {
+    expectProblem(await review({ environmentName: 'nope' }), 404);
+    expectProblem(await review({ environmentName: 'prod', versionName: 'v9' }), 404);
+    const both = expectProblem(await review({ environmentName: 'prod', versionName: 'v1', files: {} }), 400);
+    assert.deepEqual(both.violations, ['body.files: must not be given with versionName']);
+    expectProblem(await review({}), 400);
+    const other = await server.newAccount('other');
+    expectProblem(await review({ environmentName: 'prod' }, other.token), 404);
+    expectProblem(await server.api('POST', `/projects/${projectId}/reviews`, { body: { environmentName: 'prod' } }), 401);
+    // A review is a read: it leaves no audit event.
+    const events = await server.api('GET', `/events?projectId=${projectId}`, { token: caller.token });
+    assert.ok(!events.body.results.some((e: any) => e.route.endsWith('/reviews')));
+  });
+});

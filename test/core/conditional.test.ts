@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+
+describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  before(async () => {
+    server = await TestServer.start(kind);
+    caller = await server.newAccount();
+  });
+  after(() => server.close());
+
+  test('reads and list pages carry an ETag; If-None-Match answers 304 until the answer changes', async () => {
+    const projectId = await server.newProject(caller);
+    const read = await server.api('GET', `/projects/${projectId}`, { token: caller.token });
+    const tag = read.headers.get('etag')!;
+    assert.match(tag, /^"[^"]+"$/);
+    const unchanged = await server.api('GET', `/projects/${projectId}`, {
+      token: caller.token,
+      headers: { 'if-none-match': tag },
+    });
+    assert.equal(unchanged.status, 304);
+    assert.equal(unchanged.text, '');
+    assert.equal(unchanged.headers.get('etag'), tag);
+    // A list of tags, and a weak form of the tag, match too.
+    assert.equal(
+      (
+        await server.api('GET', `/projects/${projectId}`, {
+          token: caller.token,
+          headers: { 'if-none-match': `"other", W/${tag}` },
+        })
+      ).status,
+      304,
+    );
+    const list = await server.api('GET', `/projects/${projectId}/environments`, { token: caller.token });
+    const listTag = list.headers.get('etag')!;
+    assert.equal(
+      (
+        await server.api('GET', `/projects/${projectId}/environments`, {
+          token: caller.token,
+          headers: { 'if-none-match': listTag },
+        })
+      ).status,
+      304,
+    );
+    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+    const changed = await server.api('GET', `/projects/${projectId}/environments`, {
+      token: caller.token,
+      headers: { 'if-none-match': listTag },
+    });
+    assert.equal(changed.status, 200);
+    assert.notEqual(changed.headers.get('etag'), listTag);
+  });
+
+  test('If-Match on PATCH and DELETE: the current version passes, a stale one is 412 and changes nothing', async () => {
+    const created = await server.api('POST', '/webhooks', {
+      token: caller.token,
+      body: { url: 'https://hooks.example.com/a', description: 'v1' },
+    });
+    const path = `/webhooks/${created.body.webhookId}`;
+    const v1 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+    const first = await server.api('PATCH', path, {
+      token: caller.token,
+      body: { description: 'v2' },
+      headers: { 'if-match': v1 },
+    });
+    assert.equal(first.status, 200);
+    // A second writer still holding v1 has lost the race.
+    const lost = expectProblem(
+      await server.api('PATCH', path, { token: caller.token, body: { description: 'v3' }, headers: { 'if-match': v1 } }),
+      412,
+    );
+    assert.deepEqual(lost.violations, ['If-Match: does not name the current version']);
+    assert.equal((await server.api('GET', path, { token: caller.token })).body.description, 'v2');
+    const v2 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+    expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v1 } }), 412);
+    expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': `W/${v2}` } }), 412);
+    assert.equal((await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v2 } })).status, 204);
+    expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': '*' } }), 412);
+  });
+
+  test('concurrent writes with one If-Match: one wins, the others are 412', async () => {
+    const created = await server.api('POST', '/webhooks', { token: caller.token, body: { url: 'https://hooks.example.com/b' } });
+    const path = `/webhooks/${created.body.webhookId}`;
+    const tag = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, (_, i) =>
+        server.api('PATCH', path, { token: caller.token, body: { description: `writer ${i}` }, headers: { 'if-match': tag } }),
+      ),
+    );
+    assert.deepEqual(answers.map((answer) => answer.status).sort(), [200, 412, 412, 412, 412]);
+  });
+});
