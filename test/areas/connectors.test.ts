@@ -378,6 +378,8 @@ describeEachStore('connector profiles', (kind) => {
         httpMethod: 'POST',
         headerParameters: [{ name: 'Authorization' }],
         body: '{"pageToken": "abc", "tokenCount": 3}',
+        url: `${api.url}/issues/{key}`,
+        uriParameters: [{ name: 'key', value: 'PROJ-1' }],
       }),
     ]);
     assert.equal(fine.status, 201, fine.text);

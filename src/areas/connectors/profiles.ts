@@ -121,9 +121,11 @@ function credentialViolations(endpoint: EndpointInput, at: string): string[] {
   refuse(`${at}.url`, credentialIn(endpoint.url));
   for (const list of ['headerParameters', 'queryParameters', 'uriParameters'] as const) {
     (endpoint[list] ?? []).forEach((parameter, k) => {
-      if (parameter.value !== undefined) {
-        refuse(`${at}.${list}.${k}.value`, credentialInNamed(parameter.name, parameter.value));
-      }
+      if (parameter.value === undefined) return;
+      // A URI parameter's name is a placeholder's (`/issues/{key}`), not a credential's: only its value tells.
+      const reason =
+        list === 'uriParameters' ? credentialIn(parameter.value) : credentialInNamed(parameter.name, parameter.value);
+      refuse(`${at}.${list}.${k}.value`, reason);
     });
   }
   (endpoint.authenticationOptions ?? []).forEach((option, j) => {

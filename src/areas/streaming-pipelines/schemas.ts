@@ -174,7 +174,8 @@ export const StreamingPipelineRequest = Type.Object(
     streamingTarget: StreamingTarget,
   },
   {
-    description: 'Passwords and account keys are secret references; a plain value in their place is 400.',
+    description:
+      'Passwords and account keys are secret references; a plain value in their place is 400, and so is a credential anywhere else in the definition (a property named like one, a URL with a password, a connection string with password=, a Bearer value).',
     examples: [requestExample],
   },
 );
