@@ -16,6 +16,7 @@ import { agentReportSequence } from './0036_agent_report_sequence.ts';
 import { outbox } from './0033_outbox.ts';
 import { webhooks } from './0033_webhooks.ts';
 import { idempotency } from './0033_idempotency.ts';
+import { agentPresence } from './0033_agent_presence.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -34,6 +35,7 @@ const steps: Record<string, PortableMigration> = {
   '0033_outbox': outbox,
   '0033_webhooks': webhooks,
   '0033_idempotency': idempotency,
+  '0033_agent_presence': agentPresence,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
