@@ -7,6 +7,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { insertAgent, uploadVersion, WAITING } from '../helpers/executions.ts';
 import { sweepAgentPresence, touchAgent } from '../../src/areas/agents/repository.ts';
+import { pruneEvents } from '../../src/core/outbox.ts';
 
 const dpc = path.resolve(import.meta.dirname, '../../bin/dpc.js');
 
@@ -246,6 +247,27 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
       assert.equal(events[3].body.data.agentId, agentId);
     } finally {
       stream.close();
+    }
+  });
+
+  test('after retention removed events, a client resuming from an old id gets what is kept, and ids are not reused', async () => {
+    const other = await first.newAccount('retention');
+    const projectId = await first.newProject(other);
+    const stream = await EventStream.open(first.url, other.token);
+    await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'old' } });
+    const [old] = await stream.take(1);
+    stream.close();
+    // Everything up to now is past retention.
+    await pruneEvents(first.db, new Date(Date.now() + 1000).toISOString());
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'new' } });
+    const resumed = await EventStream.open(second.url, other.token, { lastEventId: 1 });
+    try {
+      const [next] = await resumed.take(1);
+      assert.equal(next.body.data.resourceIds.environmentName, 'new');
+      assert.equal(next.id, old.id + 1);
+    } finally {
+      resumed.close();
     }
   });
 });
