@@ -49,7 +49,34 @@ export const localEmits = new EventEmitter().setMaxListeners(0);
  * lock could deadlock with one holding that row and waiting to emit).
  */
 export async function emit(trx: Executor, event: NewEvent): Promise<number> {
-  const [id] = await emitMany(trx, [event]);
+  // One event (every state change): plain SQL, no query building; on PostgreSQL one round trip for the id,
+  // the row and the notification together.
+  const { accountId } = event;
+  const values = [event.type, event.projectId ?? null, event.subject, JSON.stringify(event.data ?? {}), new Date().toISOString()];
+  let id: number;
+  if (statementsAreRoundTrips(trx)) {
+    const { rows } = await sql<{ id: number }>`
+      with next as (
+        insert into event_sequences (account_id, last_id) values (${accountId}, 1)
+        on conflict (account_id) do update set last_id = event_sequences.last_id + 1
+        returning last_id
+      ), stored as (
+        insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at)
+        select ${accountId}, last_id, ${values[0]}, ${values[1]}, ${values[2]}, ${values[3]}, ${values[4]} from next
+        returning id
+      )
+      select id, pg_notify(${EVENTS_CHANNEL}, ${accountId}) as notified from stored`.execute(trx);
+    id = Number(rows[0].id);
+  } else {
+    const { rows } = await sql<{ lastId: number }>`
+      insert into event_sequences (account_id, last_id) values (${accountId}, 1)
+      on conflict (account_id) do update set last_id = last_id + 1
+      returning last_id`.execute(trx);
+    id = Number(rows[0].lastId);
+    await sql`insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at)
+      values (${accountId}, ${id}, ${values[0]}, ${values[1]}, ${values[2]}, ${values[3]}, ${values[4]})`.execute(trx);
+  }
+  setImmediate(() => localEmits.emit('emitted', [accountId]));
   return id;
 }
 

@@ -588,7 +588,14 @@ describeEachStore('artifacts', (kind) => {
     const headers = operation.parameters
       .filter((p: { in: string }) => p.in === 'header')
       .map((p: { name: string; required: boolean }) => `${p.name}:${p.required}`);
-    assert.deepEqual(headers.sort(), ['branch:false', 'commitHash:false', 'environmentName:true', 'versionName:true']);
+    // Idempotency-Key is every POST's (core/idempotency.ts).
+    assert.deepEqual(headers.sort(), [
+      'Idempotency-Key:false',
+      'branch:false',
+      'commitHash:false',
+      'environmentName:true',
+      'versionName:true',
+    ]);
     assert.ok(operation.responses['413'] && operation.responses['409']);
   });
 });

@@ -5,6 +5,9 @@ import { EventStream } from '../helpers/event-stream.ts';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { insertAgent, uploadVersion, WAITING } from '../helpers/executions.ts';
+import { sweepAgentPresence, touchAgent } from '../../src/areas/agents/repository.ts';
+import { pruneEvents } from '../../src/core/outbox.ts';
 
 const dpc = path.resolve(import.meta.dirname, '../../bin/dpc.js');
 
@@ -195,5 +198,76 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
       lines.map((event) => event.id),
       [mark.id + 1, mark.id + 2],
     );
+  });
+
+  test('state changes are announced: artifact published, run started and finished, agent connected and disconnected', async () => {
+    const projectId = await first.newProject(caller);
+    await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'prod' } });
+    const agentId = await insertAgent(first, caller.accountId);
+    const stream = await EventStream.open(first.url, caller.token, {
+      query: '?type=artifact.*,pipeline-execution.*,agent.*',
+    });
+    try {
+      await uploadVersion(first, caller, projectId, 'prod', 'v1', { 'wait.orch.yaml': WAITING });
+      const started = await first.api('POST', `/projects/${projectId}/pipeline-executions`, {
+        token: caller.token,
+        body: { pipelineName: 'wait.orch.yaml', environmentName: 'prod', agentId },
+      });
+      assert.equal(started.status, 201, started.text);
+      const runId = started.body.pipelineExecutionId;
+      const cancelled = await first.api('PATCH', `/projects/${projectId}/pipeline-executions/${runId}`, {
+        token: caller.token,
+        body: { status: 'CANCELLED', forceUpdate: true },
+      });
+      assert.equal(cancelled.status, 200, cancelled.text);
+      await touchAgent(first.db, agentId);
+      await touchAgent(first.db, agentId); // still connected: announced once
+      await first.db.updateTable('agents').set({ lastContactAt: '2000-01-01T00:00:00.000Z' }).where('id', '=', agentId).execute();
+      // Swept here, or by a server's own sweep meanwhile: either way announced once.
+      await sweepAgentPresence(first.db, 30);
+      await sweepAgentPresence(first.db, 30);
+      const events = await stream.take(5);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      assert.equal(stream.received.length, 5);
+      assert.deepEqual(
+        events.map((event) => event.type),
+        [
+          'artifact.published',
+          'pipeline-execution.started',
+          'pipeline-execution.finished',
+          'agent.connected',
+          'agent.disconnected',
+        ],
+      );
+      assert.equal(events[0].body.data.versionName, 'v1');
+      assert.equal(events[1].body.data.executionId, runId);
+      assert.equal(events[1].body.projectId, projectId);
+      assert.equal(events[2].body.data.status, 'CANCELLED');
+      assert.equal(events[2].body.subject, `pipeline-executions/${runId}`);
+      assert.equal(events[3].body.data.agentId, agentId);
+    } finally {
+      stream.close();
+    }
+  });
+
+  test('after retention removed events, a client resuming from an old id gets what is kept, and ids are not reused', async () => {
+    const other = await first.newAccount('retention');
+    const projectId = await first.newProject(other);
+    const stream = await EventStream.open(first.url, other.token);
+    await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'old' } });
+    const [old] = await stream.take(1);
+    stream.close();
+    // Everything up to now is past retention.
+    await pruneEvents(first.db, new Date(Date.now() + 1000).toISOString());
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'new' } });
+    const resumed = await EventStream.open(second.url, other.token, { lastEventId: 1 });
+    try {
+      const [next] = await resumed.take(1);
+      assert.equal(next.body.data.resourceIds.environmentName, 'new');
+      assert.equal(next.id, old.id + 1);
+    } finally {
+      resumed.close();
+    }
   });
 });

@@ -1,3 +1,4 @@
+import { emit } from '../../core/outbox.ts';
 import { randomUUID, X509Certificate } from 'node:crypto';
 import type { Expression, ExpressionBuilder, Selectable } from 'kysely';
 import type { Database } from '../../core/db/schema.ts';
@@ -260,16 +261,63 @@ export function findAgentOfClient(db: Executor, accountId: string, agentId: stri
     .executeTakeFirst();
 }
 
-/** Records contact: connected from now for the window, and RUNNING unless paused (or already so). */
-export async function touchAgent(db: Executor, agentId: string): Promise<void> {
-  await db
+/**
+ * Records contact: connected from now for the window, and RUNNING unless paused (or already so). The first
+ * contact after being out of contact is announced (`agent.connected`), once across server processes.
+ */
+export async function touchAgent(db: Db, agentId: string): Promise<void> {
+  const touched = await db
     .updateTable('agents')
     .set((eb) => ({
       lastContactAt: now(),
       status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
     }))
     .where('id', '=', agentId)
-    .execute();
+    .returning('presenceAnnounced')
+    .executeTakeFirst();
+  if (!touched || touched.presenceAnnounced === 1) return;
+  await db.transaction().execute(async (trx) => {
+    const agent = await trx
+      .updateTable('agents')
+      .set({ presenceAnnounced: 1 })
+      .where('id', '=', agentId)
+      .where('presenceAnnounced', '=', 0)
+      .returning(['accountId', 'name'])
+      .executeTakeFirst();
+    if (agent) await announcePresence(trx, { id: agentId, ...agent }, 'connected');
+  });
+}
+
+async function announcePresence(
+  trx: Executor,
+  agent: { id: string; accountId: string; name: string },
+  presence: 'connected' | 'disconnected',
+): Promise<void> {
+  await emit(trx, {
+    accountId: agent.accountId,
+    type: `agent.${presence}`,
+    subject: `agents/${agent.id}`,
+    data: { agentId: agent.id, name: agent.name },
+  });
+}
+
+/**
+ * Announces `agent.disconnected` for agents announced connected whose last contact is older than the
+ * connected window (or which signed off); each once, whichever process sweeps first.
+ */
+export async function sweepAgentPresence(db: Db, windowSeconds: number): Promise<number> {
+  const cutoff = new Date(Date.now() - windowSeconds * 1000).toISOString();
+  return db.transaction().execute(async (trx) => {
+    const gone = await trx
+      .updateTable('agents')
+      .set({ presenceAnnounced: 0 })
+      .where('presenceAnnounced', '=', 1)
+      .where((eb) => eb.or([eb('lastContactAt', 'is', null), eb('lastContactAt', '<', cutoff)]))
+      .returning(['id', 'accountId', 'name'])
+      .execute();
+    for (const agent of gone) await announcePresence(trx, agent, 'disconnected');
+    return gone.length;
+  });
 }
 
 /** The agent's status and pause, or undefined once it is deleted. */

@@ -4,6 +4,8 @@ import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
 import { pageOf } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
+import { runPeriodically } from '../../core/ticker.ts';
+import { sweepAgentPresence } from './repository.ts';
 import {
   Agent,
   AgentCredentials,
@@ -32,6 +34,10 @@ const tags = ['Agents'];
 export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const window = app.config.agentConnectedWindowSeconds;
+  // Agents whose connected window passed without contact are announced disconnected (agent.disconnected).
+  runPeriodically(app, 'agent presence sweep', Math.min(5000, (window * 1000) / 3), () =>
+    sweepAgentPresence(app.store.db, window),
+  );
 
   app.get(
     '/agents',

@@ -1,3 +1,5 @@
+import type { Generated } from 'kysely';
+
 export interface AgentTable {
   id: string;
   accountId: string;
@@ -18,6 +20,8 @@ export interface AgentTable {
   certificatePem: string | null;
   /** Last heartbeat or poll, from any server instance: `connected` is derived from it. */
   lastContactAt: string | null;
+  /** 1 once `agent.connected` was announced for the current contact, 0 once `agent.disconnected` was (0033_agent_presence). */
+  presenceAnnounced: Generated<number>;
   createdAt: string;
 }
 

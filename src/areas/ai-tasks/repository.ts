@@ -1,3 +1,4 @@
+import { emit } from '../../core/outbox.ts';
 import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import type { Executor, Trx } from '../../core/db/database.ts';
@@ -97,6 +98,13 @@ export async function moveTask(
     throw conflict(refusal(event, current.status as TaskStatus));
   }
   await appendMessages(trx, taskId, randomUUID(), [{ type: 'STATUS', status: to, ...(detail !== null && { text: detail }) }]);
+  await emit(trx, {
+    accountId: moved.accountId,
+    type: to === 'STOPPED' || to === 'ERRORED' ? 'ai-task.finished' : 'ai-task.status-changed',
+    projectId: moved.projectId,
+    subject: `ai/agents/tasks/${taskId}`,
+    data: { taskId, status: to, ...(detail !== null && { detail }) },
+  });
   return moved;
 }
 

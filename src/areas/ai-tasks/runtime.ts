@@ -1,3 +1,4 @@
+import { emit } from '../../core/outbox.ts';
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
 import OpenAI from 'openai';
@@ -175,6 +176,13 @@ export class AiTaskRuntime {
               text: `The agent asks to run ${tool.name} (${tool.access === 'WRITE' ? 'it writes' : 'it reads'}); grant or refuse it.`,
             },
           ]);
+          await emit(trx, {
+            accountId: task.accountId,
+            type: 'ai-task.waiting-for-permission',
+            projectId: task.projectId,
+            subject: `ai/agents/tasks/${task.id}`,
+            data: { taskId: task.id, toolName: tool.name, access: tool.access, toolCallId: toolCallId! },
+          });
         });
         return { kind: 'continue' };
       }

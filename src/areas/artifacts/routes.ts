@@ -1,3 +1,4 @@
+import { emit } from '../../core/outbox.ts';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
@@ -121,8 +122,8 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         const environmentId = await requireEnvironment(app.store.db, accountId, projectId, environmentName);
         await requireVersionFree(app.store.db, environmentId, versionName);
         const ignoredResources = await withStagedUpload(request, app.config, connectorProfileRule, (upload) =>
-          app.store.db.transaction().execute(async (trx) =>
-            createArtifact(
+          app.store.db.transaction().execute(async (trx) => {
+            const ignored = await createArtifact(
               trx,
               {
                 projectId,
@@ -132,8 +133,21 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
                 commitHash: headerValue(request, 'commitHash'),
               },
               upload,
-            ),
-          ),
+            );
+            await emit(trx, {
+              accountId,
+              type: 'artifact.published',
+              projectId,
+              subject: `projects/${projectId}/artifacts/${encodeURIComponent(environmentName)}/${encodeURIComponent(versionName)}`,
+              data: {
+                environmentName,
+                versionName,
+                branch: headerValue(request, 'branch') ?? null,
+                commitHash: headerValue(request, 'commitHash') ?? null,
+              },
+            });
+            return ignored;
+          }),
         );
         Object.assign(request.auditIds, { environmentName, versionName });
         return { ignoredResources, versionName };

@@ -1,3 +1,5 @@
+import { emit } from '../../core/outbox.ts';
+import { accountOfProject } from '../projects/index.ts';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -334,6 +336,38 @@ export class MigrationRunner {
 
   /** A failed migration ends; its token is dropped (a completed one's lives on with the project). */
   private finish(migrationId: string, status: 'FAILED', detail: string): Promise<void> {
+<<<<<<< HEAD
     return finishMigration(this.db, migrationId, status, detail);
+=======
+    return this.db.transaction().execute((trx) => this.finishIn(trx, migrationId, status, detail));
+  }
+
+  private async finishIn(
+    trx: Executor,
+    migrationId: string,
+    status: 'COMPLETED' | 'FAILED',
+    detail: string | null,
+  ): Promise<void> {
+    // The token of a migration that ends is of no further use here (a completed one lives on with the project).
+    const ended = await trx
+      .updateTable('repositoryMigrations')
+      .set({ status, detail, sealedToken: null, finishedAt: now() })
+      .where('id', '=', migrationId)
+      .where('status', '=', 'IN_PROGRESS')
+      .returning('projectId')
+      .executeTakeFirst();
+    const account = ended
+      ? await trx.selectNoFrom((eb) => accountOfProject(eb, ended.projectId).as('accountId')).executeTakeFirst()
+      : undefined;
+    if (ended && account?.accountId) {
+      await emit(trx, {
+        accountId: account.accountId,
+        type: 'repository-migration.finished',
+        projectId: ended.projectId,
+        subject: `projects/${ended.projectId}/repository-migration/${migrationId}`,
+        data: { migrationId, status, ...(detail !== null && { detail }) },
+      });
+    }
+>>>>>>> issue-33
   }
 }

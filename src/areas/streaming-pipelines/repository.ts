@@ -7,7 +7,12 @@ import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
+<<<<<<< HEAD
 import { readStoredDefinition } from './stored-definitions.ts';
+=======
+import { emit } from '../../core/outbox.ts';
+import { accountOfProject } from '../projects/index.ts';
+>>>>>>> issue-33
 import {
   SECRET_REFERENCE_FIELDS,
   type StreamingPipeline,
@@ -242,11 +247,31 @@ export async function deletePipeline(db: Executor, projectId: string, pipelineId
 }
 
 async function moveStatus(db: Executor, pipelineId: string, status: StreamingPipelineStatus, message: string | null) {
-  await db
+  const moved = await db
     .updateTable('streamingPipelines')
     .set({ status, statusMessage: message, statusChangedAt: now() })
     .where('id', '=', pipelineId)
-    .execute();
+    .returning(['projectId', 'name'])
+    .executeTakeFirst();
+  if (moved) await announceStatus(db, { id: pipelineId, ...moved }, status, message);
+}
+
+/** The `streaming-pipeline.status-changed` event of a move, in the transaction of the move. */
+async function announceStatus(
+  db: Executor,
+  pipeline: { id: string; projectId: string; name: string },
+  status: StreamingPipelineStatus,
+  message: string | null,
+): Promise<void> {
+  const account = await db.selectNoFrom((eb) => accountOfProject(eb, pipeline.projectId).as('accountId')).executeTakeFirst();
+  if (!account?.accountId) return;
+  await emit(db, {
+    accountId: account.accountId,
+    type: 'streaming-pipeline.status-changed',
+    projectId: pipeline.projectId,
+    subject: `projects/${pipeline.projectId}/streaming-pipelines/${pipeline.id}`,
+    data: { streamingPipelineId: pipeline.id, name: pipeline.name, status, ...(message !== null && { message }) },
+  });
 }
 
 /**
@@ -290,6 +315,7 @@ export async function requestRun(
     kind: action === 'start' ? START_WORK : STOP_WORK,
     payload: { streamingPipelineId: pipelineId, projectId, name: row.name, definition },
   });
+  await announceStatus(db, row, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));
 }
 
