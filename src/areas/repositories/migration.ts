@@ -330,44 +330,35 @@ export class MigrationRunner {
         updatedAt: now(),
       };
       await upsertExternalRepository(trx, row);
-      await finishMigration(trx, migration.id, 'COMPLETED', null);
+      await this.finishIn(trx, migration.id, 'COMPLETED', null);
     });
   }
 
   /** A failed migration ends; its token is dropped (a completed one's lives on with the project). */
   private finish(migrationId: string, status: 'FAILED', detail: string): Promise<void> {
-<<<<<<< HEAD
-    return finishMigration(this.db, migrationId, status, detail);
-=======
     return this.db.transaction().execute((trx) => this.finishIn(trx, migrationId, status, detail));
   }
 
+  /** Ends the migration (if still IN_PROGRESS) and announces it, in `trx`. */
   private async finishIn(
     trx: Executor,
     migrationId: string,
     status: 'COMPLETED' | 'FAILED',
     detail: string | null,
   ): Promise<void> {
-    // The token of a migration that ends is of no further use here (a completed one lives on with the project).
-    const ended = await trx
-      .updateTable('repositoryMigrations')
-      .set({ status, detail, sealedToken: null, finishedAt: now() })
-      .where('id', '=', migrationId)
-      .where('status', '=', 'IN_PROGRESS')
-      .returning('projectId')
-      .executeTakeFirst();
-    const account = ended
-      ? await trx.selectNoFrom((eb) => accountOfProject(eb, ended.projectId).as('accountId')).executeTakeFirst()
-      : undefined;
-    if (ended && account?.accountId) {
+    const projectId = await finishMigration(trx, migrationId, status, detail);
+    const account =
+      projectId === undefined
+        ? undefined
+        : await trx.selectNoFrom((eb) => accountOfProject(eb, projectId).as('accountId')).executeTakeFirst();
+    if (projectId !== undefined && account?.accountId) {
       await emit(trx, {
         accountId: account.accountId,
         type: 'repository-migration.finished',
-        projectId: ended.projectId,
-        subject: `projects/${ended.projectId}/repository-migration/${migrationId}`,
+        projectId,
+        subject: `projects/${projectId}/repository-migration/${migrationId}`,
         data: { migrationId, status, ...(detail !== null && { detail }) },
       });
     }
->>>>>>> issue-33
   }
 }

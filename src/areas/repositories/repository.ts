@@ -71,17 +71,19 @@ export async function updateMigration(
   await db.updateTable('repositoryMigrations').set(set).where('id', '=', migrationId).execute();
 }
 
-/** Ends a migration still IN_PROGRESS; its token is of no further use here. */
+/** Ends a migration still IN_PROGRESS (its token is of no further use here); its project, or undefined when none ended. */
 export async function finishMigration(
   db: Executor,
   migrationId: string,
   status: 'COMPLETED' | 'FAILED',
   detail: string | null,
-): Promise<void> {
-  await db
+): Promise<string | undefined> {
+  const ended = await db
     .updateTable('repositoryMigrations')
     .set({ status, detail, sealedToken: null, finishedAt: now() })
     .where('id', '=', migrationId)
     .where('status', '=', 'IN_PROGRESS')
-    .execute();
+    .returning('projectId')
+    .executeTakeFirst();
+  return ended?.projectId;
 }

@@ -7,12 +7,9 @@ import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
-<<<<<<< HEAD
 import { readStoredDefinition } from './stored-definitions.ts';
-=======
 import { emit } from '../../core/outbox.ts';
 import { accountOfProject } from '../projects/index.ts';
->>>>>>> issue-33
 import {
   SECRET_REFERENCE_FIELDS,
   type StreamingPipeline,

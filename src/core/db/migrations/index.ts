@@ -16,12 +16,9 @@ import { environmentWarehouse } from './0031_environment_warehouse.ts';
 import { outbox } from './0033_outbox.ts';
 import { webhooks } from './0033_webhooks.ts';
 import { idempotency } from './0033_idempotency.ts';
-<<<<<<< HEAD
+import { agentPresence } from './0033_agent_presence.ts';
 import { lineage } from './0034_lineage.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
-=======
-import { agentPresence } from './0033_agent_presence.ts';
->>>>>>> issue-33
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -40,12 +37,9 @@ const steps: Record<string, PortableMigration> = {
   '0033_outbox': outbox,
   '0033_webhooks': webhooks,
   '0033_idempotency': idempotency,
-<<<<<<< HEAD
+  '0033_agent_presence': agentPresence,
   '0034_lineage': lineage,
   '0036_agent_report_sequence': agentReportSequence,
-=======
-  '0033_agent_presence': agentPresence,
->>>>>>> issue-33
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
