@@ -8,6 +8,8 @@ export const agentRunCommand: Command = {
     'Makes its RSA key pair and self-signed certificate on first start and keeps them in the state folder\n' +
     '(mode 0700; files 0600), with the local vault file (vault.json, 0600). The secret may be given in\n' +
     'DPC_AGENT_CLIENT_SECRET instead of on the command line. Stops cleanly on SIGTERM or SIGINT.\n' +
+    "Pipelines run on the environment's warehouse; without one, on DPC_AGENT_WAREHOUSE_URL (PostgreSQL, a\n" +
+    'schema per account and environment) when set, else an embedded DuckDB file in the state folder.\n' +
     'Logs one JSON line per event on stdout; secret values are never logged.',
   options: {
     url: { type: 'string' },
@@ -45,6 +47,8 @@ export const agentRunCommand: Command = {
       stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
       allowScripts: values['allow-scripts'] === true,
       statementTimeoutSeconds: timeout,
+      // Read from the environment only: it may hold a password, which a command line would show to `ps`.
+      defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

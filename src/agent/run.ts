@@ -19,6 +19,8 @@ export interface AgentOptions {
   vault?: VaultBackend;
   /** Whether pipelines may run python-script and bash-script components (off unless asked). */
   allowScripts?: boolean;
+  /** PostgreSQL for runs whose environment names no warehouse (the platform-hosted agents on PostgreSQL deployments). */
+  defaultWarehouseUrl?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -202,6 +204,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       stateDir: options.stateDir,
       allowScripts: options.allowScripts === true,
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
+      ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };

@@ -84,6 +84,10 @@ export interface Config {
   secretWriteTimeoutSeconds: number;
   /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
   aiModel: AiModelConfig;
+  /** Whether the server processes run a platform-hosted agent per account (for environments without a default agent). */
+  hostedAgent: boolean;
+  /** PostgreSQL deployments: the hosted agents' warehouse (a schema per account and environment); else each uses DuckDB. */
+  hostedWarehouseUrl?: string;
 }
 
 export interface AiModelConfig {
@@ -193,6 +197,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ),
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
     runJobs: oneOf(env, 'DPC_RUN_JOBS', ['true', 'false'], 'true') === 'true',
+    hostedAgent: oneOf(env, 'DPC_HOSTED_AGENT', ['true', 'false'], 'true') === 'true',
+    hostedWarehouseUrl: url(env, 'DPC_HOSTED_WAREHOUSE_URL', ['postgres:', 'postgresql:']),
     rememberReads: oneOf(env, 'DPC_REMEMBER_READS', ['true', 'false'], 'true') === 'true',
     outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
     outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),
