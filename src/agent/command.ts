@@ -18,6 +18,7 @@ export const agentRunCommand: Command = {
     'state-dir': { type: 'string' },
     'allow-scripts': { type: 'boolean' },
     'statement-timeout': { type: 'string' },
+    hosted: { type: 'boolean' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
@@ -26,6 +27,7 @@ export const agentRunCommand: Command = {
     'state-dir': 'where the key, certificate, vault and embedded warehouse are kept (default ./agent-state)',
     'allow-scripts': 'let pipelines run python-script and bash-script components (off by default)',
     'statement-timeout': 'seconds one warehouse statement may run before it is cancelled (default 3600; 0: no bound)',
+    hosted: 'run as a platform-hosted agent: no scripts, the embedded warehouse without file system or network access',
   },
   async run({ values, out }) {
     const url = required(values, 'url');
@@ -46,6 +48,7 @@ export const agentRunCommand: Command = {
       clientSecret,
       stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
       allowScripts: values['allow-scripts'] === true,
+      hosted: values.hosted === true,
       statementTimeoutSeconds: timeout,
       // Read from the environment only: it may hold a password, which a command line would show to `ps`.
       defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,

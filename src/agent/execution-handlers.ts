@@ -22,6 +22,7 @@ function servicesFor(payload: ExecutionPayload, ctx: WorkContext): RunServices {
         environmentId: payload.environmentId ?? 'default',
         statementTimeoutMs: ctx.statementTimeoutMs,
         defaultWarehouseUrl: ctx.defaultWarehouseUrl,
+        sandboxed: ctx.sandboxed,
       }),
     pipelines: payload.pipelines,
     projectVariables: payload.variables,

@@ -36,6 +36,15 @@ describeEachStore('the platform-hosted agent', (kind) => {
     assert.equal(created.status, 201, created.text);
     await uploadVersion(server, caller, projectId, 'dev', 'v1', {
       ...examples,
+      'pipelines/read-files.orch.yaml': orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Read"]
+    Read:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "CREATE TABLE stolen AS SELECT * FROM read_text('/etc/hostname')"
+`),
       'pipelines/script.orch.yaml': orchestration(`    Start:
       type: "start"
       transitions:
@@ -98,6 +107,19 @@ describeEachStore('the platform-hosted agent', (kind) => {
       }
     }
   });
+
+  test(
+    'the hosted embedded warehouse has no file system access from SQL',
+    { skip: kind === 'postgres' && 'the hosted warehouse is PostgreSQL here' },
+    async () => {
+      const id = await start('pipelines/read-files');
+      assert.equal(await finished(id), 'FAILED');
+      assert.match(
+        (await steps(id)).find((step) => step.name === 'Read')!.result.message!,
+        /file system operations are disabled/,
+      );
+    },
+  );
 
   test('scripts are off on the hosted agent', async () => {
     const id = await start('pipelines/script');

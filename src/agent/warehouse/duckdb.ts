@@ -23,6 +23,11 @@ export interface DuckDbOptions {
   schema?: string;
   /** The longest a statement may run, in ms (0: no bound); past it the statement is interrupted. */
   statementTimeoutMs?: number;
+  /**
+   * No file system or network access from SQL (read_csv, COPY TO, ATTACH, extensions): the database file
+   * only. What a platform-hosted agent needs, where the SQL is a customer's and the machine the platform's.
+   */
+  sandboxed?: boolean;
 }
 
 export class DuckDbWarehouse implements Warehouse {
@@ -45,7 +50,7 @@ export class DuckDbWarehouse implements Warehouse {
   /** Opens (creating when new) the database `file`; one instance per file is shared within the process. */
   static async open(file: string, options: DuckDbOptions = {}): Promise<DuckDbWarehouse> {
     if (file !== ':memory:') await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
-    const instance = await DuckDBInstance.fromCache(file);
+    const instance = await DuckDBInstance.fromCache(file, options.sandboxed ? { enable_external_access: 'false' } : undefined);
     return new DuckDbWarehouse(instance, options);
   }
 

@@ -22,6 +22,8 @@ export interface WarehouseSite {
   statementTimeoutMs?: number;
   /** PostgreSQL for runs that name no warehouse, a schema per account and environment; else DuckDB. */
   defaultWarehouseUrl?: string;
+  /** The embedded DuckDB without file system or network access (platform-hosted agents). */
+  sandboxed?: boolean;
 }
 
 /** The schema of an account's environment in a shared warehouse database: lower-case word characters. */
@@ -55,6 +57,7 @@ export async function openWarehouse(spec: WarehouseSpec | undefined, site: Wareh
       database: given(spec?.defaultDatabase),
       schema: given(spec?.defaultSchema),
       statementTimeoutMs: site.statementTimeoutMs,
+      sandboxed: site.sandboxed === true,
     });
   }
   if (spec.type === 'postgres') {

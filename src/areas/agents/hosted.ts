@@ -120,6 +120,7 @@ export class HostedAgents {
         credentials.clientId,
         '--state-dir',
         path.join(this.config.dataDir, 'hosted-agents', agentId),
+        '--hosted',
       ],
       { env, stdio: ['ignore', 'pipe', 'pipe'] },
     );
