@@ -1,78 +1,125 @@
 /**
- * The README's first pipeline, run as a user would paste it: `examples/first-pipeline.sh` starts the
- * server, publishes examples/ with `dpc publish`, runs its pipeline on the platform-hosted agent (the
- * embedded DuckDB warehouse: nothing else installed), follows it to SUCCESS, prints its steps with the
- * mart's row count, and runs the example's test pipeline on the mart.
+ * The README's first pipeline, as a user runs it: a server and a reference agent as processes, the
+ * examples/ project published with `dpc publish`, its pipeline run through the API and followed to
+ * SUCCESS, the mart's row count read from the run's steps, the example's test pipeline passing on it.
+ * The warehouse is the agent's embedded DuckDB: nothing else is installed.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { describeEachStore, scratchStore } from './helpers/harness.ts';
-import { freePort, runDpc } from './helpers/processes.ts';
+import { runDpc, spawnAgent, spawnServe } from './helpers/processes.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const EXAMPLES = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../examples');
+
+async function tokenOf(url: string, clientId: string, clientSecret: string): Promise<string> {
+  const answer = await fetch(`${url}/oauth/dpc/token`, {
+    method: 'POST',
+    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret }),
+  });
+  return ((await answer.json()) as { access_token: string }).access_token;
+}
 
 describeEachStore('the first pipeline of the README', (kind) => {
   let env: NodeJS.ProcessEnv;
   let drop: () => Promise<void>;
+  const stops: (() => void)[] = [];
+  let stateDir: string;
   before(async () => {
     const scratch = await scratchStore(kind);
     drop = scratch.drop;
+    stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-example-agent-'));
     env = {
-      ...process.env,
       DPC_DATA_DIR: scratch.settings.dataDir ?? '',
       DATABASE_URL: scratch.settings.databaseUrl ?? '',
       DPC_ENCRYPTION_KEYS: Buffer.alloc(32, 9).toString('base64'),
-      PORT: String(await freePort()),
-      TMPDIR: tmpdir(),
     };
   });
-  after(() => drop());
-
-  test('examples/first-pipeline.sh: publish, run to SUCCESS, the mart row count, the test pipeline passes', async () => {
-    // Its own process group: the server it starts in the background ends with it.
-    const script = spawn('bash', [path.join(ROOT, 'examples/first-pipeline.sh')], {
-      cwd: ROOT,
-      env,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    script.stdout.on('data', (chunk) => (output += chunk));
-    script.stderr.on('data', (chunk) => (output += chunk));
-    try {
-      const code = await new Promise<number | null>((resolve) => script.once('exit', resolve));
-      assert.equal(code, 0, output);
-    } finally {
-      try {
-        process.kill(-script.pid!, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
-    assert.match(output, /^pipeline: SUCCESS$/m, output);
-    assert.match(output, /^Count mart rows +SUCCESS +mart_rows=200$/m, output);
-    assert.match(output, /^Write mart +SUCCESS +rewrite-table wrote/m, output);
-    assert.match(output, /^tests: SUCCESS$/m, output);
+  after(async () => {
+    for (const stop of stops) stop();
+    rmSync(stateDir, { recursive: true, force: true });
+    await drop();
   });
 
-  test('dpc pipeline sql prints the statement the transformation runs, quoted for the dialect', () => {
-    const file = path.join(ROOT, 'examples/pipelines/sales-mart.tran.yaml');
-    const duck = runDpc(['pipeline', 'sql', file], env);
-    assert.equal(duck.status, 0, duck.stderr);
+  test('publish examples/, run load-orders to SUCCESS, read the mart row count, pass the test pipeline', async () => {
+    const admin = JSON.parse(runDpc(['accounts', 'create', '--name', 'Examples'], env).stdout);
+    const server = await spawnServe(env);
+    stops.push(() => server.child.kill('SIGKILL'));
+    const client = { ...env, DPC_URL: server.url, DPC_CLIENT_ID: admin.clientId, DPC_CLIENT_SECRET: admin.clientSecret };
+    const api = (method: string, apiPath: string, data?: unknown) => {
+      const answer = runDpc(['api', method, apiPath, ...(data === undefined ? [] : ['--data', JSON.stringify(data)])], client);
+      assert.equal(answer.status, 0, `${method} ${apiPath}: ${answer.stdout} ${answer.stderr}`);
+      return answer.stdout.trim() ? JSON.parse(answer.stdout) : undefined;
+    };
+
+    const { agentId } = api('POST', '/v1/agents', {
+      name: 'laptop',
+      agentType: 'CUSTOMER_HOSTED',
+      cloudProvider: 'aws',
+      deployment: 'fargate',
+    });
+    const credentials = api('GET', `/v1/agents/${agentId}/credentials`);
+    const agent = await spawnAgent({
+      url: server.url,
+      clientId: credentials.clientId,
+      clientSecret: credentials.clientSecret,
+      stateDir,
+    });
+    stops.push(() => agent.child.kill('SIGKILL'));
+    const { projectId } = api('POST', '/v1/projects', { name: 'examples' });
+    api('POST', `/v1/projects/${projectId}/environments`, { name: 'dev', defaultAgentId: agentId });
+    const published = runDpc(['publish', EXAMPLES, '--project', projectId, '--environment', 'dev', '--version', '1'], client);
+    assert.equal(published.status, 0, published.stderr);
+
+    const run = async (body: Record<string, unknown>, kindPath: string) => {
+      const { [kindPath === 'pipeline-executions' ? 'pipelineExecutionId' : 'testExecutionId']: id } = api(
+        'POST',
+        `/v1/projects/${projectId}/${kindPath}`,
+        body,
+      );
+      // Followed as a script would, but without a process per look: the same API, one token.
+      const token = await tokenOf(server.url, admin.clientId, admin.clientSecret);
+      for (let i = 0; i < 1200; i += 1) {
+        const look = await fetch(
+          `${server.url}/dpc/v1/projects/${projectId}/${kindPath}/${id}${kindPath === 'pipeline-executions' ? '/status' : ''}`,
+          { headers: { authorization: `Bearer ${token}` } },
+        );
+        const { status } = (await look.json()) as { status: string };
+        if (!['RUNNING', 'QUEUED', 'CANCELLING', 'UNKNOWN'].includes(status)) return { id, status };
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`the run did not finish: ${agent.logs()}`);
+    };
+
+    const loaded = await run({ pipelineName: 'pipelines/load-orders', environmentName: 'dev' }, 'pipeline-executions');
+    const steps = api('GET', `/v1/projects/${projectId}/pipeline-executions/${loaded.id}/steps?size=100`).results as {
+      name: string;
+      result: { status: string; message?: string };
+    }[];
+    assert.equal(loaded.status, 'SUCCESS', JSON.stringify(steps));
+    assert.deepEqual(
+      steps.map((step) => step.name),
+      ['Start', 'Load raw data', 'Build mart', 'Write mart', 'Count mart rows', 'End Success'],
+    );
+    assert.equal(steps.find((step) => step.name === 'Count mart rows')!.result.message, 'mart_rows=200');
+    // The mart is in the agent's embedded warehouse: one DuckDB file for the account and environment.
+    assert.match(agent.logs(), /"agent running"/);
+
+    const tested = await run({ environmentName: 'dev', scope: 'PROJECT' }, 'test-executions');
+    assert.equal(tested.status, 'SUCCESS');
+
+    // The SQL of the transformation, as the agent ran it.
+    const sql = runDpc(
+      ['pipeline', 'sql', path.join(EXAMPLES, 'pipelines/sales-mart.tran.yaml'), '--project', projectId, '--environment', 'dev'],
+      client,
+    );
+    assert.equal(sql.status, 0, sql.stderr);
     assert.match(
-      duck.stdout,
+      sql.stdout,
       /^-- Write mart \(rewrite-table\)\nCREATE OR REPLACE TABLE "mart_sales_by_customer" AS WITH "Orders" AS/,
     );
-    const postgres = runDpc(['pipeline', 'sql', file, '--dialect', 'postgres', '--variable', "order_status=o'brien"], env);
-    assert.equal(postgres.status, 0, postgres.stderr);
-    assert.match(
-      postgres.stdout,
-      /^DROP TABLE IF EXISTS "mart_sales_by_customer";\nCREATE TABLE "mart_sales_by_customer" AS WITH/m,
-    );
-    assert.match(postgres.stdout, /"status" = 'o''brien'/);
   });
 });
