@@ -48,6 +48,10 @@ export interface Config {
   logLevel: string;
   /** Whether this process runs background jobs. */
   runJobs: boolean;
+  /** Whether the server processes run a platform-hosted agent per account (for environments without a default agent). */
+  hostedAgent: boolean;
+  /** PostgreSQL deployments: the hosted agents' warehouse (a schema per account and environment); else each uses DuckDB. */
+  hostedWarehouseUrl?: string;
   /** Whether SQLite reads are remembered until the store changes (rememberedRead); off: every read asks the store. */
   rememberReads: boolean;
   /** Address ranges (CIDR) outbound requests may reach although they are loopback, private or reserved. */
@@ -84,10 +88,6 @@ export interface Config {
   secretWriteTimeoutSeconds: number;
   /** The language model of AI agent tasks, reached through the OpenAI-compatible chat completions API. */
   aiModel: AiModelConfig;
-  /** Whether the server processes run a platform-hosted agent per account (for environments without a default agent). */
-  hostedAgent: boolean;
-  /** PostgreSQL deployments: the hosted agents' warehouse (a schema per account and environment); else each uses DuckDB. */
-  hostedWarehouseUrl?: string;
 }
 
 export interface AiModelConfig {
