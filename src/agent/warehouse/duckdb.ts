@@ -37,6 +37,7 @@ export class DuckDbWarehouse implements Warehouse {
   private readonly active = new Set<DuckDBConnection>();
 
   private readonly statementTimeoutMs: number;
+  private readonly sandboxed: boolean;
 
   private constructor(
     private readonly instance: DuckDBInstance,
@@ -45,12 +46,13 @@ export class DuckDbWarehouse implements Warehouse {
     this.defaultDatabase = options.database;
     this.defaultSchema = options.schema ?? 'main';
     this.statementTimeoutMs = options.statementTimeoutMs ?? 0;
+    this.sandboxed = options.sandboxed === true;
   }
 
   /** Opens (creating when new) the database `file`; one instance per file is shared within the process. */
   static async open(file: string, options: DuckDbOptions = {}): Promise<DuckDbWarehouse> {
     if (file !== ':memory:') await mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
-    const instance = await DuckDBInstance.fromCache(file, options.sandboxed ? { enable_external_access: 'false' } : undefined);
+    const instance = await DuckDBInstance.fromCache(file);
     return new DuckDbWarehouse(instance, options);
   }
 
@@ -69,6 +71,8 @@ export class DuckDbWarehouse implements Warehouse {
           }, this.statementTimeoutMs)
         : undefined;
     try {
+      // Once off, external access stays off for the whole database instance (DuckDB refuses to turn it back on).
+      if (this.sandboxed) await connection.run('SET enable_external_access = false');
       if (this.defaultSchema !== 'main') {
         await connection.run(`CREATE SCHEMA IF NOT EXISTS ${this.quoteIdentifier(this.defaultSchema)}`);
         await connection.run(`SET schema = ${this.quoteLiteral(this.defaultSchema)}`);
