@@ -124,7 +124,7 @@ export interface BenchServer extends BenchProcess {
 /** The PostgreSQL server the benchmarks on PostgreSQL use; each creates a database of its own there. */
 export const BENCH_POSTGRES_URL = process.env.BENCH_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
-async function createDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+export async function createDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
   const name = `dpc_bench_${randomUUID().replaceAll('-', '')}`;
   const admin = new pg.Client({ connectionString: BENCH_POSTGRES_URL });
   await admin.connect();

@@ -21,7 +21,7 @@ import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
 import { validatorCompiler } from './core/validation.ts';
 import { acceptEmptyJsonBodies } from './core/json-bodies.ts';
-import { AgentDeletion, AgentWorkReports } from './areas/agents/index.ts';
+import { AgentDeletion, AgentWorkReports, HostedAgents } from './areas/agents/index.ts';
 import { ProjectDeletion } from './areas/projects/index.ts';
 import { healthRoutes } from './areas/health/routes.ts';
 import { identityRoutes } from './areas/identity/routes.ts';
@@ -161,6 +161,8 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
   app.decorate('projectDeletion', new ProjectDeletion());
   app.decorate('agentWorkReports', new AgentWorkReports());
   app.decorate('agentDeletion', new AgentDeletion());
+  app.decorate('hostedAgents', new HostedAgents(store.db, app.secretBox, config, app.log));
+  app.addHook('onClose', async () => app.hostedAgents.stop());
   // Every kind of work the contract names has a report handler, or the server does not start.
   app.addHook('onReady', async () => app.agentWorkReports.assertComplete());
 

@@ -18,6 +18,10 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
     store.onConnectionLost = (error) => app.log.warn({ err: error }, 'lost a PostgreSQL connection; the pool replaces it');
     const url = await app.listen({ host: config.host, port: config.port });
     if (config.runJobs) app.jobs.start();
+    // The platform-hosted agents reach this instance over loopback when it listens on every address.
+    const { port } = app.server.address() as { port: number };
+    const wildcard = ['0.0.0.0', '::', ''].includes(config.host);
+    app.hostedAgents.start(wildcard ? `http://127.0.0.1:${port}` : url);
     let closing: Promise<void> | undefined;
     const close = () =>
       (closing ??= (async () => {
@@ -30,6 +34,8 @@ export async function startServer(config: Config, logger?: Parameters<typeof bui
           app.log.warn({ timeoutMs: config.shutdownTimeoutMs }, 'shutdown deadline passed: closing the connections still open');
           app.server.closeAllConnections();
         }, config.shutdownTimeoutMs);
+        // The hosted agents first: their long polls would otherwise hold the close up.
+        await app.hostedAgents.stop();
         await app.close();
         clearTimeout(deadline);
         await app.jobs.stop();

@@ -22,11 +22,13 @@ interface Service {
 test('compose.yaml runs two instances behind a load balancer on PostgreSQL, as docs/operations.md says', () => {
   const compose = parse(read('compose.yaml'), { merge: true }) as { services: Record<string, Service> };
   const services = compose.services;
-  assert.deepEqual(Object.keys(services).sort(), ['api-1', 'api-2', 'lb', 'migrate', 'postgres']);
+  assert.deepEqual(Object.keys(services).sort(), ['api-1', 'api-2', 'lb', 'migrate', 'postgres', 'warehouse']);
   for (const name of ['api-1', 'api-2', 'migrate']) {
     assert.equal(services[name].build, '.', name);
     assert.match(services[name].environment!.DATABASE_URL, /^postgres:\/\/dpc:.*@postgres:5432\/dpc$/);
     assert.ok(services[name].environment!.DPC_ENCRYPTION_KEYS, 'every instance gets the same keys');
+    // The hosted agents' warehouse is the same whichever instance runs the work.
+    assert.match(services[name].environment!.DPC_HOSTED_WAREHOUSE_URL, /^postgres:\/\/warehouse:.*@warehouse:5432\/warehouse$/);
   }
   assert.deepEqual(services.migrate.command, ['migrate']);
   assert.deepEqual(services['api-1'].depends_on, { migrate: { condition: 'service_completed_successfully' } });

@@ -8,6 +8,8 @@ export const agentRunCommand: Command = {
     'Makes its RSA key pair and self-signed certificate on first start and keeps them in the state folder\n' +
     '(mode 0700; files 0600), with the local vault file (vault.json, 0600). The secret may be given in\n' +
     'DPC_AGENT_CLIENT_SECRET instead of on the command line. Stops cleanly on SIGTERM or SIGINT.\n' +
+    "Pipelines run on the environment's warehouse; without one, on DPC_AGENT_WAREHOUSE_URL (PostgreSQL, a\n" +
+    'schema per account and environment) when set, else an embedded DuckDB file in the state folder.\n' +
     'Logs one JSON line per event on stdout; secret values are never logged.',
   options: {
     url: { type: 'string' },
@@ -16,6 +18,7 @@ export const agentRunCommand: Command = {
     'state-dir': { type: 'string' },
     'allow-scripts': { type: 'boolean' },
     'statement-timeout': { type: 'string' },
+    hosted: { type: 'boolean' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
@@ -24,6 +27,7 @@ export const agentRunCommand: Command = {
     'state-dir': 'where the key, certificate, vault and embedded warehouse are kept (default ./agent-state)',
     'allow-scripts': 'let pipelines run python-script and bash-script components (off by default)',
     'statement-timeout': 'seconds one warehouse statement may run before it is cancelled (default 3600; 0: no bound)',
+    hosted: 'run as a platform-hosted agent: no scripts, the embedded warehouse without file system or network access',
   },
   async run({ values, out }) {
     const url = required(values, 'url');
@@ -44,7 +48,10 @@ export const agentRunCommand: Command = {
       clientSecret,
       stateDir: path.resolve((values['state-dir'] as string | undefined) || './agent-state'),
       allowScripts: values['allow-scripts'] === true,
+      hosted: values.hosted === true,
       statementTimeoutSeconds: timeout,
+      // Read from the environment only: it may hold a password, which a command line would show to `ps`.
+      defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

@@ -21,6 +21,8 @@ function servicesFor(payload: ExecutionPayload, ctx: WorkContext): RunServices {
         accountId: payload.accountId ?? 'default',
         environmentId: payload.environmentId ?? 'default',
         statementTimeoutMs: ctx.statementTimeoutMs,
+        defaultWarehouseUrl: ctx.defaultWarehouseUrl,
+        sandboxed: ctx.sandboxed,
       }),
     pipelines: payload.pipelines,
     projectVariables: payload.variables,

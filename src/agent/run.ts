@@ -19,6 +19,10 @@ export interface AgentOptions {
   vault?: VaultBackend;
   /** Whether pipelines may run python-script and bash-script components (off unless asked). */
   allowScripts?: boolean;
+  /** A platform-hosted agent: scripts off whatever allowScripts says, the embedded warehouse sandboxed. */
+  hosted?: boolean;
+  /** PostgreSQL for runs whose environment names no warehouse (the platform-hosted agents on PostgreSQL deployments). */
+  defaultWarehouseUrl?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -200,8 +204,10 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       vault,
       privateKey: identity.privateKey,
       stateDir: options.stateDir,
-      allowScripts: options.allowScripts === true,
+      allowScripts: options.allowScripts === true && options.hosted !== true,
+      sandboxed: options.hosted === true,
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
+      ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };

@@ -29,6 +29,10 @@ export interface WorkContext {
   allowScripts: boolean;
   /** The agent's deadline for one warehouse statement, in ms (0: none). */
   statementTimeoutMs: number;
+  /** Platform-hosted: the embedded warehouse has no file system or network access. */
+  sandboxed: boolean;
+  /** A PostgreSQL URL for runs whose environment names no warehouse (a schema per account and environment); else DuckDB. */
+  defaultWarehouseUrl?: string;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

@@ -29,9 +29,16 @@ export function maskedConfig(config: Config): Record<string, unknown> {
     if (url.password) url.password = '***';
     databaseUrl = url.toString();
   }
+  let hostedWarehouseUrl = config.hostedWarehouseUrl;
+  if (hostedWarehouseUrl) {
+    const url = new URL(hostedWarehouseUrl);
+    if (url.password) url.password = '***';
+    hostedWarehouseUrl = url.toString();
+  }
   return {
     ...config,
     databaseUrl,
+    hostedWarehouseUrl,
     encryptionKeys: config.encryptionKeys.map(() => '***'),
     metricsToken: config.metricsToken ? '***' : undefined,
     aiModel: { ...config.aiModel, apiKey: config.aiModel.apiKey ? '***' : undefined },

@@ -50,6 +50,10 @@ export interface Config {
   logLevel: string;
   /** Whether this process runs background jobs. */
   runJobs: boolean;
+  /** Whether the server processes run a platform-hosted agent per account (for environments without a default agent). */
+  hostedAgent: boolean;
+  /** PostgreSQL deployments: the hosted agents' warehouse (a schema per account and environment); else each uses DuckDB. */
+  hostedWarehouseUrl?: string;
   /** Whether SQLite reads are remembered until the store changes (rememberedRead); off: every read asks the store. */
   rememberReads: boolean;
   /** Address ranges (CIDR) outbound requests may reach although they are loopback, private or reserved. */
@@ -241,6 +245,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ),
     logLevel: oneOf(env, 'LOG_LEVEL', LOG_LEVELS, 'info'),
     runJobs: oneOf(env, 'DPC_RUN_JOBS', ['true', 'false'], 'true') === 'true',
+    hostedAgent: oneOf(env, 'DPC_HOSTED_AGENT', ['true', 'false'], 'true') === 'true',
+    hostedWarehouseUrl: url(env, 'DPC_HOSTED_WAREHOUSE_URL', ['postgres:', 'postgresql:']),
     rememberReads: oneOf(env, 'DPC_REMEMBER_READS', ['true', 'false'], 'true') === 'true',
     outboundAllowedRanges: addressRanges(env, 'DPC_OUTBOUND_ALLOW'),
     outboundTimeoutMs: integer(env, 'DPC_OUTBOUND_TIMEOUT_MS', 10_000),

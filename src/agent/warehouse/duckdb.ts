@@ -23,6 +23,11 @@ export interface DuckDbOptions {
   schema?: string;
   /** The longest a statement may run, in ms (0: no bound); past it the statement is interrupted. */
   statementTimeoutMs?: number;
+  /**
+   * No file system or network access from SQL (read_csv, COPY TO, ATTACH, extensions): the database file
+   * only. What a platform-hosted agent needs, where the SQL is a customer's and the machine the platform's.
+   */
+  sandboxed?: boolean;
 }
 
 export class DuckDbWarehouse implements Warehouse {
@@ -33,6 +38,7 @@ export class DuckDbWarehouse implements Warehouse {
   private readonly active = new Set<DuckDBConnection>();
 
   private readonly statementTimeoutMs: number;
+  private readonly sandboxed: boolean;
 
   private constructor(
     private readonly instance: DuckDBInstance,
@@ -44,6 +50,7 @@ export class DuckDbWarehouse implements Warehouse {
     this.defaultDatabase = options.database;
     this.defaultSchema = options.schema ?? 'main';
     this.statementTimeoutMs = options.statementTimeoutMs ?? 0;
+    this.sandboxed = options.sandboxed === true;
   }
 
   /** Opens (creating when new) the database `file`; one instance per file is shared within the process. */
@@ -68,6 +75,8 @@ export class DuckDbWarehouse implements Warehouse {
           }, this.statementTimeoutMs)
         : undefined;
     try {
+      // Once off, external access stays off for the whole database instance (DuckDB refuses to turn it back on).
+      if (this.sandboxed) await connection.run('SET enable_external_access = false');
       if (this.defaultSchema !== 'main') {
         await connection.run(`CREATE SCHEMA IF NOT EXISTS ${this.quoteIdentifier(this.defaultSchema)}`);
         await connection.run(`SET schema = ${this.quoteLiteral(this.defaultSchema)}`);

@@ -20,6 +20,15 @@ export interface WarehouseSite {
   environmentId: string;
   /** The longest one statement may run, in ms. */
   statementTimeoutMs?: number;
+  /** PostgreSQL for runs that name no warehouse, a schema per account and environment; else DuckDB. */
+  defaultWarehouseUrl?: string;
+  /** The embedded DuckDB without file system or network access (platform-hosted agents). */
+  sandboxed?: boolean;
+}
+
+/** The schema of an account's environment in a shared warehouse database: lower-case word characters. */
+export function environmentSchema(accountId: string, environmentId: string): string {
+  return `dpc_${accountId}_${environmentId}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
 }
 
 function given(value: string | undefined): string | undefined {
@@ -36,11 +45,19 @@ async function passwordFrom(vault: VaultBackend, name: string, key: string): Pro
 }
 
 export async function openWarehouse(spec: WarehouseSpec | undefined, site: WarehouseSite): Promise<Warehouse> {
+  if (spec === undefined && site.defaultWarehouseUrl) {
+    return new PostgresWarehouse({
+      connectionString: site.defaultWarehouseUrl,
+      defaultSchema: environmentSchema(site.accountId, site.environmentId),
+      statementTimeoutMs: site.statementTimeoutMs,
+    });
+  }
   if (spec === undefined || spec.type === 'duckdb') {
     return DuckDbWarehouse.open(duckdbFile(site.stateDir, site.accountId, site.environmentId), {
       database: given(spec?.defaultDatabase),
       schema: given(spec?.defaultSchema),
       statementTimeoutMs: site.statementTimeoutMs,
+      sandboxed: site.sandboxed === true,
     });
   }
   if (spec.type === 'postgres') {

@@ -85,10 +85,18 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       await requireProject(app.store.db, accountId, projectId);
-      const run = await preparePipelineRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'API' });
+      const run = await preparePipelineRun(app.store.db, {
+        ...request.body,
+        accountId,
+        projectId,
+        trigger: 'API',
+        hostedAgent: app.config.hostedAgent,
+      });
       const pipelineExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
         createExecution(trx, 'PIPELINE', run, { pipelineName: run.pipelineName, executionTag: request.body.executionTag }),
       );
+      // The platform-hosted agent runs in this instance from now on (the sweep of every instance starts it too).
+      if (run.hosted) await app.hostedAgents.ensure(accountId, run.agentId);
       request.auditIds.pipelineExecutionId = pipelineExecutionId;
       return sendCreated(request, reply, { segment: pipelineExecutionId }, { pipelineExecutionId });
     },
@@ -211,7 +219,13 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       await requireProject(app.store.db, accountId, projectId);
-      const run = await prepareTestRun(app.store.db, { ...request.body, accountId, projectId, trigger: 'API' });
+      const run = await prepareTestRun(app.store.db, {
+        ...request.body,
+        accountId,
+        projectId,
+        trigger: 'API',
+        hostedAgent: app.config.hostedAgent,
+      });
       const testExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
         createExecution(trx, 'TEST', run, {
           pipelineName: run.pipelineName,
@@ -220,6 +234,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
           tests: run.tests,
         }),
       );
+      if (run.hosted) await app.hostedAgents.ensure(accountId, run.agentId);
       request.auditIds.testExecutionId = testExecutionId;
       return sendCreated(request, reply, { segment: testExecutionId }, { testExecutionId });
     },

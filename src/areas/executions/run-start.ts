@@ -7,7 +7,7 @@
  */
 import type { Executor } from '../../core/db/database.ts';
 import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
-import { requireAgent } from '../agents/index.ts';
+import { hostedAgentOf, requireAgent } from '../agents/index.ts';
 import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
 import { requireEnvironment, type WarehouseSettings } from '../environments/index.ts';
 import { connectionSecret } from '../connections/index.ts';
@@ -48,9 +48,19 @@ function requirePipelinePath(paths: string[], name: string, what = 'Pipeline'): 
   return path;
 }
 
-/** The agent that runs the work: the one named (of the caller's account), else the environment's default. */
-async function chooseAgent(db: Executor, accountId: string, named: string | undefined, environmentDefault: string | null) {
+/**
+ * The agent that runs the work: the one named (of the caller's account), else the environment's default,
+ * else (when the server runs them) the account's platform-hosted agent.
+ */
+async function chooseAgent(
+  db: Executor,
+  accountId: string,
+  named: string | undefined,
+  environmentDefault: string | null,
+  hosted: boolean,
+) {
   const agentId = named ?? environmentDefault;
+  if (agentId === null && hosted) return hostedAgentOf(db, accountId);
   if (agentId === null) {
     throw badRequest('The environment has no default agent; name one.', [
       'agentId: required, the environment has no default agent',
@@ -173,6 +183,8 @@ export interface RunRequest {
   versionName?: string;
   agentId?: string;
   trigger: 'API' | 'SCHEDULE';
+  /** Whether an environment without a default agent runs on the account's platform-hosted agent. */
+  hostedAgent?: boolean;
   scheduleId?: string;
   scheduledFor?: string;
 }
@@ -184,6 +196,8 @@ export interface PreparedRun {
   versionName: string;
   /** The environment's warehouse; absent, the agent's embedded one. */
   warehouse?: WarehouseSpec;
+  /** The agent is the account's platform-hosted one. */
+  hosted?: boolean;
   agentId: string;
   pipelines: Record<string, string>;
   variables: Record<string, VariableValue | VariableValue[][]>;
@@ -203,7 +217,13 @@ export async function preparePipelineRun(
   const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
   const files = await pipelineFiles(db, artifact.id);
   const pipeline = parseOrRefuse(pipelineName, files);
-  const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
+  const agentId = await chooseAgent(
+    db,
+    request.accountId,
+    request.agentId,
+    environment.defaultAgentId,
+    request.hostedAgent === true,
+  );
   const variables = await resolveVariables(
     db,
     request.projectId,
@@ -218,6 +238,7 @@ export async function preparePipelineRun(
     environment,
     versionName: artifact.versionName,
     agentId,
+    ...(request.agentId === undefined && environment.defaultAgentId === null && { hosted: true }),
     ...(warehouse && { warehouse }),
     pipelines: files,
     variables,
@@ -267,13 +288,20 @@ export async function prepareTestRun(
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
   const pipelines = await pipelineFiles(db, artifact.id);
-  const agentId = await chooseAgent(db, request.accountId, request.agentId, environment.defaultAgentId);
+  const agentId = await chooseAgent(
+    db,
+    request.accountId,
+    request.agentId,
+    environment.defaultAgentId,
+    request.hostedAgent === true,
+  );
   const variables = await resolveVariables(db, request.projectId, environment.id, {});
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
     environment,
     ...(warehouse && { warehouse }),
+    ...(request.agentId === undefined && environment.defaultAgentId === null && { hosted: true }),
     versionName: artifact.versionName,
     agentId,
     pipelines,

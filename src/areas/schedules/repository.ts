@@ -177,7 +177,7 @@ export async function listSchedules(db: Executor, projectId: string, query: Page
  * run, and only when its latest due time is within `catchUpMs`. A run is SKIPPED (recorded, not run)
  * while the schedule's previous run is still going, or when nothing can run at the due time.
  */
-export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number> {
+export async function runDueSchedules(db: Db, catchUpMs: number, hostedAgent = false): Promise<number> {
   const at = new Date();
   const dueRows = await db
     .selectFrom('schedules')
@@ -211,7 +211,7 @@ export async function runDueSchedules(db: Db, catchUpMs: number): Promise<number
     };
     // Read outside the transaction (it parses the pipeline file); a refusal is the reason the run is skipped.
     const prepared = runNow
-      ? await preparePipelineRun(db, { ...base, trigger: 'SCHEDULE' }).catch((error: unknown) => {
+      ? await preparePipelineRun(db, { ...base, trigger: 'SCHEDULE', hostedAgent }).catch((error: unknown) => {
           if (error instanceof ProblemError) return error;
           throw error;
         })

@@ -13,7 +13,7 @@ const tags = ['Schedules'];
 export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
   // Due schedules start their runs (each due time once, across instances).
   runPeriodically(fastify, 'schedule ticker', fastify.config.schedulerIntervalMs, () =>
-    runDueSchedules(fastify.store.db, fastify.config.scheduleCatchUpMs),
+    runDueSchedules(fastify.store.db, fastify.config.scheduleCatchUpMs, fastify.config.hostedAgent),
   );
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
 
