@@ -7,7 +7,7 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
 import { DUCKDB_DIALECT, qualifiedName, type TableName } from '../../contract/sql-dialect.ts';
-import { plainValue, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
+import { rowsOf, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
 
 /** Names safe as a file name: the ids are UUIDs, anything else is reduced to word characters. */
 function fileSafe(name: string): string {
@@ -107,11 +107,7 @@ export class DuckDbWarehouse implements Warehouse {
     return this.withConnection(signal, async (connection) => {
       const reader = await connection.runAndReadAll(sql);
       const columns = reader.columnNames();
-      const rows = reader.getRowsJS().map((values) => {
-        const row = Object.create(null) as Record<string, unknown>;
-        columns.forEach((column, index) => (row[column] = plainValue(values[index])));
-        return row;
-      });
+      const rows = rowsOf(columns, reader.getRowsJS());
       return { columns, rows };
     });
   }

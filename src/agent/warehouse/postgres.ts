@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { POSTGRES_DIALECT, type TableName } from '../../contract/sql-dialect.ts';
-import { plainValue, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
+import { rowsOf, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
 
 export interface PostgresWarehouseOptions {
   host?: string;
@@ -137,11 +137,7 @@ export class PostgresWarehouse implements Warehouse {
     return this.withClient(signal, async (client) => {
       const result = await client.query({ text: sql, rowMode: 'array' });
       const columns = result.fields.map((field) => field.name);
-      const rows = (result.rows as unknown[][]).map((values) => {
-        const row = Object.create(null) as Record<string, unknown>;
-        columns.forEach((column, index) => (row[column] = plainValue(values[index])));
-        return row;
-      });
+      const rows = rowsOf(columns, result.rows as unknown[][]);
       return { columns, rows };
     });
   }

@@ -52,6 +52,15 @@ export class WarehouseError extends Error {
   }
 }
 
+/** Rows of `values` (one array a row, in `columns` order) as objects without a prototype, values made plain. */
+export function rowsOf(columns: string[], values: readonly (readonly unknown[])[]): Row[] {
+  return values.map((row) => {
+    const named = Object.create(null) as Row;
+    columns.forEach((column, index) => (named[column] = plainValue(row[index])));
+    return named;
+  });
+}
+
 /** A value as a run's variables hold it: bigints as numbers when exact, else text; dates as ISO text. */
 export function plainValue(value: unknown): unknown {
   if (typeof value === 'bigint') {
