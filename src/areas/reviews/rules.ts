@@ -258,17 +258,6 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
 
 // ---- A version
 
-/** Whether a file cannot be read as a pipeline at all (its own finding says why). */
-function isBrokenFile(text: string | undefined): boolean {
-  if (text === undefined) return false;
-  try {
-    parsePipelineFile(text);
-    return false;
-  } catch {
-    return true;
-  }
-}
-
 const isPipelineFile = (path: string) =>
   path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
 
@@ -276,12 +265,21 @@ const isPipelineFile = (path: string) =>
 export function reviewFiles(files: Record<string, string>, context: ReviewContext): Finding[] {
   const findings: Finding[] = [];
   const seen = new Set<string>();
-  for (const path of Object.keys(files).filter(isPipelineFile).sort()) {
-    let pipeline: Pipeline;
+  const paths = Object.keys(files).filter(isPipelineFile).sort();
+  // Each file read once: the loop below asks whether a child it names could be read.
+  const parsed = new Map<string, Pipeline | PipelineFileError>();
+  for (const path of paths) {
     try {
-      pipeline = parsePipelineFile(files[path]);
+      parsed.set(path, parsePipelineFile(files[path]));
     } catch (error) {
       if (!(error instanceof PipelineFileError)) throw error;
+      parsed.set(path, error);
+    }
+  }
+  for (const path of paths) {
+    const pipeline = parsed.get(path)!;
+    if (pipeline instanceof PipelineFileError) {
+      const error = pipeline;
       findings.push(
         error.component === undefined
           ? finding('invalid-file', path, error.message)
@@ -295,7 +293,9 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
       if (seen.has(key)) continue;
       seen.add(key);
       // A child that cannot be read at all is that child's own finding (invalid-file or invalid-graph).
-      if (violation.file === path || !isBrokenFile(files[violation.file])) findings.push(fromViolation(violation));
+      if (violation.file === path || !(parsed.get(violation.file) instanceof PipelineFileError)) {
+        findings.push(fromViolation(violation));
+      }
     }
     findings.push(
       ...reachabilityFindings(path, pipeline),
