@@ -6,7 +6,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { insertAgent, uploadVersion, WAITING } from '../helpers/executions.ts';
-import { sweepAgentPresence, touchAgent } from '../../src/areas/agents/repository.ts';
+import { sweepAgentPresence, touchAgent } from '../../src/areas/agents/service.ts';
 import { pruneEvents } from '../../src/core/outbox.ts';
 
 const dpc = path.resolve(import.meta.dirname, '../../bin/dpc.js');

@@ -9,6 +9,10 @@ import { describeEachStore, TestServer, type Caller } from '../helpers/harness.t
 import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
 import { preparePipelineRun } from '../../src/areas/executions/run-start.ts';
 import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
+import * as agents from '../../src/areas/agents/service.ts';
+import { hostedAgentOf } from '../../src/areas/agents/hosted.ts';
+import { AgentDeletion } from '../../src/areas/agents/deletion.ts';
+import { SecretBox } from '../../src/core/secret-box.ts';
 import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
 import { writeSecretValue } from '../../src/areas/secret-values/service.ts';
 import { ProblemError } from '../../src/core/problems.ts';
@@ -105,6 +109,47 @@ describeEachStore('services, called directly', (kind) => {
     await server.db.deleteFrom('agents').where('id', '=', agent).execute();
     assert.equal((await problemOf(protocol.poll(agent, 0, () => false))).status, 401);
     assert.equal((await problemOf(protocol.heartbeat(agent, []))).status, 401);
+  });
+
+  test('agents: placement and unique names, sealed credentials read back until rotated, the hosted agent registered once', async () => {
+    const { accountId } = caller;
+    const db = server.db;
+    const box = SecretBox.fromConfig(server.config);
+    const request = { name: 'edge', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' } as const;
+    const misplaced = await problemOf(agents.createAgent(db, accountId, { ...request, deployment: 'aks' }));
+    assert.deepEqual(
+      [misplaced.status, misplaced.options.violations],
+      [422, ['body.deployment: must be one of fargate, eks on aws']],
+    );
+    const edge = await agents.createAgent(db, accountId, request);
+    assert.equal((await problemOf(agents.createAgent(db, accountId, request))).status, 409);
+    const other = await agents.createAgent(db, accountId, { ...request, name: 'other' });
+    assert.equal((await problemOf(agents.updateAgent(db, accountId, other, { name: 'edge' }))).status, 409);
+    assert.equal((await agents.updateAgent(db, accountId, other, { pausedUntil: '2999-01-01T00:00:00Z' })).name, 'other');
+    assert.equal(agents.toSummary(await agents.requireAgent(db, accountId, other), 60).agentStatus, 'PAUSED');
+
+    const first = await agents.readAgentCredentials(db, box, accountId, edge);
+    assert.deepEqual(await agents.readAgentCredentials(db, box, accountId, edge), first, 'a read never rotates');
+    const rotated = await agents.issueAgentCredentials(db, box, accountId, edge);
+    assert.notEqual(rotated.clientId, first.clientId);
+    assert.deepEqual(await agents.readAgentCredentials(db, box, accountId, edge), rotated);
+    const stored = await agents.requireAgent(db, accountId, edge);
+    assert.ok(stored.sealedSecret && !stored.sealedSecret.includes(rotated.clientSecret), 'the secret is stored sealed');
+
+    const hosted = await Promise.all([hostedAgentOf(db, accountId), hostedAgentOf(db, accountId)]);
+    assert.equal(hosted[0], hosted[1], 'two first needs register one hosted agent');
+    assert.equal((await agents.requireAgent(db, accountId, hosted[0])).agentType, 'PLATFORM_HOSTED');
+    const { caller: squatter } = await server.prologue({ project: false });
+    await agents.createAgent(db, squatter.accountId, { ...request, name: 'platform-hosted' });
+    assert.equal(
+      (await problemOf(hostedAgentOf(db, squatter.accountId))).status,
+      409,
+      "a customer agent's name is not taken over",
+    );
+
+    await agents.deleteAgent(db, accountId, other, new AgentDeletion());
+    assert.equal((await problemOf(agents.requireAgent(db, accountId, other))).status, 404);
+    assert.equal((await problemOf(agents.requireAgent(db, squatter.accountId, edge))).status, 404, "another account's agent");
   });
 
   test('secret write: an agent without a certificate is refused before anything is queued', async () => {

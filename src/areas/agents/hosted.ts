@@ -13,10 +13,8 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Config } from '../../core/config.ts';
 import type { Db, Executor } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
 import type { SecretBox } from '../../core/secret-box.ts';
-import { randomUUID } from 'node:crypto';
-import { readAgentCredentials } from './repository.ts';
+import { agentNamed, readAgentCredentials } from './service.ts';
 
 export const HOSTED_AGENT_NAME = 'platform-hosted';
 const HOSTED_TYPE = 'PLATFORM_HOSTED';
@@ -24,49 +22,15 @@ const DPC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..
 /** How often each instance looks for hosted agents it does not run yet (created by another instance). */
 const SWEEP_MS = 5000;
 
-/** The account's platform-hosted agent, created on first need. */
-export async function hostedAgentOf(db: Executor, accountId: string): Promise<string> {
-  const find = () =>
-    db
-      .selectFrom('agents')
-      .select('id')
-      .where('accountId', '=', accountId)
-      .where('agentType', '=', HOSTED_TYPE)
-      .where('name', '=', HOSTED_AGENT_NAME)
-      .executeTakeFirst();
-  const found = await find();
-  if (found) return found.id;
-  const id = randomUUID();
-  try {
-    await db
-      .insertInto('agents')
-      .values({
-        id,
-        accountId,
-        name: HOSTED_AGENT_NAME,
-        description: 'Run by the platform for environments without a default agent',
-        agentType: HOSTED_TYPE,
-        cloudProvider: 'aws',
-        deployment: 'fargate',
-        status: 'PENDING',
-        pausedUntil: null,
-        clientId: null,
-        secretHash: null,
-        sealedSecret: null,
-        certificatePem: null,
-        lastContactAt: null,
-        createdAt: now(),
-      })
-      .execute();
-  } catch (error) {
-    // Created meanwhile by another request (or a customer agent has the name: then it is that one's).
-    if (isUniqueViolation(error)) {
-      const again = await find();
-      if (again) return again.id;
-    }
-    throw error;
-  }
-  return id;
+/** The account's platform-hosted agent, created on first need (a 409 if a customer agent took its name). */
+export function hostedAgentOf(db: Executor, accountId: string): Promise<string> {
+  return agentNamed(db, accountId, {
+    name: HOSTED_AGENT_NAME,
+    description: 'Run by the platform for environments without a default agent',
+    agentType: HOSTED_TYPE,
+    cloudProvider: 'aws',
+    deployment: 'fargate',
+  });
 }
 
 /** The reference-agent processes this server instance runs for the hosted agents. */

@@ -1,15 +1,8 @@
 /**
  * The agents area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export {
-  agentNameWhere,
-  agentsById,
-  agentsInContactSince,
-  findAgent,
-  isConnected,
-  isPaused,
-  requireAgent,
-} from './repository.ts';
+export { agentNameWhere, agentsById, agentsInContactSince, findAgent } from './repository.ts';
+export { isConnected, isPaused, requireAgent } from './service.ts';
 export { AgentParams } from './schemas.ts';
 export {
   cancelAgentWork,

@@ -8,7 +8,8 @@ import type { Dialect, Db } from '../../core/db/database.ts';
 import { invalidTokenProblem } from '../../core/auth/plugin.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
 import { badRequest, ProblemError } from '../../core/problems.ts';
-import { agentState, isPaused, setAgentCertificate, signOffAgent, touchAgent } from './repository.ts';
+import { agentState, setAgentCertificate, signOffAgent } from './repository.ts';
+import { isPaused, touchAgent } from './service.ts';
 import { claimAgentWork, recordAgentWorkReport, renewAgentWork, type AgentReport } from './work.ts';
 import type { AgentWorkReports } from './work-reports.ts';
 

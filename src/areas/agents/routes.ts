@@ -5,7 +5,6 @@ import { Page } from '../../core/paging.ts';
 import { pageOf } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { runPeriodically } from '../../core/ticker.ts';
-import { sweepAgentPresence } from './repository.ts';
 import {
   Agent,
   AgentCredentials,
@@ -16,17 +15,18 @@ import {
   CreateAgentResponse,
   UpdateAgentRequest,
 } from './schemas.ts';
+import { listAgents } from './repository.ts';
 import {
   createAgent,
   deleteAgent,
   issueAgentCredentials,
-  listAgents,
   readAgentCredentials,
   requireAgent,
+  sweepAgentPresence,
   toAgent,
   toSummary,
   updateAgent,
-} from './repository.ts';
+} from './service.ts';
 
 const tags = ['Agents'];
 
