@@ -10,6 +10,7 @@ import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
 import { preparePipelineRun } from '../../src/areas/executions/run-start.ts';
 import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
 import * as agents from '../../src/areas/agents/service.ts';
+import * as schedules from '../../src/areas/schedules/service.ts';
 import { hostedAgentOf } from '../../src/areas/agents/hosted.ts';
 import { AgentDeletion } from '../../src/areas/agents/deletion.ts';
 import { SecretBox } from '../../src/core/secret-box.ts';
@@ -150,6 +151,36 @@ describeEachStore('services, called directly', (kind) => {
     await agents.deleteAgent(db, accountId, other, new AgentDeletion());
     assert.equal((await problemOf(agents.requireAgent(db, accountId, other))).status, 404);
     assert.equal((await problemOf(agents.requireAgent(db, squatter.accountId, edge))).status, 404, "another account's agent");
+  });
+
+  test('schedules: the expression read in its time zone, unique names, and a due time started once by two tickers at once', async () => {
+    const db = server.db;
+    const request = { name: 'nightly', pipelineName: 'pipelines/check', environmentName: 'prod', cronExpression: '0 3 * * *' };
+    const unreadable = await problemOf(
+      schedules.createSchedule(db, projectId, { ...request, cronExpression: 'every day', timezone: 'Mars/Olympus' }),
+    );
+    assert.equal(unreadable.status, 400);
+    assert.deepEqual(
+      unreadable.options.violations?.map((violation) => violation.split(':')[0]),
+      ['timezone', 'cronExpression'],
+    );
+    const created = await schedules.createSchedule(db, projectId, { ...request, timezone: 'Europe/Paris' });
+    assert.ok(created.nextRunAt && Date.parse(created.nextRunAt) > Date.now());
+    assert.equal((await problemOf(schedules.createSchedule(db, projectId, request))).status, 409);
+    const disabled = await schedules.updateSchedule(db, projectId, created.scheduleId, { scheduleEnabled: false });
+    assert.equal(disabled.nextRunAt, null, 'a disabled schedule has no next run');
+    await schedules.updateSchedule(db, projectId, created.scheduleId, { scheduleEnabled: true, cronExpression: '* * * * *' });
+
+    const past = new Date(Date.now() - 1000).toISOString();
+    await db.updateTable('schedules').set({ nextRunAt: past }).where('id', '=', created.scheduleId).execute();
+    const started = await Promise.all([schedules.runDueSchedules(db, 120_000), schedules.runDueSchedules(db, 120_000)]);
+    assert.equal(started[0] + started[1], 1, 'one run for one due time');
+    const runs = await db.selectFrom('executions').select('status').where('scheduleId', '=', created.scheduleId).execute();
+    assert.equal(runs.length, 1);
+
+    await schedules.deleteSchedule(db, projectId, created.scheduleId);
+    assert.equal((await problemOf(schedules.getSchedule(db, projectId, created.scheduleId))).status, 404);
+    assert.equal((await problemOf(schedules.deleteSchedule(db, projectId, created.scheduleId))).status, 404);
   });
 
   test('secret write: an agent without a certificate is refused before anything is queued', async () => {

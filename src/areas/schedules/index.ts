@@ -1,4 +1,4 @@
 /**
  * The schedules area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { runDueSchedules } from './repository.ts';
+export { runDueSchedules } from './service.ts';

@@ -6,7 +6,7 @@ import { noContent, problems } from '../../core/openapi.ts';
 import { pageInProject, ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
 import { CreateScheduleRequest, Schedule, ScheduleParams, ScheduleSummary, UpdateScheduleRequest } from './schemas.ts';
 import { runPeriodically } from '../../core/ticker.ts';
-import { createSchedule, deleteSchedule, getSchedule, listSchedules, runDueSchedules, updateSchedule } from './repository.ts';
+import { createSchedule, deleteSchedule, getSchedule, listSchedules, runDueSchedules, updateSchedule } from './service.ts';
 
 const tags = ['Schedules'];
 
