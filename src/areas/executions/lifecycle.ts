@@ -8,7 +8,8 @@ import { FAILURE_CODES } from '../../contract/work.ts';
 import { agentsInContactSince, cancelAgentWork, cancelledWorkIds, type AgentReport, type AgentWork } from '../agents/index.ts';
 import { recordStepLineage } from '../lineage/index.ts';
 import { emit } from '../../core/outbox.ts';
-import { eventPrefix, moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './repository.ts';
+import { executionOfWork, heldRuns, quietRuns } from './repository.ts';
+import { eventPrefix, moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './service.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
 interface ReportBody {
@@ -47,11 +48,7 @@ function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
  * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
  */
 export async function applyAgentReport(trx: Executor, { work, report }: { work: AgentWork; report: AgentReport }): Promise<void> {
-  const run = await trx
-    .selectFrom('executions')
-    .select(['id', 'status', 'accountId', 'projectId', 'pipelineName', 'testName'])
-    .where('agentWorkId', '=', work.id)
-    .executeTakeFirst();
+  const run = await executionOfWork(trx, work.id);
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
   if (report.type === 'progress' && isStep(body.step)) {
@@ -125,27 +122,17 @@ export async function cancelExecution(trx: Executor, run: ExecutionRow, force: b
 export async function sweepExecutions(db: Db, windowMs: number): Promise<number> {
   const cutoff = new Date(Date.now() - windowMs).toISOString();
   // Runs with no report since the cutoff, of agents that have not been in contact since either.
-  const quiet = db
-    .selectFrom('executions')
-    .where('status', 'in', ['RUNNING', 'CANCELLING'])
-    .where('startedAt', '<', cutoff)
-    .where((eb) => eb.or([eb('lastReportAt', 'is', null), eb('lastReportAt', '<', cutoff)]));
-  const quietAgents = (await quiet.select('agentId').distinct().execute()).map((row) => row.agentId);
+  const quiet = quietRuns(db, cutoff);
+  const quietAgents = await quiet.agents();
   const inContact = await agentsInContactSince(db, quietAgents, cutoff);
-  const lostAgents = quietAgents.filter((agentId) => !inContact.has(agentId));
-  const lost = lostAgents.length === 0 ? [] : await quiet.select('id').where('agentId', 'in', lostAgents).limit(500).execute();
+  const lost = await quiet.ofAgents(quietAgents.filter((agentId) => !inContact.has(agentId)));
   // Runs whose work the agents area closed as cancelled.
-  const held = await db
-    .selectFrom('executions')
-    .select(['id', 'agentWorkId'])
-    .where('status', 'in', ['CANCELLING', 'UNKNOWN'])
-    .where('agentWorkId', 'is not', null)
-    .execute();
+  const held = await heldRuns(db);
   const cancelled = await cancelledWorkIds(
     db,
-    held.map((row) => row.agentWorkId!),
+    held.map((row) => row.agentWorkId),
   );
-  const closed = held.filter((row) => cancelled.has(row.agentWorkId!)).slice(0, 500);
+  const closed = held.filter((row) => cancelled.has(row.agentWorkId)).slice(0, 500);
   const moves: [string, ExecutionEvent, string][] = [
     ...lost.map((row): [string, ExecutionEvent, string] => [
       row.id,

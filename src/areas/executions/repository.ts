@@ -1,185 +1,33 @@
-import { randomUUID } from 'node:crypto';
-import type { Selectable } from 'kysely';
+/**
+ * The runs' SQL: rows of `executions` and `executionSteps` and nothing else. The rules (the state table,
+ * the agent work a run carries, its events, how it is shown) are the services' (service.ts, lifecycle.ts).
+ */
+import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import { keyOf, tokenPageOf } from '../../core/token-paging.ts';
-import { enqueueAgentWork } from '../agents/index.ts';
 import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
-import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
-import type { ExecutionTable } from './tables.ts';
-import { EXECUTION_STATUSES, isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
-import {
-  TRIGGERS,
-  type ExecutionStep,
-  type ListExecutionsQuery,
-  type PipelineExecutionSummary,
-  type Trigger,
-} from './schemas.ts';
-import type { PreparedRun } from './run-start.ts';
-import { emit } from '../../core/outbox.ts';
+import type { ExecutionStepTable, ExecutionTable } from './tables.ts';
+import { EXECUTION_STATUSES, isFinal } from './states.ts';
+import type { ListExecutionsQuery } from './schemas.ts';
 
 export type ExecutionRow = Selectable<ExecutionTable>;
 export type ExecutionKind = 'PIPELINE' | 'TEST';
-export const AGENT_WORK_KINDS = { PIPELINE: WORK_KINDS.executePipeline, TEST: WORK_KINDS.executeTests } as const;
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
 const UNFINISHED = EXECUTION_STATUSES.filter((status) => !isFinal(status));
 
-/**
- * Creates the run (RUNNING) and the agent work that carries it, in the caller's transaction. A second
- * running execution of the project with the same executionTag is a 409.
- */
-export async function createExecution(
-  trx: Executor,
-  kind: ExecutionKind,
-  run: PreparedRun,
-  fields: { pipelineName: string | null; executionTag?: string; testScope?: string; testName?: string | null; tests?: string[] },
-): Promise<string> {
-  const id = randomUUID();
-  const status = moveOf('(none)', 'start');
-  try {
-    await trx
-      .insertInto('executions')
-      .values({
-        id,
-        accountId: run.request.accountId,
-        projectId: run.request.projectId,
-        environmentId: run.environment.id,
-        environmentName: run.environment.name,
-        kind,
-        pipelineName: fields.pipelineName,
-        testScope: fields.testScope ?? null,
-        testName: fields.testName ?? null,
-        versionName: run.versionName,
-        agentId: run.agentId,
-        agentWorkId: null,
-        executionTag: fields.executionTag ?? null,
-        runningTag: fields.executionTag ?? null,
-        trigger: run.request.trigger,
-        scheduleId: run.request.scheduleId ?? null,
-        scheduledFor: run.request.scheduledFor ?? null,
-        status,
-        message: null,
-        variables: JSON.stringify(run.variables),
-        startedAt: now(),
-        finishedAt: null,
-        lastReportAt: null,
-      })
-      .execute();
-  } catch (error) {
-    if (isUniqueViolation(error)) throw conflict(`Another execution tagged "${fields.executionTag}" is running in this project.`);
-    throw error;
-  }
-  const payload: ExecutionPayload = {
-    executionId: id,
-    pipelines: run.pipelines,
-    variables: run.variables,
-    ...(fields.pipelineName !== null && kind === 'PIPELINE' && { pipelineName: fields.pipelineName }),
-    ...(fields.tests && { tests: fields.tests }),
-    accountId: run.request.accountId,
-    environmentId: run.environment.id,
-    ...(run.warehouse && { warehouse: run.warehouse }),
-  };
-  const agentWorkId = await enqueueAgentWork(trx, {
-    accountId: run.request.accountId,
-    agentId: run.agentId,
-    kind: AGENT_WORK_KINDS[kind],
-    payload,
-  });
-  await trx.updateTable('executions').set({ agentWorkId }).where('id', '=', id).execute();
-  await emit(trx, {
-    accountId: run.request.accountId,
-    type: `${eventPrefix(kind)}.started`,
-    projectId: run.request.projectId,
-    subject: `${eventPrefix(kind)}s/${id}`,
-    data: {
-      executionId: id,
-      status,
-      pipelineName: fields.pipelineName,
-      environmentName: run.environment.name,
-      trigger: run.request.trigger,
-      ...(fields.executionTag !== undefined && { executionTag: fields.executionTag }),
-    },
-  });
-  return id;
+/** Inserts a run. A second running run of the project with the same tag is a unique violation. */
+export async function insertExecution(db: Executor, row: Insertable<ExecutionTable>): Promise<void> {
+  await db.insertInto('executions').values(row).execute();
 }
 
-/** What events about a run of `kind` are called: `pipeline-execution.finished`, `test-execution.started`. */
-export function eventPrefix(kind: string): string {
-  return kind === 'TEST' ? 'test-execution' : 'pipeline-execution';
+export async function setExecutionWork(db: Executor, id: string, agentWorkId: string): Promise<void> {
+  await db.updateTable('executions').set({ agentWorkId }).where('id', '=', id).execute();
 }
 
-/**
- * A scheduled run that was declined (the schedule's previous run still going, or nothing runnable at the
- * due time): recorded SKIPPED with the reason, never handed to an agent. What was not resolved is empty.
- */
-export async function recordSkippedRun(
-  trx: Executor,
-  run: {
-    accountId: string;
-    projectId: string;
-    environmentId: string;
-    environmentName: string;
-    pipelineName: string;
-    scheduleId: string;
-    scheduledFor: string;
-    versionName?: string;
-    agentId?: string;
-  },
-  message: string,
-): Promise<string> {
-  const id = randomUUID();
-  const at = now();
-  await trx
-    .insertInto('executions')
-    .values({
-      id,
-      accountId: run.accountId,
-      projectId: run.projectId,
-      environmentId: run.environmentId,
-      environmentName: run.environmentName,
-      kind: 'PIPELINE',
-      pipelineName: run.pipelineName,
-      testScope: null,
-      testName: null,
-      versionName: run.versionName ?? '',
-      agentId: run.agentId ?? '',
-      agentWorkId: null,
-      executionTag: null,
-      runningTag: null,
-      trigger: 'SCHEDULE',
-      scheduleId: run.scheduleId,
-      scheduledFor: run.scheduledFor,
-      status: moveOf('(none)', 'decline'),
-      message,
-      variables: '{}',
-      startedAt: at,
-      finishedAt: at,
-      lastReportAt: null,
-    })
-    .execute();
-  await emit(trx, {
-    accountId: run.accountId,
-    type: 'pipeline-execution.finished',
-    projectId: run.projectId,
-    subject: `pipeline-executions/${id}`,
-    data: {
-      executionId: id,
-      status: moveOf('(none)', 'decline'),
-      pipelineName: run.pipelineName,
-      environmentName: run.environmentName,
-      trigger: 'SCHEDULE',
-      message,
-    },
-  });
-  return id;
-}
-
-/** Run `id` of kind `kind` in the caller's project, or a 404. */
-export async function requireExecution(db: Executor, accountId: string, projectId: string, id: string, kind: ExecutionKind) {
-  const row = await db
+/** Run `id` of kind `kind` in the account's project, if there is one. */
+export function findExecution(db: Executor, accountId: string, projectId: string, id: string, kind: ExecutionKind) {
+  return db
     .selectFrom('executions')
     .selectAll()
     .where('id', '=', id)
@@ -187,86 +35,45 @@ export async function requireExecution(db: Executor, accountId: string, projectI
     .where('accountId', '=', accountId)
     .where('kind', '=', kind)
     .executeTakeFirst();
-  if (!row) throw notFound(`${kind === 'PIPELINE' ? 'Pipeline' : 'Test'} execution ${id} does not exist in this project.`);
-  return row;
 }
 
-/**
- * THE one place a run's status changes: the state table decides where `event` leads from the status
- * the row has (IllegalTransition, a 409, when nowhere), and the update only lands if the row still has
- * that status (a concurrent move makes it re-read and decide again). Answers the row as moved.
- */
-export async function moveExecution(
+/** Run `id` (it must exist). */
+export function executionRow(db: Executor, id: string): Promise<ExecutionRow> {
+  return db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+/** The run that agent work `workId` carries, if any. */
+export function executionOfWork(db: Executor, workId: string) {
+  return db
+    .selectFrom('executions')
+    .select(['id', 'status', 'accountId', 'projectId', 'pipelineName', 'testName'])
+    .where('agentWorkId', '=', workId)
+    .executeTakeFirst();
+}
+
+/** Writes `set` to run `id` only while its status is still `from` (compare and set); whether it landed. */
+export async function setExecutionIf(
   db: Executor,
   id: string,
-  event: ExecutionEvent,
-  changes: { message?: string | null; lastReportAt?: string } = {},
-): Promise<ExecutionRow> {
-  for (;;) {
-    const row = await db.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-    const from = row.status as ExecutionStatus;
-    const to = moveOf(from, event);
-    const finished = isFinal(to);
-    const set = {
-      status: to,
-      ...changes,
-      ...(finished && { finishedAt: now(), runningTag: null }),
-    };
-    const result = await db.updateTable('executions').set(set).where('id', '=', id).where('status', '=', from).executeTakeFirst();
-    if (result.numUpdatedRows === 0n) continue;
-    // A step left open when the run ends (its last report refused once the run was cancelling) ends with the run.
-    if (finished) {
-      await db
-        .updateTable('executionSteps')
-        .set({ status: to === 'SUCCESS' || to === 'CANCELLED' ? to : 'FAILED', finishedAt: set.finishedAt })
-        .where('executionId', '=', id)
-        .where('status', '=', 'RUNNING')
-        .execute();
-    }
-    if (to !== from) {
-      await emit(db, {
-        accountId: row.accountId,
-        type: `${eventPrefix(row.kind)}.${finished ? 'finished' : 'status-changed'}`,
-        projectId: row.projectId,
-        subject: `${eventPrefix(row.kind)}s/${id}`,
-        data: {
-          executionId: id,
-          status: to,
-          previousStatus: from,
-          pipelineName: row.pipelineName,
-          environmentName: row.environmentName,
-          message: set.message ?? row.message,
-          ...(finished && { finishedAt: set.finishedAt }),
-        },
-      });
-    }
-    return { ...row, ...set };
-  }
+  from: string,
+  set: Partial<Pick<ExecutionRow, 'status' | 'message' | 'lastReportAt' | 'finishedAt' | 'runningTag'>>,
+): Promise<boolean> {
+  const result = await db.updateTable('executions').set(set).where('id', '=', id).where('status', '=', from).executeTakeFirst();
+  return result.numUpdatedRows > 0n;
 }
 
-/** A step of a run as the agent reports it. */
-export interface ReportedStep {
-  index: number;
-  name: string;
-  status: string;
-  startedAt: string;
-  finishedAt?: string;
-  message?: string;
-  childPipeline?: string;
+/** Ends the run's steps still RUNNING with `status`. */
+export async function closeOpenSteps(db: Executor, executionId: string, status: string, finishedAt: string): Promise<void> {
+  await db
+    .updateTable('executionSteps')
+    .set({ status, finishedAt })
+    .where('executionId', '=', executionId)
+    .where('status', '=', 'RUNNING')
+    .execute();
 }
 
-/** Records a step the agent reported; a repeated report of a step updates it. */
-export async function recordStep(db: Executor, executionId: string, step: ReportedStep): Promise<void> {
-  const row = {
-    executionId,
-    position: step.index,
-    name: step.name,
-    status: step.status,
-    startedAt: step.startedAt,
-    finishedAt: step.finishedAt ?? null,
-    message: step.message ?? null,
-    childPipeline: step.childPipeline ?? null,
-  };
+/** Inserts a step, or updates the one at its position. */
+export async function upsertStep(db: Executor, row: Insertable<ExecutionStepTable>): Promise<void> {
   await db
     .insertInto('executionSteps')
     .values(row)
@@ -283,51 +90,27 @@ export async function recordStep(db: Executor, executionId: string, step: Report
     .execute();
 }
 
-export async function listSteps(
-  db: Executor,
-  executionId: string,
-  query: PageQuery,
-): Promise<{ results: ExecutionStep[]; total: number }> {
+/** A page of the run's steps by position, and how many it has. */
+export async function stepRows(db: Executor, executionId: string, query: PageQuery) {
   const ofRun = db.selectFrom('executionSteps').where('executionId', '=', executionId);
   const [rows, total] = await Promise.all([
     ofRun.selectAll().orderBy('position').limit(query.size).offset(offsetOf(query)).execute(),
     countOf(ofRun),
   ]);
-  return {
-    results: rows.map((row) => ({
-      id: String(row.position),
-      name: row.name,
-      result: { status: row.status, startedAt: row.startedAt, finishedAt: row.finishedAt, message: row.message },
-      childPipeline: row.childPipeline === null ? null : { name: row.childPipeline },
-    })),
-    total,
-  };
+  return { rows, total };
 }
 
-/** The stored trigger as the vendor names it: runs stored before it was API read MANUAL. */
-export function triggerOf(stored: string): Trigger {
-  if (stored === 'MANUAL') return 'API';
-  return (TRIGGERS as readonly string[]).includes(stored) ? (stored as Trigger) : 'UNKNOWN';
-}
-
-export function toSummary(row: ExecutionRow): PipelineExecutionSummary {
-  return {
-    pipelineExecutionId: row.id,
-    pipelineName: row.pipelineName ?? '',
-    status: row.status as ExecutionStatus,
-    startedAt: row.startedAt,
-    finishedAt: row.finishedAt,
-    environmentName: row.environmentName,
-    projectId: row.projectId,
-    pipelineType: 'ORCHESTRATION',
-    trigger: triggerOf(row.trigger),
-    scheduleId: row.scheduleId,
-    message: row.message,
-  };
-}
-
-/** A page of the account's pipeline executions, newest first, with the token of the next page. */
-export async function listExecutions(db: Executor, accountId: string, query: ListExecutionsQuery) {
+/**
+ * Up to `limit` of the account's pipeline runs matching the query, newest first (startedAt, id descending),
+ * after the position `after` when given.
+ */
+export function pipelineRunRows(
+  db: Executor,
+  accountId: string,
+  query: Omit<ListExecutionsQuery, 'limit' | 'paginationToken'>,
+  after: [string, string] | undefined,
+  limit: number,
+): Promise<ExecutionRow[]> {
   let select = db.selectFrom('executions').selectAll().where('accountId', '=', accountId).where('kind', '=', 'PIPELINE');
   if (query.projectId !== undefined) select = select.where('projectId', '=', query.projectId);
   if (query.pipelineName !== undefined) {
@@ -339,20 +122,13 @@ export async function listExecutions(db: Executor, accountId: string, query: Lis
   if (query.startedAfter !== undefined) select = select.where('startedAt', '>=', new Date(query.startedAfter).toISOString());
   if (query.startedBefore !== undefined) select = select.where('startedAt', '<', new Date(query.startedBefore).toISOString());
   if (query.scheduleId !== undefined) select = select.where('scheduleId', '=', query.scheduleId);
-  const after = keyOf<[string, string]>(query.paginationToken, ['string', 'string']);
   if (after !== undefined) {
     const [startedAt, id] = after;
     select = select.where((eb) =>
       eb.or([eb('startedAt', '<', startedAt), eb.and([eb('startedAt', '=', startedAt), eb('id', '<', id)])]),
     );
   }
-  const rows = await select
-    .orderBy('startedAt', 'desc')
-    .orderBy('id', 'desc')
-    .limit(query.limit + 1)
-    .execute();
-  // The token is where the page ended in (startedAt, id) descending order.
-  return tokenPageOf(rows, query.limit, (row) => [row.startedAt, row.id], toSummary);
+  return select.orderBy('startedAt', 'desc').orderBy('id', 'desc').limit(limit).execute();
 }
 
 /** Whether a run that schedule `scheduleId` started has not finished yet. */
@@ -365,4 +141,29 @@ export async function hasUnfinishedRun(db: Executor, scheduleId: string): Promis
     .limit(1)
     .executeTakeFirst();
   return row !== undefined;
+}
+
+/** Running (or cancelling) runs started before `cutoff` with no report since: their agents, and up to 500 of them by agent. */
+export function quietRuns(db: Executor, cutoff: string) {
+  const quiet = db
+    .selectFrom('executions')
+    .where('status', 'in', ['RUNNING', 'CANCELLING'])
+    .where('startedAt', '<', cutoff)
+    .where((eb) => eb.or([eb('lastReportAt', 'is', null), eb('lastReportAt', '<', cutoff)]));
+  return {
+    agents: async () => (await quiet.select('agentId').distinct().execute()).map((row) => row.agentId),
+    ofAgents: async (agentIds: readonly string[]) =>
+      agentIds.length === 0 ? [] : quiet.select('id').where('agentId', 'in', agentIds).limit(500).execute(),
+  };
+}
+
+/** Runs cancelling or of unknown outcome, with the agent work they carry. */
+export async function heldRuns(db: Executor): Promise<{ id: string; agentWorkId: string }[]> {
+  const rows = await db
+    .selectFrom('executions')
+    .select(['id', 'agentWorkId'])
+    .where('status', 'in', ['CANCELLING', 'UNKNOWN'])
+    .where('agentWorkId', 'is not', null)
+    .execute();
+  return rows.map((row) => ({ id: row.id, agentWorkId: row.agentWorkId as string }));
 }

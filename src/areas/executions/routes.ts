@@ -30,7 +30,7 @@ import {
   triggerOf,
   type ExecutionKind,
   type ExecutionRow,
-} from './repository.ts';
+} from './service.ts';
 import { preparePipelineRun, prepareTestRun } from './run-start.ts';
 import { applyAgentReport, cancelExecution, sweepExecutions } from './lifecycle.ts';
 import type { ExecutionStatus } from './states.ts';
