@@ -50,6 +50,19 @@ const QUICK = orchestration(
         scope: "COPIED"
         visibility: "PUBLIC"
       defaultValue: "us"
+    targets:
+      metadata:
+        type: "GRID"
+        columns:
+          table:
+            columnType: "TEXT"
+          rows:
+            columnType: "NUMBER"
+        scope: "COPIED"
+        visibility: "PUBLIC"
+      defaultValue:
+        - - "orders"
+          - "10"
 `,
 );
 
@@ -255,9 +268,25 @@ describe('the web console', () => {
       await page.getByRole('button', { name: 'Start run' }).waitFor();
       assert.equal(await page.getByLabel('delay (NUMBER, project)').getAttribute('type'), 'number');
       await page.getByLabel('region (TEXT, pipeline)').fill('eu');
+      // The pipeline's GRID variable is a table of inputs, a column per declared column, its default as the first row.
+      const grid = page.getByRole('group', { name: 'targets (GRID, pipeline)' });
+      assert.deepEqual(await grid.locator('th').allInnerTexts(), ['table', 'rows', 'Row']);
+      assert.equal(await page.getByLabel('targets row 1, table').inputValue(), 'orders');
+      await page.getByRole('button', { name: 'Add a row to targets' }).click();
+      await page.getByLabel('targets row 2, table').fill('customers');
+      await page.getByLabel('targets row 2, rows').fill('20');
       await accessible(page, 'start');
       await screenshot(page, 'start');
+      const started = page.waitForRequest(
+        (request) => request.method() === 'POST' && request.url().endsWith('/pipeline-executions'),
+      );
       await page.getByRole('button', { name: 'Start run' }).click();
+      assert.deepEqual(JSON.parse((await started).postData() ?? '{}').gridVariables, {
+        targets: [
+          ['orders', '10'],
+          ['customers', '20'],
+        ],
+      });
       await page.waitForURL(/#\/runs\/[^/]+\/[0-9a-f-]+$/);
       // The timeline follows the run live until it is done.
       await page.locator('[data-run-status="SUCCESS"]').waitFor({ timeout: 60_000 });
@@ -318,6 +347,68 @@ describe('the web console', () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.getByRole('heading', { name: 'Sign in' }).waitFor();
       assert.deepEqual(failures, []);
+    } finally {
+      await context.close();
+    }
+  });
+
+  test('live: the run page follows the event stream, reads nothing while nothing happens, and nothing while hidden', async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const page = await context.newPage();
+    const runReads: string[] = [];
+    const streams: { url: string; authorization?: string }[] = [];
+    page.on('request', (request) => {
+      const url = request.url();
+      if (url.includes('/dpc/v1/events/stream')) streams.push({ url, authorization: request.headers().authorization });
+      else if (url.includes('/pipeline-executions/')) runReads.push(url);
+    });
+    const longRun = async () =>
+      (
+        await call('POST', `/projects/${projectId}/pipeline-executions`, {
+          environmentName: 'dev',
+          pipelineName: 'pipelines/wait.orch.yaml',
+          scalarVariables: { delay: '600' },
+        })
+      ).pipelineExecutionId as string;
+    const cancel = (runId: string) =>
+      call('PATCH', `/projects/${projectId}/pipeline-executions/${runId}`, { forceUpdate: false, status: 'CANCELLED' });
+    const setHidden = (hidden: boolean) =>
+      page.evaluate((value) => {
+        Object.defineProperty(document, 'hidden', { value, configurable: true });
+        document.dispatchEvent(new Event('visibilitychange'));
+      }, hidden);
+    try {
+      await signIn(page, admin);
+      const first = await longRun();
+      await page.goto(`${serve.url}/dpc/console/#/runs/${projectId}/${first}`);
+      // The step's start reaches the page through the stream (step-started), not through a poll.
+      await page.locator('[data-step="Wait"][data-status="RUNNING"]').waitFor({ timeout: 60_000 });
+      const stream = streams.find((s) => s.url.includes(`projectId=${projectId}`));
+      assert.ok(stream, `the run page follows the event stream of its project: ${streams.map((s) => s.url).join(', ')}`);
+      assert.match(stream.authorization ?? '', /^Bearer /, 'with the bearer token');
+      assert.match(stream.url, /type=pipeline-execution\.\*/);
+      await page.waitForTimeout(2500); // the catch-up reads after the stream opened
+      const before = runReads.length;
+      await page.waitForTimeout(5000);
+      assert.equal(runReads.length - before, 0, `no read while nothing happens: ${runReads.slice(before).join(', ')}`);
+      await cancel(first);
+      await page.locator('[data-run-status="CANCELLED"]').waitFor({ timeout: 30_000 });
+      await page.locator('[data-step="Wait"][data-status="CANCELLED"]').waitFor({ timeout: 30_000 });
+
+      // Hidden: the stream is closed and nothing is read; shown again, one read catches up.
+      const second = await longRun();
+      await page.goto(`${serve.url}/dpc/console/#/runs/${projectId}/${second}`);
+      await page.locator('[data-step="Wait"][data-status="RUNNING"]').waitFor({ timeout: 60_000 });
+      await setHidden(true);
+      const hiddenFrom = runReads.length;
+      const streamsFrom = streams.length;
+      await cancel(second);
+      await page.waitForTimeout(5000);
+      assert.equal(runReads.length - hiddenFrom, 0, 'nothing is read while the page is hidden');
+      assert.equal(streams.length - streamsFrom, 0, 'no stream is opened while the page is hidden');
+      assert.equal(await page.locator('[data-run-status="RUNNING"]').count(), 1, 'the page shows what it last read');
+      await setHidden(false);
+      await page.locator('[data-run-status="CANCELLED"]').waitFor({ timeout: 30_000 });
     } finally {
       await context.close();
     }

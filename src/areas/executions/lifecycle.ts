@@ -77,10 +77,10 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
     ...(message !== undefined && { message }),
   });
   const step = body.step;
-  if (report.type === 'progress' && isStep(step) && step.status !== 'RUNNING') {
+  if (report.type === 'progress' && isStep(step)) {
     await emit(trx, {
       accountId: moved.accountId,
-      type: `${eventPrefix(moved.kind)}.step-finished`,
+      type: `${eventPrefix(moved.kind)}.${step.status === 'RUNNING' ? 'step-started' : 'step-finished'}`,
       projectId: moved.projectId,
       subject: `${eventPrefix(moved.kind)}s/${run.id}/steps/${step.index}`,
       data: {

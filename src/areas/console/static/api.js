@@ -101,26 +101,145 @@ export async function allPages(path, max = 1000) {
 
 export const POLL_MS = 2000;
 
+/** A valid token (renewed a minute before it expires), for the requests `api` does not make. */
+async function bearer() {
+  if (!session) throw new ApiError(401, 'Not signed in.');
+  if (Date.now() > session.expiresAt - 60_000) session = await fetchToken(session.clientId, session.clientSecret);
+  return `Bearer ${session.token}`;
+}
+
 /**
- * Runs `tick` now and then every 2 s after the previous tick ends (so never more than one request round a
- * view per 2 s, and never two at once), until `stop()` or the tick answers false. Ticks reuse ETags.
+ * Follows the server's event stream (`/v1/events/stream`, Server-Sent Events) with the bearer token (which
+ * `EventSource` cannot send): calls `onEvent` with each event, `onOpen` once the stream answered, and
+ * resolves when the stream ends (the server shut down or the signal aborted). Rejects when it cannot be
+ * followed (a refusal, no streaming body).
  */
-export function poll(tick) {
-  let stopped = false;
-  let timer;
-  const run = async () => {
-    if (stopped) return;
-    let again = true;
-    try {
-      again = (await tick()) !== false;
-    } catch (error) {
-      again = !(error instanceof ApiError && (error.status === 401 || error.status === 404));
+async function follow(query, { onOpen, onEvent }, signal) {
+  const answer = await fetch(`/dpc/v1/events/stream?${new URLSearchParams(query)}`, {
+    headers: { authorization: await bearer(), accept: 'text/event-stream' },
+    cache: 'no-store',
+    credentials: 'omit',
+    signal,
+  });
+  if (!answer.ok || !answer.body) throw new ApiError(answer.status, `The event stream answered ${answer.status}.`);
+  onOpen();
+  const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replace(/\r\n?/g, '\n');
+    let end;
+    while ((end = buffer.indexOf('\n\n')) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = frame
+        .split('\n')
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).replace(/^ /, ''))
+        .join('\n');
+      if (data) onEvent(JSON.parse(data));
     }
-    if (again && !stopped) timer = setTimeout(run, POLL_MS);
-  };
-  run();
-  return () => {
+  }
+}
+
+/**
+ * Keeps a view current. `tick(events)` reads what the view shows; it runs now, then again when the event
+ * stream announces an event the view follows (`feed`: the stream's `type`/`projectId` query, and `matches`
+ * to keep only the events of this view), with the events since the last tick. Where the stream cannot be
+ * followed, it runs every 2 s instead (ETags make unchanged answers 304). Either way: never two ticks at
+ * once, never two within 2 s, and nothing at all while the page is hidden (one tick catches up when it shows
+ * again). `tick` answering false ends it, as does the returned stop(); answering 'more' asks for another tick (2 s
+ * later) though no event came.
+ */
+export function live(tick, feed) {
+  let stopped = false;
+  let busy = false;
+  let wanted = false;
+  let lastAt = 0;
+  let timer;
+  let stream; // the AbortController of the open stream
+  let streaming = false; // whether the stream answered (else: polling)
+  let events = [];
+
+  const stop = () => {
     stopped = true;
     clearTimeout(timer);
+    stream?.abort();
+    document.removeEventListener('visibilitychange', onVisibility);
   };
+  const run = async () => {
+    timer = undefined;
+    if (stopped || document.hidden) return;
+    busy = true;
+    wanted = false;
+    lastAt = Date.now();
+    const seen = events;
+    events = [];
+    let answer;
+    try {
+      answer = await tick(seen);
+    } catch (error) {
+      if (error instanceof ApiError && (error.status === 401 || error.status === 404)) answer = false;
+    }
+    busy = false;
+    if (answer === false) return stop();
+    if (wanted || !streaming || answer === 'more') request();
+  };
+  /** A tick as soon as the rules allow: after the one running, and 2 s after the last began. */
+  const request = () => {
+    wanted = true;
+    if (stopped || busy || timer !== undefined || document.hidden) return;
+    timer = setTimeout(run, Math.max(0, lastAt + POLL_MS - Date.now()));
+  };
+  const open = () => {
+    if (!feed || stopped || document.hidden || typeof TextDecoderStream === 'undefined') return;
+    stream = new AbortController();
+    const mine = stream;
+    follow(
+      { ...(feed.type && { type: feed.type }), ...(feed.projectId && { projectId: feed.projectId }) },
+      {
+        // Changes made before the stream opened are caught by one more read.
+        onOpen: () => ((streaming = true), request()),
+        onEvent: (event) => {
+          if (feed.matches && !feed.matches(event)) return;
+          events.push(event);
+          request();
+        },
+      },
+      mine.signal,
+    )
+      .then(() => {
+        // The server ended the stream (a restart): read again, and follow it again 2 s later.
+        if (mine.signal.aborted || stopped) return;
+        streaming = false;
+        request();
+        setTimeout(open, POLL_MS);
+      })
+      .catch(() => {
+        if (mine.signal.aborted || stopped) return;
+        streaming = false; // cannot follow it: poll every 2 s
+        request();
+      });
+  };
+  const onVisibility = () => {
+    if (document.hidden) {
+      clearTimeout(timer);
+      timer = undefined;
+      stream?.abort();
+      streaming = false;
+    } else {
+      request();
+      open();
+    }
+  };
+  document.addEventListener('visibilitychange', onVisibility);
+  run();
+  open();
+  return stop;
+}
+
+/** Like `live` without an event stream: every 2 s after the previous tick, and nothing while the page is hidden. */
+export function poll(tick) {
+  return live(tick, undefined);
 }

@@ -1,5 +1,5 @@
 // The console: hash routes (#/runs, #/runs/{projectId}/{runId}, ...), each a view built from the public API.
-import { api, allPages, ApiError, canWrite, current, poll, signIn, signOut } from './api.js';
+import { api, allPages, ApiError, canWrite, current, live, poll, signIn, signOut } from './api.js';
 import { drawGantt, drawGraph, graphOf } from './draw.js';
 import { badge, duration, errorBox, field, h, say, select, table, when } from './ui.js';
 
@@ -169,7 +169,13 @@ async function runsView(query) {
   if (query.get('startedAfter')) params.set('startedAfter', new Date(query.get('startedAfter')).toISOString());
   const body = h('div');
   show('Runs', filters, body);
-  stopView = poll(async () => {
+  // Read again when a run starts, changes status or finishes (the event stream), else every 2 s.
+  const runEvents = {
+    type: 'pipeline-execution.*',
+    projectId: query.get('projectId'),
+    matches: (e) => !e.type.includes('.step-'),
+  };
+  stopView = live(async () => {
     const answer = await api('GET', `/pipeline-executions?${params}`);
     const trigger = query.get('trigger');
     const runs = answer.results.filter((run) => !trigger || run.trigger === trigger);
@@ -188,7 +194,7 @@ async function runsView(query) {
         `${runs.length} runs, newest first${answer.more ? ' (more exist: narrow the filters)' : ''}`,
       ),
     );
-  });
+  }, runEvents);
 }
 
 async function runView(projectId, runId) {
@@ -255,16 +261,94 @@ async function runView(projectId, runId) {
   };
   show(`Run ${runId.slice(0, 8)}`, head, problem, timeline, messages);
   render();
-  // One request a tick, every 2 s: the run, then its steps, in turn; until the run is final and both are read.
+  // One read a tick, at most every 2 s: the run when the event stream says it moved, its steps when a step
+  // started or finished (without the stream: the run, then its steps, in turn); until the run is final and
+  // its steps were read after that.
+  const need = { run: false, steps: false };
   let turn = 0;
-  let settled = 0;
-  stopView = poll(async () => {
-    if (turn++ % 2 === 0) run = await api('GET', base);
-    else steps = await allPages(`${base}/steps`);
+  const feed = { type: 'pipeline-execution.*', projectId, matches: (e) => e.data?.executionId === runId };
+  stopView = live(async (events) => {
+    for (const event of events) need[event.type.includes('.step-') ? 'steps' : 'run'] = true;
+    if (!need.run && !need.steps) need[turn++ % 2 === 0 ? 'run' : 'steps'] = true;
+    const wasFinal = FINAL.has(run.status);
+    if (need.run) {
+      need.run = false;
+      run = await api('GET', base);
+    } else {
+      need.steps = false;
+      steps = await allPages(`${base}/steps`);
+      if (wasFinal) return (render(), false);
+    }
     render();
-    settled = FINAL.has(run.status) ? settled + 1 : 0;
-    return settled < 2;
-  });
+    if (FINAL.has(run.status)) need.steps = true;
+    return need.run || need.steps ? 'more' : true;
+  }, feed);
+}
+
+/**
+ * A GRID variable as a table of text inputs: a column per declared column (the file's `metadata.columns`;
+ * else as many as the default's widest row), a row per row, rows added and removed with buttons.
+ */
+function gridEditor(name, variable, legend) {
+  const defaults = Array.isArray(variable.value) ? variable.value.map((row) => (Array.isArray(row) ? row : [row])) : [];
+  const columns = variable.columns?.length
+    ? variable.columns
+    : Array.from({ length: Math.max(1, ...defaults.map((row) => row.length)) }, (_, i) => `column ${i + 1}`);
+  const body = h('tbody');
+  const addRow = (values = []) => {
+    const number = body.children.length + 1;
+    const row = h(
+      'tr',
+      {},
+      columns.map((column, i) =>
+        h('td', {}, h('input', { 'aria-label': `${name} row ${number}, ${column}`, value: values[i] ?? '' })),
+      ),
+      h(
+        'td',
+        {},
+        h(
+          'button',
+          {
+            type: 'button',
+            className: 'secondary',
+            'aria-label': `Remove row ${number} of ${name}`,
+            onclick: () => row.remove(),
+          },
+          'Remove',
+        ),
+      ),
+    );
+    body.append(row);
+  };
+  defaults.forEach((values) => addRow(values));
+  return h(
+    'fieldset',
+    { 'data-grid': name },
+    h('legend', {}, legend),
+    h(
+      'table',
+      {},
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          columns.map((column) => h('th', { scope: 'col' }, column)),
+          h('th', { scope: 'col' }, 'Row'),
+        ),
+      ),
+      body,
+    ),
+    h('button', { type: 'button', className: 'secondary', onclick: () => addRow() }, `Add a row to ${name}`),
+  );
+}
+
+/** The rows a grid editor holds, each cell as typed (a row left wholly empty is no row). */
+function gridRows(editor) {
+  return [...editor.querySelectorAll('tbody tr')]
+    .map((row) => [...row.querySelectorAll('input')].map((input) => input.value))
+    .filter((row) => row.some((cell) => cell !== ''));
 }
 
 async function startView(projectId, environmentName, pipelineName, query) {
@@ -298,8 +382,10 @@ async function startView(projectId, environmentName, pipelineName, query) {
   const variables = new Map();
   for (const v of projectVariables) variables.set(v.name, { type: v.type, value: v.value, from: 'project' });
   for (const [name, v] of Object.entries(fileVariables)) {
-    if (!variables.has(name))
-      variables.set(name, { type: v?.metadata?.type ?? 'TEXT', value: v?.defaultValue, from: 'pipeline' });
+    if (!variables.has(name)) {
+      const columns = v?.metadata?.columns && typeof v.metadata.columns === 'object' ? Object.keys(v.metadata.columns) : [];
+      variables.set(name, { type: v?.metadata?.type ?? 'TEXT', value: v?.defaultValue, columns, from: 'pipeline' });
+    }
   }
   const again = previous?.scalarVariables ?? {};
   const projectSelect = select(
@@ -328,21 +414,15 @@ async function startView(projectId, environmentName, pipelineName, query) {
     previous?.versionName ?? '',
   );
   const inputs = [...variables].map(([name, v]) => {
-    const initial = again[name] ?? (Array.isArray(v.value) ? JSON.stringify(v.value) : (v.value ?? ''));
-    const control =
-      v.type === 'GRID'
-        ? h(
-            'textarea',
-            { name: `var:${name}`, 'data-type': 'GRID', rows: 3, placeholder: '[["row", "values"]]' },
-            String(initial),
-          )
-        : h('input', {
-            name: `var:${name}`,
-            'data-type': v.type,
-            type: v.type === 'NUMBER' ? 'number' : 'text',
-            step: 'any',
-            value: initial,
-          });
+    if (v.type === 'GRID') return gridEditor(name, v, `${name} (GRID, ${v.from})`);
+    const initial = again[name] ?? v.value ?? '';
+    const control = h('input', {
+      name: `var:${name}`,
+      'data-type': v.type,
+      type: v.type === 'NUMBER' ? 'number' : 'text',
+      step: 'any',
+      value: initial,
+    });
     return field(`${name} (${v.type}, ${v.from})`, control);
   });
   const problem = h('div');
@@ -362,15 +442,18 @@ async function startView(projectId, environmentName, pipelineName, query) {
     const scalarVariables = {};
     const gridVariables = {};
     try {
-      for (const control of form.querySelectorAll('[data-type]')) {
+      for (const control of form.querySelectorAll('input[data-type]')) {
         const name = control.name.slice(4);
         const original = variables.get(name).value;
         const typed = control.value;
-        if (control.dataset.type === 'GRID') {
-          if (typed.trim() && typed !== JSON.stringify(original)) gridVariables[name] = JSON.parse(typed);
-        } else if (typed !== '' && String(original ?? '') !== typed) {
+        if (typed !== '' && String(original ?? '') !== typed) {
           scalarVariables[name] = control.dataset.type === 'NUMBER' ? Number(typed) : typed;
         }
+      }
+      for (const editor of form.querySelectorAll('fieldset[data-grid]')) {
+        const name = editor.dataset.grid;
+        const rows = gridRows(editor);
+        if (JSON.stringify(rows) !== JSON.stringify(variables.get(name).value ?? [])) gridVariables[name] = rows;
       }
       const body = { pipelineName: pipelineSelect.value, environmentName: envSelect.value, scalarVariables, gridVariables };
       if (versionSelect.value) body.versionName = versionSelect.value;
@@ -378,9 +461,7 @@ async function startView(projectId, environmentName, pipelineName, query) {
       say('Run started');
       location.hash = `#/runs/${projectId}/${pipelineExecutionId}`;
     } catch (error) {
-      problem.replaceChildren(
-        errorBox(error instanceof SyntaxError ? new Error(`A grid variable is not JSON: ${error.message}`) : error),
-      );
+      problem.replaceChildren(errorBox(error));
     }
   });
   show('Start a run', form);
@@ -389,21 +470,24 @@ async function startView(projectId, environmentName, pipelineName, query) {
 async function agentsView() {
   const body = h('div');
   show('Agents', body);
-  stopView = poll(async () => {
-    const agents = await api('GET', '/agents?size=100');
-    body.replaceChildren(
-      table(
-        ['Agent', 'Type', 'Status', 'Connected', 'Last contact'],
-        agents.results.map((a) => [
-          a.name,
-          a.agentType,
-          badge(a.agentStatus ?? a.status),
-          a.connected ? 'connected' : 'not connected',
-          when(a.lastContactAt) || 'never',
-        ]),
-      ),
-    );
-  });
+  stopView = live(
+    async () => {
+      const agents = await api('GET', '/agents?size=100');
+      body.replaceChildren(
+        table(
+          ['Agent', 'Type', 'Status', 'Connected', 'Last contact'],
+          agents.results.map((a) => [
+            a.name,
+            a.agentType,
+            badge(a.agentStatus ?? a.status),
+            a.connected ? 'connected' : 'not connected',
+            when(a.lastContactAt) || 'never',
+          ]),
+        ),
+      );
+    },
+    { type: 'agent.*' },
+  );
 }
 
 async function perProject(title, query, render) {
@@ -459,22 +543,25 @@ function schedulesView(query) {
 
 function streamingView(query) {
   return perProject('Streaming pipelines', query, async (projectId, body) => {
-    stopView = poll(async () => {
-      const page = await api('GET', `/projects/${projectId}/streaming-pipelines?size=100`);
-      body.replaceChildren(
-        table(
-          ['Pipeline', 'Source', 'Target', 'State', 'Since', 'Lag'],
-          page.results.map((p) => [
-            p.name,
-            p.streamingSource?.type ?? '',
-            p.streamingTarget?.type ?? '',
-            badge(p.status ?? 'UNKNOWN'),
-            when(p.statusChangedAt ?? p.changedAt),
-            p.lagSeconds !== undefined ? `${p.lagSeconds} s` : 'not reported',
-          ]),
-        ),
-      );
-    });
+    stopView = live(
+      async () => {
+        const page = await api('GET', `/projects/${projectId}/streaming-pipelines?size=100`);
+        body.replaceChildren(
+          table(
+            ['Pipeline', 'Source', 'Target', 'State', 'Since', 'Lag'],
+            page.results.map((p) => [
+              p.name,
+              p.streamingSource?.type ?? '',
+              p.streamingTarget?.type ?? '',
+              badge(p.status ?? 'UNKNOWN'),
+              when(p.statusChangedAt ?? p.changedAt),
+              p.lagSeconds !== undefined ? `${p.lagSeconds} s` : 'not reported',
+            ]),
+          ),
+        );
+      },
+      { type: 'streaming-pipeline.*', projectId },
+    );
   });
 }
 
