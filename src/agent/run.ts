@@ -128,6 +128,8 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
 
   const stopping = new AbortController();
   const inHand = new Map<string, Held>();
+  /** Resolves the wait of a poll loop held back by MAX_CONCURRENT_WORK once a piece of work ends. */
+  let slotFreed: (() => void) | undefined;
   let heartbeatSeconds = 10;
 
   async function heartbeat(): Promise<void> {
@@ -232,6 +234,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       log('error', 'could not report', { workId: work.workId, type: outcome.type, message: String(error) });
     } finally {
       inHand.delete(work.workId);
+      slotFreed?.();
     }
   }
 
@@ -257,7 +260,15 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     return heartbeatSeconds * 1000;
   });
   const polls = loop('poll', async () => {
-    if (inHand.size >= MAX_CONCURRENT_WORK) return 100;
+    if (inHand.size >= MAX_CONCURRENT_WORK) {
+      // Polls again as soon as a piece of work in hand ends (or the agent stops).
+      await new Promise<void>((resolve) => {
+        slotFreed = resolve;
+        stopping.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+      slotFreed = undefined;
+      return 0;
+    }
     const answer = await client.call<PolledWork>('GET', `/work?waitSeconds=${POLL_WAIT_SECONDS}`, undefined, stopping.signal);
     if (answer.status === 200) void perform(answer.body, Date.now());
     return 0;
