@@ -219,6 +219,8 @@ async function storeCheck(server: BenchServer, ids: string[]): Promise<string> {
 }
 
 export async function bench(): Promise<void> {
-  await dispatchOn('sqlite');
-  await dispatchOn('postgres');
+  // BENCH_DISPATCH_STORES=postgres (or sqlite) measures one store only.
+  const stores = (process.env.BENCH_DISPATCH_STORES ?? 'sqlite,postgres').split(',');
+  if (stores.includes('sqlite')) await dispatchOn('sqlite');
+  if (stores.includes('postgres')) await dispatchOn('postgres');
 }
