@@ -23,6 +23,8 @@ export interface AgentOptions {
   hosted?: boolean;
   /** PostgreSQL for runs whose environment names no warehouse (the platform-hosted agents on PostgreSQL deployments). */
   defaultWarehouseUrl?: string;
+  /** With defaultWarehouseUrl: each account's environment runs as a role of its own, its password derived from this key. */
+  warehouseRoleKey?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -210,6 +212,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       sandboxed: options.hosted === true,
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
       ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
+      ...(options.warehouseRoleKey && { warehouseRoleKey: options.warehouseRoleKey }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };
