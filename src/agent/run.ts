@@ -110,6 +110,12 @@ interface Held {
   /** How long a lease lasts, and when (on this agent's clock) the current one ends unless renewed. */
   leaseMs: number;
   leaseEndsAt: number;
+  /**
+   * The last report's sending: reports of one piece of work go one after another, in the order made, so
+   * that their sequence numbers arrive in order (the server takes a number at or below the last it
+   * recorded for a repeat). Concurrent branches and iterations report at once.
+   */
+  sending: Promise<unknown>;
 }
 
 /** A poll's answer. */
@@ -157,12 +163,24 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
    * backoff until the work's lease ends: after that the work is delivered again and the report is moot. An
    * outage shorter than the lease so loses nothing. `signal` ends the retries early (the work was cancelled).
    */
-  async function report(
+  function report(
     workId: string,
     held: Held,
     type: 'progress' | 'done' | 'failed',
     body: unknown,
     signal: AbortSignal = stopping.signal,
+  ): Promise<void> {
+    const sent = held.sending.then(() => send(workId, held, type, body, signal));
+    held.sending = sent.catch(() => undefined);
+    return sent;
+  }
+
+  async function send(
+    workId: string,
+    held: Held,
+    type: 'progress' | 'done' | 'failed',
+    body: unknown,
+    signal: AbortSignal,
   ): Promise<void> {
     held.sequence += 1;
     const message = { type, body, delivery: held.delivery, sequence: held.sequence };
@@ -199,7 +217,14 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       work.leaseSeconds !== undefined
         ? work.leaseSeconds * 1000
         : Math.max(0, Date.parse(work.leaseExpiresAt ?? '') - receivedAt) || 60_000;
-    const held: Held = { controller, delivery: work.delivery, sequence: 0, leaseMs, leaseEndsAt: receivedAt + leaseMs };
+    const held: Held = {
+      controller,
+      delivery: work.delivery,
+      sequence: 0,
+      leaseMs,
+      leaseEndsAt: receivedAt + leaseMs,
+      sending: Promise.resolve(),
+    };
     inHand.set(work.workId, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
     const context: WorkContext = {
