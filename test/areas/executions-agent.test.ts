@@ -139,7 +139,7 @@ describeEachStore('executions run by the reference agent', (kind) => {
     assert.match(agent!.logs(), /region=eu/);
   });
 
-  test('parallel branches: every step of every branch is recorded with its outcome (reports arrive in order)', async () => {
+  test('parallel branches through the agent: every step of every branch is recorded with its outcome', async () => {
     const id = (await start({ pipelineName: 'branches' })).body.pipelineExecutionId;
     assert.equal(
       await eventually(
