@@ -9,7 +9,8 @@ export const agentRunCommand: Command = {
     '(mode 0700; files 0600), with the local vault file (vault.json, 0600). The secret may be given in\n' +
     'DPC_AGENT_CLIENT_SECRET instead of on the command line. Stops cleanly on SIGTERM or SIGINT.\n' +
     "Pipelines run on the environment's warehouse; without one, on DPC_AGENT_WAREHOUSE_URL (PostgreSQL, a\n" +
-    'schema per account and environment) when set, else an embedded DuckDB file in the state folder.\n' +
+    'schema per account and environment) when set, else an embedded DuckDB file in the state folder. With\n' +
+    'DPC_AGENT_WAREHOUSE_ROLE_KEY too, each schema is owned by a role of its own that the run connects as.\n' +
     'Logs one JSON line per event on stdout; secret values are never logged.',
   options: {
     url: { type: 'string' },
@@ -52,6 +53,7 @@ export const agentRunCommand: Command = {
       statementTimeoutSeconds: timeout,
       // Read from the environment only: it may hold a password, which a command line would show to `ps`.
       defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,
+      warehouseRoleKey: process.env.DPC_AGENT_WAREHOUSE_ROLE_KEY || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

@@ -22,6 +22,7 @@ function servicesFor(payload: ExecutionPayload, ctx: WorkContext): RunServices {
         environmentId: payload.environmentId ?? 'default',
         statementTimeoutMs: ctx.statementTimeoutMs,
         defaultWarehouseUrl: ctx.defaultWarehouseUrl,
+        warehouseRoleKey: ctx.warehouseRoleKey,
         sandboxed: ctx.sandboxed,
       }),
     pipelines: payload.pipelines,

@@ -323,13 +323,27 @@ class Run {
       }
     }
     const arrivals = new Map<string, Set<string>>();
-    const queue: Component[] = [start];
     const seen = new Set<string>([start.name]);
     let unhandledFailure: string | undefined;
-
-    while (queue.length > 0) {
-      const component = queue.shift()!;
-      if (this.signal.aborted) return { status: 'CANCELLED', message: 'The run was cancelled.' };
+    /** Set by the first end component reached (or a cancel): nothing more is started after it. */
+    let ended: Outcome | undefined;
+    const cancelled: Outcome = { status: 'CANCELLED', message: 'The run was cancelled.' };
+    // Branches run at once: each component starts as soon as a transition leads to it (an `and` once every
+    // component leading to it has arrived), whatever else is running.
+    const running = new Set<Promise<void>>();
+    let broken: { error: unknown } | undefined;
+    const launch = (component: Component) => {
+      const task: Promise<void> = visit(component)
+        .catch((error: unknown) => void (broken ??= { error }))
+        .finally(() => running.delete(task));
+      running.add(task);
+    };
+    const visit = async (component: Component): Promise<void> => {
+      if (ended) return;
+      if (this.signal.aborted) {
+        ended = cancelled;
+        return;
+      }
       let branch: boolean | undefined;
       const step = await this.step(
         component.name,
@@ -341,10 +355,14 @@ class Run {
         },
         component.skipped,
       );
-      if (step.status === 'CANCELLED') return { status: 'CANCELLED', message: 'The run was cancelled.' };
+      if (step.status === 'CANCELLED') {
+        ended ??= cancelled;
+        return;
+      }
       const ends = !component.skipped && (component.type === 'end-success' || component.type === 'end-failure');
-      if (ends && component.type === 'end-success') return { status: 'SUCCESS', message: `Ended at "${component.name}".` };
-      if (ends) return { status: 'FAILED', message: `Ended at "${component.name}".` };
+      if (ends && component.type === 'end-success') ended ??= { status: 'SUCCESS', message: `Ended at "${component.name}".` };
+      if (ends) ended ??= { status: 'FAILED', message: `Ended at "${component.name}".` };
+      if (ended) return;
       const succeeded = step.status !== 'FAILED';
       const { success, failure, unconditional } = component.transitions;
       const next =
@@ -362,9 +380,15 @@ class Run {
         }
         if (seen.has(target)) continue;
         seen.add(target);
-        queue.push(targetComponent);
+        launch(targetComponent);
       }
-    }
+    };
+    launch(start);
+    // Every branch runs to its end (one reaching an end component starts nothing more, but what runs finishes).
+    while (running.size > 0) await Promise.all([...running]);
+    if (broken) throw broken.error;
+    if (this.signal.aborted) return cancelled;
+    if (ended) return ended;
     if (unhandledFailure !== undefined) return { status: 'FAILED', message: unhandledFailure };
     return { status: 'SUCCESS', message: 'The pipeline ran to its end.' };
   }
@@ -774,11 +798,12 @@ class Run {
 /**
  * Walks the pipeline from its start component. A component that succeeds follows its success and
  * unconditional transitions, one that fails its failure and unconditional ones; `if` follows true or
- * false. Targets run in the order listed, each component at most once (the first arrival runs it; an
- * `and` waits for every component leading to it). end-success and end-failure end the run. A failed
- * component with nowhere to go fails the run; otherwise the run succeeds when the walk runs out. A cancel
- * (the signal) stops the run between steps and cancels what is in flight (a wait, a warehouse statement,
- * a script).
+ * false. The targets of a component run at once, as branches (started in the order listed), each
+ * component at most once: the first arrival runs it (`or` and any other), an `and` waits for every
+ * component leading to it. end-success and end-failure end the run: nothing more starts, what runs in other
+ * branches finishes. A failed component with nowhere to go fails the run; otherwise the run succeeds when
+ * every branch has run out. A cancel (the signal) stops the run and cancels what is in flight (a wait, a
+ * warehouse statement, a script).
  */
 export async function runPipeline(pipeline: Pipeline, options: RunOptions): Promise<RunOutcome> {
   const run = new Run(options);

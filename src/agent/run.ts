@@ -23,6 +23,8 @@ export interface AgentOptions {
   hosted?: boolean;
   /** PostgreSQL for runs whose environment names no warehouse (the platform-hosted agents on PostgreSQL deployments). */
   defaultWarehouseUrl?: string;
+  /** With defaultWarehouseUrl: each account's environment runs as a role of its own, its password derived from this key. */
+  warehouseRoleKey?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -108,6 +110,12 @@ interface Held {
   /** How long a lease lasts, and when (on this agent's clock) the current one ends unless renewed. */
   leaseMs: number;
   leaseEndsAt: number;
+  /**
+   * The last report's sending: reports of one piece of work go one after another, in the order made, so
+   * that their sequence numbers arrive in order (the server takes a number at or below the last it
+   * recorded for a repeat). Concurrent branches and iterations report at once.
+   */
+  sending: Promise<unknown>;
 }
 
 /** A poll's answer. */
@@ -128,6 +136,8 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
 
   const stopping = new AbortController();
   const inHand = new Map<string, Held>();
+  /** Resolves the wait of a poll loop held back by MAX_CONCURRENT_WORK once a piece of work ends. */
+  let slotFreed: (() => void) | undefined;
   let heartbeatSeconds = 10;
 
   async function heartbeat(): Promise<void> {
@@ -153,12 +163,24 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
    * backoff until the work's lease ends: after that the work is delivered again and the report is moot. An
    * outage shorter than the lease so loses nothing. `signal` ends the retries early (the work was cancelled).
    */
-  async function report(
+  function report(
     workId: string,
     held: Held,
     type: 'progress' | 'done' | 'failed',
     body: unknown,
     signal: AbortSignal = stopping.signal,
+  ): Promise<void> {
+    const sent = held.sending.then(() => send(workId, held, type, body, signal));
+    held.sending = sent.catch(() => undefined);
+    return sent;
+  }
+
+  async function send(
+    workId: string,
+    held: Held,
+    type: 'progress' | 'done' | 'failed',
+    body: unknown,
+    signal: AbortSignal,
   ): Promise<void> {
     held.sequence += 1;
     const message = { type, body, delivery: held.delivery, sequence: held.sequence };
@@ -195,7 +217,14 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       work.leaseSeconds !== undefined
         ? work.leaseSeconds * 1000
         : Math.max(0, Date.parse(work.leaseExpiresAt ?? '') - receivedAt) || 60_000;
-    const held: Held = { controller, delivery: work.delivery, sequence: 0, leaseMs, leaseEndsAt: receivedAt + leaseMs };
+    const held: Held = {
+      controller,
+      delivery: work.delivery,
+      sequence: 0,
+      leaseMs,
+      leaseEndsAt: receivedAt + leaseMs,
+      sending: Promise.resolve(),
+    };
     inHand.set(work.workId, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
     const context: WorkContext = {
@@ -208,6 +237,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       sandboxed: options.hosted === true,
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
       ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
+      ...(options.warehouseRoleKey && { warehouseRoleKey: options.warehouseRoleKey }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };
@@ -232,6 +262,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       log('error', 'could not report', { workId: work.workId, type: outcome.type, message: String(error) });
     } finally {
       inHand.delete(work.workId);
+      slotFreed?.();
     }
   }
 
@@ -257,7 +288,15 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     return heartbeatSeconds * 1000;
   });
   const polls = loop('poll', async () => {
-    if (inHand.size >= MAX_CONCURRENT_WORK) return 100;
+    if (inHand.size >= MAX_CONCURRENT_WORK) {
+      // Polls again as soon as a piece of work in hand ends (or the agent stops).
+      await new Promise<void>((resolve) => {
+        slotFreed = resolve;
+        stopping.signal.addEventListener('abort', () => resolve(), { once: true });
+      });
+      slotFreed = undefined;
+      return 0;
+    }
     const answer = await client.call<PolledWork>('GET', `/work?waitSeconds=${POLL_WAIT_SECONDS}`, undefined, stopping.signal);
     if (answer.status === 200) void perform(answer.body, Date.now());
     return 0;

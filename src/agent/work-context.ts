@@ -33,6 +33,8 @@ export interface WorkContext {
   sandboxed: boolean;
   /** A PostgreSQL URL for runs whose environment names no warehouse (a schema per account and environment); else DuckDB. */
   defaultWarehouseUrl?: string;
+  /** With defaultWarehouseUrl: a role per account and environment, its password derived from this key (warehouse/roles.ts). */
+  warehouseRoleKey?: string;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

@@ -1,8 +1,90 @@
+import type { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { FastifyBaseLogger } from 'fastify';
 import { EVENTS_CHANNEL, localEmits } from './outbox.ts';
 
-export type WakeListener = (accountIds: string[] | 'all') => void;
+/** Told the keys (account ids, agent ids: whatever the channel carries) that may have news, or 'all'. */
+export type WakeListener = (keys: string[] | 'all') => void;
+
+/**
+ * Wake-ups on a PostgreSQL channel (LISTEN; writers `pg_notify(channel, key)` in their transaction, heard
+ * when it commits, by every server process) or, on SQLite, from `local`'s `emitted` events (writers of this
+ * process emit an array of keys). OutboxWakeups (below) describes how in full; the agents area wakes waiting
+ * polls for work with one too.
+ */
+export class ChannelWakeups {
+  private readonly listeners = new Set<WakeListener>();
+  private client: pg.Client | undefined;
+  private retry: NodeJS.Timeout | undefined;
+  private closed = false;
+  private readonly onLocal = (keys: string[]) => this.wake(keys);
+
+  constructor(
+    private readonly databaseUrl: string | undefined,
+    private readonly log: Pick<FastifyBaseLogger, 'warn'>,
+    private readonly channel: string,
+    private readonly local: EventEmitter,
+  ) {}
+
+  subscribe(listener: WakeListener): () => void {
+    this.listeners.add(listener);
+    if (this.listeners.size === 1) this.open();
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  private wake(keys: string[] | 'all'): void {
+    for (const listener of this.listeners) listener(keys);
+  }
+
+  private open(): void {
+    if (this.closed) return;
+    if (!this.databaseUrl) {
+      if (this.local.listeners('emitted').includes(this.onLocal)) return;
+      this.local.on('emitted', this.onLocal);
+      return;
+    }
+    if (this.client || this.retry) return;
+    const client = new pg.Client({ connectionString: this.databaseUrl });
+    this.client = client;
+    const lost = (error: Error) => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      client.end().catch(() => undefined);
+      if (this.closed) return;
+      this.log.warn(
+        { err: error, channel: this.channel },
+        'lost the connection that listens for wake-ups; listening again in 1 s',
+      );
+      this.retry = setTimeout(() => {
+        this.retry = undefined;
+        this.open();
+      }, 1000);
+      this.retry.unref();
+    };
+    client.on('error', lost);
+    client.on('end', () => lost(new Error('connection ended')));
+    client.on('notification', (message) => {
+      if (message.channel === this.channel && message.payload) this.wake([message.payload]);
+    });
+    client
+      .connect()
+      .then(() => client.query(`listen ${this.channel}`))
+      // Whatever was notified before listening (or while the last connection was down) is not heard: look everywhere.
+      .then(() => this.wake('all'))
+      .catch((error: Error) => lost(error));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.local.off('emitted', this.onLocal);
+    if (this.retry) clearTimeout(this.retry);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => undefined);
+  }
+}
 
 /**
  * Tells readers of the outbox (the event feed, webhook fan-out) that an account may have new events.
@@ -15,71 +97,8 @@ export type WakeListener = (accountIds: string[] | 'all') => void;
  *
  * The connection is opened when the first listener subscribes, so a process nobody follows holds none.
  */
-export class OutboxWakeups {
-  private readonly listeners = new Set<WakeListener>();
-  private client: pg.Client | undefined;
-  private retry: NodeJS.Timeout | undefined;
-  private closed = false;
-  private readonly onLocal = (accountIds: string[]) => this.wake(accountIds);
-
-  constructor(
-    private readonly databaseUrl: string | undefined,
-    private readonly log: Pick<FastifyBaseLogger, 'warn'>,
-  ) {}
-
-  subscribe(listener: WakeListener): () => void {
-    this.listeners.add(listener);
-    if (this.listeners.size === 1) this.open();
-    return () => {
-      this.listeners.delete(listener);
-    };
-  }
-
-  private wake(accountIds: string[] | 'all'): void {
-    for (const listener of this.listeners) listener(accountIds);
-  }
-
-  private open(): void {
-    if (this.closed) return;
-    if (!this.databaseUrl) {
-      if (localEmits.listeners('emitted').includes(this.onLocal)) return;
-      localEmits.on('emitted', this.onLocal);
-      return;
-    }
-    if (this.client || this.retry) return;
-    const client = new pg.Client({ connectionString: this.databaseUrl });
-    this.client = client;
-    const lost = (error: Error) => {
-      if (this.client !== client) return;
-      this.client = undefined;
-      client.end().catch(() => undefined);
-      if (this.closed) return;
-      this.log.warn({ err: error }, 'lost the connection that listens for events; listening again in 1 s');
-      this.retry = setTimeout(() => {
-        this.retry = undefined;
-        this.open();
-      }, 1000);
-      this.retry.unref();
-    };
-    client.on('error', lost);
-    client.on('end', () => lost(new Error('connection ended')));
-    client.on('notification', (message) => {
-      if (message.channel === EVENTS_CHANNEL && message.payload) this.wake([message.payload]);
-    });
-    client
-      .connect()
-      .then(() => client.query(`listen ${EVENTS_CHANNEL}`))
-      // Whatever was notified before listening (or while the last connection was down) is not heard: look everywhere.
-      .then(() => this.wake('all'))
-      .catch((error: Error) => lost(error));
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    localEmits.off('emitted', this.onLocal);
-    if (this.retry) clearTimeout(this.retry);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => undefined);
+export class OutboxWakeups extends ChannelWakeups {
+  constructor(databaseUrl: string | undefined, log: Pick<FastifyBaseLogger, 'warn'>) {
+    super(databaseUrl, log, EVENTS_CHANNEL, localEmits);
   }
 }

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -86,6 +86,14 @@ export class SecretBox {
       .setAAD(Buffer.from(context, 'utf8'))
       .setAuthTag(bytes.subarray(bytes.length - TAG_BYTES));
     return Buffer.concat([decipher.update(bytes.subarray(0, bytes.length - TAG_BYTES)), decipher.final()]).toString('utf8');
+  }
+
+  /**
+   * A key for `purpose`, derived from the current key (HMAC-SHA256): the same on every server instance
+   * configured alike, and telling nothing of the key it comes from. Rotating the current key changes it.
+   */
+  derive(purpose: string): Buffer {
+    return createHmac('sha256', this.keys[0].key).update(`dpc derived key: ${purpose}`).digest();
   }
 
   /** Whether `value` was sealed with a key other than the current one (and so is due for resealing). */

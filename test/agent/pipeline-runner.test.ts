@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parsePipeline, PipelineFileError } from '../../src/contract/pipeline-file.ts';
 import { runPipeline, variablesOf, type Step } from '../../src/agent/pipeline-runner.ts';
+import { DuckDbWarehouse, type Warehouse } from '../../src/agent/warehouse/index.ts';
 import { orchestration, WAITING } from '../helpers/executions.ts';
 import {
   EXECUTION_STATUSES,
@@ -232,6 +233,96 @@ describe('pipeline runner', () => {
     );
     assert.ok(Object.hasOwn(pipeline.variables, '__proto__'));
     assert.equal((pipeline.variables as Record<string, unknown>).type, undefined);
+  });
+
+  // Start → A and B at once → `and` after both, `or` after the first; A and B each hold a statement open until
+  // the other has one open too: run one after another, the first would wait for ever (the barrier fails it).
+  const BRANCHES = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["A", "B"]
+    A:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "SELECT \${a}"
+      transitions:
+        success: ["Both", "Either"]
+    B:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "SELECT 2"
+      transitions:
+        success: ["Both", "Either"]
+    Both:
+      type: "and"
+      transitions:
+        success: ["End Success"]
+    Either:
+      type: "or"
+    End Success:
+      type: "end-success"
+`);
+
+  async function branches(a: string) {
+    const duckdb = await DuckDbWarehouse.open(':memory:');
+    let open = 0;
+    let release!: () => void;
+    const together = new Promise<void>((resolve) => (release = resolve));
+    const warehouse = Object.assign(Object.create(duckdb) as Warehouse, {
+      async run(sql: string, signal: AbortSignal) {
+        open += 1;
+        if (open === 2) release();
+        let timer: NodeJS.Timeout | undefined;
+        const alone = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('the other branch never ran meanwhile')), 10_000);
+        });
+        await Promise.race([together, alone]).finally(() => clearTimeout(timer));
+        return duckdb.run(sql, signal);
+      },
+      close: async () => undefined,
+    });
+    const reported: Step[] = [];
+    const pipeline = parsePipeline(BRANCHES);
+    try {
+      const outcome = await runPipeline(pipeline, {
+        variables: variablesOf(pipeline, { a }),
+        signal: new AbortController().signal,
+        onStep: (step) => void reported.push(step),
+        services: { warehouse: async () => warehouse },
+      });
+      return { outcome, reported };
+    } finally {
+      await duckdb.close();
+    }
+  }
+
+  test('two success transitions run both branches at once; `and` joins after both, `or` runs once', async () => {
+    const { outcome, reported } = await branches('1');
+    assert.equal(outcome.status, 'SUCCESS', outcome.message);
+    // Both branches were RUNNING before either ended.
+    assert.deepEqual(
+      reported.slice(0, 4).map((step) => `${step.name}:${step.status}`),
+      ['Start:RUNNING', 'Start:SUCCESS', 'A:RUNNING', 'B:RUNNING'],
+    );
+    const names = outcome.steps.map((step) => step.name);
+    assert.deepEqual(names.slice(0, 3), ['Start', 'A', 'B']);
+    assert.deepEqual([...names.slice(3)].sort(), ['Both', 'Either', 'End Success']);
+    assert.ok(names.indexOf('End Success') > names.indexOf('Both'));
+    assert.deepEqual(
+      outcome.steps.map((step) => step.index),
+      [0, 1, 2, 3, 4, 5],
+    );
+    assert.ok(outcome.steps.every((step) => step.status === 'SUCCESS'));
+  });
+
+  test('a branch that fails keeps its `and` from running; the other branch still runs; the run fails', async () => {
+    const { outcome } = await branches('no_such_column');
+    assert.equal(outcome.status, 'FAILED');
+    assert.match(outcome.message, /"A" failed: .*no_such_column/);
+    assert.deepEqual(
+      outcome.steps.map((step) => `${step.name}:${step.status}`),
+      ['Start:SUCCESS', 'A:FAILED', 'B:SUCCESS', 'Either:SUCCESS'],
+    );
   });
 
   test('files that cannot run are refused with the reason', () => {

@@ -1,7 +1,17 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import path from 'node:path';
-import { DuckDbWarehouse, openWarehouse, PostgresWarehouse, WarehouseError } from '../../src/agent/warehouse/index.ts';
+import { randomBytes, randomUUID } from 'node:crypto';
+import pg from 'pg';
+import {
+  DuckDbWarehouse,
+  environmentSchema,
+  isolatedWarehouse,
+  openWarehouse,
+  PostgresWarehouse,
+  rolePassword,
+  WarehouseError,
+} from '../../src/agent/warehouse/index.ts';
 import { LocalFileVault } from '../../src/agent/vault.ts';
 import { describeEachWarehouse, scratchWarehouse, type ScratchWarehouse } from '../helpers/warehouses.ts';
 
@@ -122,6 +132,51 @@ describeEachWarehouse('warehouse adapter', (kind) => {
       assert.equal(rows[0].table_schema, 'acct env');
     } finally {
       await warehouse.close();
+    }
+  });
+});
+
+describeEachWarehouse('a role per account and environment in a shared PostgreSQL warehouse', (kind) => {
+  if (kind !== 'postgres') return;
+  let scratch: ScratchWarehouse;
+  const roleKey = randomBytes(32).toString('base64');
+  const accountA = randomUUID();
+  const accountB = randomUUID();
+  const env = randomUUID();
+  before(async () => {
+    scratch = await scratchWarehouse('postgres');
+  });
+  after(async () => {
+    await scratch.drop();
+    const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+    await admin.connect();
+    for (const account of [accountA, accountB]) await admin.query(`DROP ROLE IF EXISTS "${environmentSchema(account, env)}"`);
+    await admin.end();
+  });
+
+  test("a schema made before roles is handed to its role with its tables; the other account's is permission denied", async () => {
+    const schemaA = environmentSchema(accountA, env);
+    // Made by the operator's role, as before accounts had roles of their own.
+    await scratch.warehouse.run(`CREATE SCHEMA "${schemaA}"; CREATE TABLE "${schemaA}".kept AS SELECT 1 AS x`, open());
+    const a = await isolatedWarehouse(scratch.url!, roleKey, { accountId: accountA, environmentId: env });
+    const b = await isolatedWarehouse(scratch.url!, roleKey, { accountId: accountB, environmentId: env });
+    try {
+      await a.run('INSERT INTO kept VALUES (2)', open());
+      assert.deepEqual(
+        (await a.query('SELECT current_user AS who, count(*) AS n FROM kept', open())).rows.map((r) => ({ ...r })),
+        [{ who: schemaA, n: 2 }],
+      );
+      await assert.rejects(b.query(`SELECT * FROM "${schemaA}".kept`, open()), {
+        name: 'WarehouseError',
+        message: `permission denied for schema ${schemaA}`,
+      });
+      await assert.rejects(b.run('CREATE TABLE public.dropped (x int)', open()), /permission denied for schema public/);
+      // The password is the key's: set again by a process that opens the role afresh, the same.
+      assert.equal(rolePassword(roleKey, schemaA), rolePassword(roleKey, schemaA));
+      assert.notEqual(rolePassword(roleKey, schemaA), rolePassword(randomBytes(32).toString('base64'), schemaA));
+    } finally {
+      await a.close();
+      await b.close();
     }
   });
 });

@@ -5,13 +5,33 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
 import { spawnAgent } from '../helpers/processes.ts';
-import { CHECKING, eventually, uploadVersion, WAITING } from '../helpers/executions.ts';
+import { CHECKING, eventually, orchestration, uploadVersion, WAITING } from '../helpers/executions.ts';
 
 /**
  * Executions run by the real reference agent (`dpc agent run`, a child process) against a real server on
  * loopback, over the agent protocol. The agent heartbeats every second here (a 3 s connected window), so
  * it learns of a cancel within about a second.
  */
+/** Start → eight branches at once → `and` → end success. */
+const BRANCH_NAMES = Array.from({ length: 8 }, (_, i) => `Branch ${i + 1}`);
+const BRANCHES = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: [${BRANCH_NAMES.map((name) => `"${name}"`).join(', ')}]
+${BRANCH_NAMES.map(
+  (name) => `    ${name}:
+      type: "print-variables"
+      transitions:
+        success: ["All"]
+`,
+).join('')}    All:
+      type: "and"
+      transitions:
+        success: ["End Success"]
+    End Success:
+      type: "end-success"
+`);
+
 describeEachStore('executions run by the reference agent', (kind) => {
   let server: TestServer;
   let caller: Caller;
@@ -60,7 +80,11 @@ describeEachStore('executions run by the reference agent', (kind) => {
         body: { name, type, behaviour: 'SHARED', value },
       });
     }
-    await uploadVersion(server, caller, projectId, 'prod', 'v1', { 'check.orch.yaml': CHECKING, 'wait.orch.yaml': WAITING });
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', {
+      'check.orch.yaml': CHECKING,
+      'wait.orch.yaml': WAITING,
+      'branches.orch.yaml': BRANCHES,
+    });
     stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-'));
     await startAgent();
   });
@@ -113,6 +137,23 @@ describeEachStore('executions run by the reference agent', (kind) => {
     const failed = (await steps(bad)).find((step) => step.name === 'Check region')!;
     assert.match(failed.result.message!, /region is us, expected == eu/);
     assert.match(agent!.logs(), /region=eu/);
+  });
+
+  test('parallel branches through the agent: every step of every branch is recorded with its outcome', async () => {
+    const id = (await start({ pipelineName: 'branches' })).body.pipelineExecutionId;
+    assert.equal(
+      await eventually(
+        () => status(id),
+        (value) => value !== 'RUNNING',
+      ),
+      'SUCCESS',
+    );
+    const recorded = await steps(id);
+    assert.deepEqual(recorded.map((step) => step.name).sort(), [...BRANCH_NAMES, 'All', 'End Success', 'Start'].sort());
+    assert.deepEqual(
+      recorded.filter((step) => step.result.status !== 'SUCCESS'),
+      [],
+    );
   });
 
   test('cancelled while waiting: the agent interrupts the wait and the run ends CANCELLED', async () => {

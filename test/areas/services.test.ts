@@ -14,7 +14,8 @@ import * as schedules from '../../src/areas/schedules/service.ts';
 import { hostedAgentOf } from '../../src/areas/agents/hosted.ts';
 import { AgentDeletion } from '../../src/areas/agents/deletion.ts';
 import { SecretBox } from '../../src/core/secret-box.ts';
-import { enqueueAgentWork } from '../../src/areas/agents/work.ts';
+import { AGENT_WORK_CHANNEL, enqueueAgentWork, queuedWork } from '../../src/areas/agents/work.ts';
+import { ChannelWakeups } from '../../src/core/outbox-wakeups.ts';
 import { writeSecretValue } from '../../src/areas/secret-values/service.ts';
 import { ProblemError } from '../../src/core/problems.ts';
 import * as scim from '../../src/areas/scim/service.ts';
@@ -93,6 +94,7 @@ describeEachStore('services, called directly', (kind) => {
       { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
       app.agentWorkReports,
       () => false,
+      { subscribe: () => () => undefined },
     );
     const agent = await insertAgent(server, caller.accountId);
     assert.equal(await protocol.poll(agent, 0, () => false), undefined, 'nothing queued');
@@ -181,6 +183,37 @@ describeEachStore('services, called directly', (kind) => {
     await schedules.deleteSchedule(db, projectId, created.scheduleId);
     assert.equal((await problemOf(schedules.getSchedule(db, projectId, created.scheduleId))).status, 404);
     assert.equal((await problemOf(schedules.deleteSchedule(db, projectId, created.scheduleId))).status, 404);
+  });
+
+  test('agent protocol: work queued for an agent wakes its waiting poll (NOTIFY on PostgreSQL), not its next look', async () => {
+    const app = server.server.app;
+    const wakeups = new ChannelWakeups(app.config.databaseUrl, app.log, AGENT_WORK_CHANNEL, queuedWork);
+    // A poll that, unwoken, would look again only after ten minutes: only a wake-up answers it within the test.
+    const protocol = new AgentProtocol(
+      server.db,
+      app.store.dialect,
+      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 600, pollIntervalMs: 600_000 },
+      app.agentWorkReports,
+      () => false,
+      wakeups,
+    );
+    try {
+      const agent = await insertAgent(server, caller.accountId);
+      const other = await insertAgent(server, caller.accountId);
+      const polled = protocol.poll(agent, 600, () => false);
+      await new Promise((resolve) => setTimeout(resolve, 300)); // the poll has looked once and waits
+      const queue = (agentId: string) =>
+        server.db
+          .transaction()
+          .execute((trx) => enqueueAgentWork(trx, { accountId: caller.accountId, agentId, kind: 'write-secret', payload: {} }));
+      await queue(other); // another agent's work wakes nothing of this one's (it is not handed out here)
+      const workId = await queue(agent);
+      assert.equal((await polled)?.workId, workId);
+      assert.equal((await protocol.poll(other, 0, () => false))?.kind, 'write-secret', "the other agent's work is still queued");
+    } finally {
+      protocol.close();
+      await wakeups.close();
+    }
   });
 
   test('secret write: an agent without a certificate is refused before anything is queued', async () => {

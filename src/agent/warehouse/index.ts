@@ -7,11 +7,13 @@ import { ENVIRONMENT_DEFAULT, type WarehouseSpec } from '../../contract/work.ts'
 import type { VaultBackend } from '../vault.ts';
 import { DuckDbWarehouse, duckdbFile } from './duckdb.ts';
 import { PostgresWarehouse } from './postgres.ts';
+import { environmentSchema, isolatedWarehouse } from './roles.ts';
 import { WarehouseError, type Warehouse } from './warehouse.ts';
 
 export { WarehouseError, type Warehouse, type QueryResult, type Row, type Column } from './warehouse.ts';
 export { DuckDbWarehouse, duckdbFile } from './duckdb.ts';
 export { PostgresWarehouse } from './postgres.ts';
+export { environmentSchema, isolatedWarehouse, rolePassword } from './roles.ts';
 
 export interface WarehouseSite {
   stateDir: string;
@@ -22,13 +24,13 @@ export interface WarehouseSite {
   statementTimeoutMs?: number;
   /** PostgreSQL for runs that name no warehouse, a schema per account and environment; else DuckDB. */
   defaultWarehouseUrl?: string;
+  /**
+   * With defaultWarehouseUrl: each account's environment runs as a role of its own that owns its schema
+   * only (roles.ts), with the password derived from this key; the URL's own role only sets roles up.
+   */
+  warehouseRoleKey?: string;
   /** The embedded DuckDB without file system or network access (platform-hosted agents). */
   sandboxed?: boolean;
-}
-
-/** The schema of an account's environment in a shared warehouse database: lower-case word characters. */
-export function environmentSchema(accountId: string, environmentId: string): string {
-  return `dpc_${accountId}_${environmentId}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
 }
 
 function given(value: string | undefined): string | undefined {
@@ -45,6 +47,9 @@ async function passwordFrom(vault: VaultBackend, name: string, key: string): Pro
 }
 
 export async function openWarehouse(spec: WarehouseSpec | undefined, site: WarehouseSite): Promise<Warehouse> {
+  if (spec === undefined && site.defaultWarehouseUrl && site.warehouseRoleKey) {
+    return isolatedWarehouse(site.defaultWarehouseUrl, site.warehouseRoleKey, site);
+  }
   if (spec === undefined && site.defaultWarehouseUrl) {
     return new PostgresWarehouse({
       connectionString: site.defaultWarehouseUrl,

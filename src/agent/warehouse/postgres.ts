@@ -21,6 +21,8 @@ export interface PostgresWarehouseOptions {
   statementTimeoutMs?: number;
   /** Statements at once (iterations run concurrently up to this). */
   maxConnections?: number;
+  /** The default schema exists already (made by whoever set up the role): not created on first use. */
+  schemaExists?: boolean;
 }
 
 /** int8 (20) and numeric (1700) beyond a double's exact range stay text; within it they are numbers. */
@@ -68,6 +70,7 @@ export class PostgresWarehouse implements Warehouse {
       ...(options.statementTimeoutMs && { statement_timeout: options.statementTimeoutMs }),
     };
     this.pool = new pg.Pool(this.config);
+    if (options.schemaExists) this.schemaReady = Promise.resolve();
     // An idle client's error (the server restarting) is not the run's; the next statement reconnects.
     this.pool.on('error', () => undefined);
   }

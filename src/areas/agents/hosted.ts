@@ -4,7 +4,8 @@
  * the same queue over the agent protocol, so any server instance may run the work. Every instance runs one
  * reference-agent process (`dpc agent run`, a child process: the server does not import the agent) per
  * hosted agent; the queue hands each piece of work to one of them. Scripts are never allowed there. Their
- * warehouse is DPC_HOSTED_WAREHOUSE_URL (PostgreSQL, a schema per account and environment) when set, else
+ * warehouse is DPC_HOSTED_WAREHOUSE_URL (PostgreSQL, a schema per account and environment, each owned by a
+ * role of its own that the environment's runs connect as: DPC_AGENT_WAREHOUSE_ROLE_KEY) when set, else
  * the agent's embedded DuckDB file under the server's data folder (one process: SQLite deployments).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -70,7 +71,11 @@ export class HostedAgents {
       PATH: process.env.PATH,
       HOME: process.env.HOME,
       DPC_AGENT_CLIENT_SECRET: credentials.clientSecret,
-      ...(this.config.hostedWarehouseUrl && { DPC_AGENT_WAREHOUSE_URL: this.config.hostedWarehouseUrl }),
+      // The operator's warehouse, where each account's environment runs as a role of its own (docs/warehouses.md).
+      ...(this.config.hostedWarehouseUrl && {
+        DPC_AGENT_WAREHOUSE_URL: this.config.hostedWarehouseUrl,
+        DPC_AGENT_WAREHOUSE_ROLE_KEY: this.box.derive('hosted warehouse roles').toString('base64'),
+      }),
     };
     const child = spawn(
       process.execPath,

@@ -3,7 +3,6 @@
  * polls for work (bounded per agent and process), leases renewed by heartbeats, and reports on work.
  */
 import { X509Certificate } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Dialect, Db } from '../../core/db/database.ts';
 import { invalidTokenProblem } from '../../core/auth/plugin.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
@@ -11,9 +10,25 @@ import { badRequest, ProblemError } from '../../core/problems.ts';
 import { agentState, setAgentCertificate, signOffAgent } from './repository.ts';
 import { isPaused, touchAgent } from './service.ts';
 import { claimAgentWork, recordAgentWorkReport, renewAgentWork, type AgentReport } from './work.ts';
+import type { WakeListener } from '../../core/outbox-wakeups.ts';
+
+/** Where a waiting poll learns that work was queued for its agent (a ChannelWakeups on AGENT_WORK_CHANNEL). */
+export interface WorkWakeups {
+  subscribe(listener: WakeListener): () => void;
+}
+
+/** A waiting poll's wake-up: `woken` set by a wake-up since it last looked, `wake` ends its current wait. */
+interface Waiter {
+  woken: boolean;
+  wake?: () => void;
+}
 import type { AgentWorkReports } from './work-reports.ts';
 
-/** How often a waiting poll looks for work in the store (shared by every server instance). */
+/**
+ * How often a waiting poll looks for work in the store (shared by every server instance) besides when it is
+ * woken: work queued for its agent wakes it at once (AGENT_WORK_CHANNEL); this catches work whose lease
+ * lapsed, and wake-ups lost with the listening connection.
+ */
 const POLL_INTERVAL_MS = 250;
 /** How often a waiting poll counts as contact, at most (and at least three times per connected window). */
 const CONTACT_EVERY_MS = 5000;
@@ -33,6 +48,8 @@ export interface ProtocolSettings {
   leaseMs: number;
   /** The longest a poll waits, whatever the agent asks. */
   pollMaxWaitSeconds: number;
+  /** How often a waiting poll looks for work unwoken (POLL_INTERVAL_MS unless given). */
+  pollIntervalMs?: number;
 }
 
 /** Checks an agent's certificate: PEM X.509, an RSA key of at least 2048 bits, valid now. */
@@ -62,6 +79,9 @@ export class AgentProtocol {
   /** Long polls waiting per agent on this process (MAX_POLLS_PER_AGENT at most). */
   readonly #pollsWaiting = new Map<string, number>();
   readonly #contactEveryMs: number;
+  /** The waiting polls of each agent on this process, to be woken when work is queued for it. */
+  readonly #waiters = new Map<string, Set<Waiter>>();
+  readonly #unsubscribe: () => void;
 
   constructor(
     private readonly db: Db,
@@ -70,8 +90,23 @@ export class AgentProtocol {
     private readonly reports: AgentWorkReports,
     /** True once the server is shutting down: waiting polls answer at once. */
     private readonly shuttingDown: () => boolean,
+    wakeups: WorkWakeups,
   ) {
     this.#contactEveryMs = Math.min(CONTACT_EVERY_MS, (settings.connectedWindowSeconds * 1000) / 3);
+    this.#unsubscribe = wakeups.subscribe((agentIds) => {
+      const sets = agentIds === 'all' ? [...this.#waiters.values()] : agentIds.map((id) => this.#waiters.get(id));
+      for (const set of sets) {
+        for (const waiter of set ?? []) {
+          waiter.woken = true;
+          waiter.wake?.();
+        }
+      }
+    });
+  }
+
+  /** Stops listening for wake-ups (the server closes). */
+  close(): void {
+    this.#unsubscribe();
   }
 
   async registerCertificate(agentId: string, pem: string) {
@@ -112,16 +147,34 @@ export class AgentProtocol {
       );
     }
     this.#pollsWaiting.set(agentId, waiting + 1);
+    // Listening from before the first look: work queued while it looks wakes it once more, not never.
+    const waiter: Waiter = { woken: false };
+    const waiters = this.#waiters.get(agentId) ?? new Set();
+    this.#waiters.set(agentId, waiters.add(waiter));
     try {
-      return await this.#waitForWork(agentId, waitSeconds, abandoned);
+      return await this.#waitForWork(agentId, waitSeconds, abandoned, waiter);
     } finally {
       const left = (this.#pollsWaiting.get(agentId) ?? 1) - 1;
       if (left > 0) this.#pollsWaiting.set(agentId, left);
       else this.#pollsWaiting.delete(agentId);
+      waiters.delete(waiter);
+      if (waiters.size === 0 && this.#waiters.get(agentId) === waiters) this.#waiters.delete(agentId);
     }
   }
 
-  async #waitForWork(agentId: string, waitSeconds: number, abandoned: () => boolean) {
+  /** Waits up to `ms`, or less if the waiter is woken (or was, since it last looked). */
+  async #wait(waiter: Waiter, ms: number): Promise<void> {
+    if (waiter.woken) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      waiter.wake = resolve;
+      timer = setTimeout(resolve, ms);
+    });
+    clearTimeout(timer);
+    waiter.wake = undefined;
+  }
+
+  async #waitForWork(agentId: string, waitSeconds: number, abandoned: () => boolean, waiter: Waiter) {
     const { leaseMs } = this.settings;
     const deadline = Date.now() + Math.min(waitSeconds, this.settings.pollMaxWaitSeconds) * 1000;
     let contactAt = 0;
@@ -130,6 +183,7 @@ export class AgentProtocol {
         await touchAgent(this.db, agentId);
         contactAt = Date.now();
       }
+      waiter.woken = false;
       const agent = await agentState(this.db, agentId);
       if (!agent) throw agentGoneProblem();
       const work = isPaused(agent) ? undefined : await claimAgentWork(this.db, this.dialect, agentId, leaseMs);
@@ -145,7 +199,7 @@ export class AgentProtocol {
       }
       const left = deadline - Date.now();
       if (left <= 0 || this.shuttingDown() || abandoned()) return undefined;
-      await sleep(Math.min(POLL_INTERVAL_MS, left));
+      await this.#wait(waiter, Math.min(this.settings.pollIntervalMs ?? POLL_INTERVAL_MS, left));
     }
   }
 

@@ -11,6 +11,8 @@ import { ProblemError } from '../../core/problems.ts';
 import { InvalidToken } from '../../core/auth/tokens.ts';
 import { problemResponse } from '../../core/openapi.ts';
 import { agentGoneProblem, AgentProtocol } from './protocol-service.ts';
+import { AGENT_WORK_CHANNEL, queuedWork } from './work.ts';
+import { ChannelWakeups } from '../../core/outbox-wakeups.ts';
 import { findAgentOfClient } from './repository.ts';
 
 const tags = ['Agent protocol'];
@@ -88,6 +90,8 @@ async function authenticateAgent(app: FastifyInstance, token: string) {
 
 export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  // Work queued for an agent wakes its waiting polls on this process (NOTIFY on PostgreSQL, whichever process queued it).
+  const wakeups = new ChannelWakeups(app.config.databaseUrl, app.log, AGENT_WORK_CHANNEL, queuedWork);
   const protocol = new AgentProtocol(
     app.store.db,
     app.store.dialect,
@@ -98,7 +102,12 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
     },
     app.agentWorkReports,
     () => app.shuttingDown,
+    wakeups,
   );
+  app.addHook('onClose', async () => {
+    protocol.close();
+    await wakeups.close();
+  });
 
   app.decorateRequest('agent', null as never);
   // A failed authentication counts against its address's rate limit, as on the API: agent tokens are no

@@ -8,9 +8,10 @@
  * (routes.ts) use the rest.
  */
 import { randomUUID } from 'node:crypto';
-import type { ExpressionBuilder } from 'kysely';
+import { EventEmitter } from 'node:events';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { Db, Dialect, Executor } from '../../core/db/database.ts';
-import { now } from '../../core/db/database.ts';
+import { now, statementsAreRoundTrips } from '../../core/db/database.ts';
 import type { Database } from '../../core/db/schema.ts';
 import { ProblemError, notFound } from '../../core/problems.ts';
 import type { AgentWorkTable } from './tables.ts';
@@ -68,7 +69,21 @@ function toWork(row: AgentWorkTable): AgentWork {
   };
 }
 
-/** Queues work for an agent; pass the transaction of the write it belongs to. Answers the work id. */
+/** The PostgreSQL channel a transaction that queues work notifies (its payload: the agent id) when it commits. */
+export const AGENT_WORK_CHANNEL = 'dpc_agent_work';
+
+/**
+ * Told (in this process) the agents just given work: the wake-up of waiting polls on SQLite, which has no
+ * NOTIFY. It may fire before the work commits; a poll's claim then waits for the write's turn on SQLite's one
+ * connection, which commits it first (group-commit.ts), or finds nothing and waits for its next look.
+ */
+export const queuedWork = new EventEmitter().setMaxListeners(0);
+
+/**
+ * Queues work for an agent; pass the transaction of the write it belongs to. Answers the work id. The
+ * agent's waiting polls are woken when the transaction commits (AGENT_WORK_CHANNEL, queuedWork), so work
+ * goes out at once rather than at a poll's next look.
+ */
 export async function enqueueAgentWork(
   executor: Executor,
   work: { accountId: string; agentId: string; kind: string; payload: unknown },
@@ -92,6 +107,8 @@ export async function enqueueAgentWork(
       finishedAt: null,
     })
     .execute();
+  if (statementsAreRoundTrips(executor)) await sql`select pg_notify(${AGENT_WORK_CHANNEL}, ${work.agentId})`.execute(executor);
+  else setImmediate(() => queuedWork.emit('emitted', [work.agentId]));
   return id;
 }
 
