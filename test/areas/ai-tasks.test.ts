@@ -1,12 +1,9 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Config } from '../../src/core/config.ts';
-import { ensureHostedRepository, hostedRepositoryPath } from '../../src/areas/repositories/hosting.ts';
+import { seedRepository } from '../helpers/hosted-repository.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { ScriptedModel } from '../helpers/scripted-model.ts';
 import { TOOL_NAMES } from '../../src/areas/ai-tasks/tool-names.ts';
@@ -16,37 +13,6 @@ const ALL_TOOLS: string[] = [...TOOL_NAMES];
 
 function git(gitDir: string, ...args: string[]): string {
   return execFileSync('git', ['--git-dir', gitDir, ...args], { encoding: 'utf8' }).trim();
-}
-
-/** Gives the project's hosted repository a branch `main` holding `files`. */
-async function seedRepository(config: Config, projectId: string, files: Record<string, string>): Promise<string> {
-  await ensureHostedRepository(config, projectId);
-  const gitDir = hostedRepositoryPath(config, projectId);
-  const work = mkdtempSync(path.join(tmpdir(), 'dpc-seed-'));
-  try {
-    const run = (...args: string[]) =>
-      execFileSync('git', args, {
-        cwd: work,
-        env: {
-          ...process.env,
-          GIT_AUTHOR_NAME: 't',
-          GIT_AUTHOR_EMAIL: 't@t',
-          GIT_COMMITTER_NAME: 't',
-          GIT_COMMITTER_EMAIL: 't@t',
-        },
-      });
-    run('init', '--quiet', '--initial-branch=main');
-    for (const [name, content] of Object.entries(files)) {
-      mkdirSync(path.dirname(path.join(work, name)), { recursive: true });
-      writeFileSync(path.join(work, name), content);
-    }
-    run('add', '.');
-    run('commit', '--quiet', '-m', 'seed');
-    run('push', '--quiet', gitDir, 'main');
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-  return gitDir;
 }
 
 async function eventually<T>(probe: () => Promise<T>, done: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {

@@ -19,6 +19,12 @@ import { ChannelWakeups } from '../../src/core/outbox-wakeups.ts';
 import { writeSecretValue } from '../../src/areas/secret-values/service.ts';
 import { ProblemError } from '../../src/core/problems.ts';
 import * as scim from '../../src/areas/scim/service.ts';
+import * as aiTasks from '../../src/areas/ai-tasks/service.ts';
+import { updateTask, type TaskRow } from '../../src/areas/ai-tasks/repository.ts';
+import * as repositories from '../../src/areas/repositories/service.ts';
+import { externalRepositoryOf } from '../../src/areas/repositories/index.ts';
+import type { Trx } from '../../src/core/db/database.ts';
+import { seedRepository } from '../helpers/hosted-repository.ts';
 import { GROUP_SCHEMA, PATCH_OP_SCHEMA, USER_SCHEMA } from '../../src/areas/scim/definitions.ts';
 
 /** The problem `promise` rejects with (it must reject with one). */
@@ -315,5 +321,216 @@ describeEachStore('services, called directly', (kind) => {
     assert.deepEqual((await scim.getGroup(scope, groupId, all)).resource.members, []);
     await scim.deleteGroup(scope, groupId, undefined);
     assert.equal((await scim.listGroups(scope, { startIndex: 1, count: 10 })).totalResults, 0);
+  });
+  test('AI tasks: checked requests, the status table with its messages, permission answers, paging, another account', async () => {
+    const db = server.db;
+    const { accountId, clientId } = caller;
+    await seedRepository(server.config, projectId, { 'README.md': 'hello\n' });
+    // The runtime is not started here: the service's part ends where it asks the runtime to schedule a step.
+    const scheduled: string[] = [];
+    const scheduler = { schedule: async (_trx: Trx, task: TaskRow) => void scheduled.push(task.id) };
+    const tasks = new aiTasks.AiTaskService(db, server.config, scheduler);
+    const agentConfig = {
+      name: 'Builder Bot',
+      environmentName: 'prod',
+      mode: 'ACT',
+      projectId,
+      sourceBranchName: 'main',
+      generateBranch: true,
+    } as const;
+    const request = { agentConfig, message: 'hello', grantedPermissions: [] };
+
+    const misfit = await problemOf(
+      tasks.create(accountId, clientId, {
+        ...request,
+        agentConfig: { ...agentConfig, generateBranch: false, workingDirectory: '../up' },
+        grantedPermissions: [{ toolName: 'read_file' }, { toolName: 'read_file' }],
+      }),
+    );
+    assert.equal(misfit.status, 400);
+    assert.deepEqual(
+      misfit.options.violations?.map((violation) => violation.split(':')[0]),
+      ['body.grantedPermissions.1.toolName', 'body.agentConfig.targetBranchName', 'body.agentConfig.workingDirectory'],
+    );
+    const noBranch = await problemOf(
+      tasks.create(accountId, clientId, { ...request, agentConfig: { ...agentConfig, sourceBranchName: 'develop' } }),
+    );
+    assert.equal(noBranch.status, 422);
+    assert.equal(
+      (
+        await problemOf(
+          tasks.create(accountId, clientId, { ...request, agentConfig: { ...agentConfig, environmentName: 'nowhere' } }),
+        )
+      ).status,
+      404,
+    );
+    const external = await server.newProject(caller);
+    const environment = { token: caller.token, body: { name: 'prod' } };
+    assert.equal((await server.api('POST', `/projects/${external}/environments`, environment)).status, 201);
+    await repositories.setExternalRepository(db, accountId, external, {
+      cloneUrl: 'https://git.example/a.git',
+      provider: 'gitlab',
+    });
+    const externalRefusal = await problemOf(
+      tasks.create(accountId, clientId, { ...request, agentConfig: { ...agentConfig, projectId: external } }),
+    );
+    assert.deepEqual(
+      [externalRefusal.status, externalRefusal.options.violations],
+      [422, ["body.agentConfig.projectId: the project's repository is external"]],
+    );
+    assert.deepEqual(scheduled, [], 'nothing refused is scheduled');
+
+    const created = await tasks.create(accountId, clientId, request);
+    assert.equal(created.status, 'RUNNING');
+    assert.deepEqual(scheduled, [created.taskId], 'the first step is scheduled');
+    const task = await aiTasks.getTask(db, accountId, created.taskId);
+    assert.equal(
+      task.agentConfig.targetBranchName,
+      `ai/builder-bot-${created.taskId.slice(0, 8)}`,
+      'the server names the branch',
+    );
+
+    assert.equal(
+      (await problemOf(tasks.answerPermission(accountId, created.taskId, 'read_file', true))).status,
+      409,
+      'not waiting',
+    );
+    // The runtime stops at a permission request like this; granting keeps the tool for the rest of the task.
+    const pending = { toolCallId: 'call-1', toolName: 'read_file', access: 'READ', arguments: { path: 'README.md' } };
+    await db.transaction().execute((trx) => updateTask(trx, created.taskId, { pendingPermission: JSON.stringify(pending) }));
+    assert.equal(
+      (await problemOf(tasks.answerPermission(accountId, created.taskId, 'list_files', true))).status,
+      409,
+      'another tool',
+    );
+    const granted = await tasks.answerPermission(accountId, created.taskId, 'read_file', true);
+    assert.deepEqual([granted.grantedPermissions, granted.pendingPermission], [[{ toolName: 'read_file' }], undefined]);
+
+    const stopped = await tasks.stop(accountId, created.taskId);
+    assert.equal(stopped.status, 'STOPPED', 'no step in progress: stopped at once');
+    const again = await problemOf(tasks.stop(accountId, created.taskId));
+    assert.deepEqual(
+      [again.status, again.message],
+      [409, 'The task is STOPPED, not RUNNING: only a running task can be stopped.'],
+    );
+    assert.equal((await tasks.followUp(accountId, created.taskId, 'carry on')).status, 'RUNNING', 'a follow-up runs it again');
+    await db.transaction().execute((trx) => aiTasks.moveTask(trx, created.taskId, 'failed', 'a limit'));
+    assert.equal((await problemOf(tasks.followUp(accountId, created.taskId, 'more'))).status, 409, 'ERRORED is final');
+
+    const types = (await aiTasks.conversationOf(db, created.taskId)).map(
+      (m) => m.parsed.type + ('status' in m.parsed ? ` ${m.parsed.status}` : ''),
+    );
+    assert.deepEqual(types, [
+      'USER_MESSAGE',
+      'PERMISSION_ANSWER',
+      'STATUS STOPPING',
+      'STATUS STOPPED',
+      'STATUS RUNNING',
+      'USER_MESSAGE',
+      'STATUS ERRORED',
+    ]);
+    const first = await aiTasks.listTaskMessages(db, accountId, created.taskId, { limit: 2 });
+    assert.equal(first.results.length, 2);
+    const rest = await aiTasks.listTaskMessages(db, accountId, created.taskId, { limit: 100, paginationToken: first.more! });
+    assert.deepEqual([rest.results.length, rest.more], [types.length - 2, null]);
+    assert.equal(
+      (await problemOf(aiTasks.listTaskMessages(db, accountId, created.taskId, { limit: 2, paginationToken: 'x' }))).status,
+      400,
+    );
+
+    const { caller: stranger } = await server.prologue({ project: false });
+    assert.equal(
+      (await problemOf(aiTasks.getTask(db, stranger.accountId, created.taskId))).status,
+      404,
+      "another account's task",
+    );
+    assert.equal((await problemOf(tasks.stop(stranger.accountId, created.taskId))).status, 404);
+  });
+
+  test('repositories: connections checked by type and sealed, unique names, clone URLs without credentials, a provider that fits', async () => {
+    const db = server.db;
+    const { accountId } = caller;
+    const box = SecretBox.fromConfig(server.config);
+    const misfit = await problemOf(
+      repositories.createGitCredential(db, box, accountId, { name: 'c', provider: 'gitlab', type: 'TOKEN', clientId: 'x' }),
+    );
+    assert.deepEqual(
+      [misfit.status, misfit.options.violations],
+      [400, ['body.token: required for type TOKEN', 'body.clientId: not allowed for type TOKEN']],
+    );
+    const app = await problemOf(
+      repositories.createGitCredential(db, box, accountId, { name: 'c', provider: 'github', type: 'APP', clientSecret: 's' }),
+    );
+    assert.deepEqual(app.options.violations, ['body.clientId: required for type APP']);
+    const token = 'glpat-secret-value';
+    const credential = await repositories.createGitCredential(db, box, accountId, {
+      name: 'ci',
+      provider: 'gitlab',
+      type: 'TOKEN',
+      token,
+    });
+    assert.deepEqual(
+      [credential.name, credential.type, 'token' in credential],
+      ['ci', 'TOKEN', false],
+      'the secret is never answered',
+    );
+    const stored = await repositories.requireGitCredential(db, accountId, credential.id);
+    assert.ok(!stored.sealedSecret.includes(token), 'the secret is stored sealed');
+    assert.equal(box.open(stored.sealedSecret, repositories.sealContext.credential(credential.id)), token);
+    const taken = repositories.createGitCredential(db, box, accountId, { name: 'ci', provider: 'github', type: 'TOKEN', token });
+    assert.equal((await problemOf(taken)).status, 409);
+    assert.deepEqual(
+      (await repositories.listGitCredentials(db, accountId)).map((c) => c.id),
+      [credential.id],
+    );
+
+    for (const [url, why] of [
+      ['ftp://git.example/a.git', 'must be an http(s) URL'],
+      ['https://user:pw@git.example/a.git', 'must not hold a user name or password'],
+      ['https://git.example/a b.git', 'must not contain spaces or control characters (percent-encode them)'],
+    ]) {
+      const refused = await problemOf(Promise.resolve().then(() => repositories.checkCloneUrl(url, 'cloneUrl')));
+      assert.deepEqual([refused.status, refused.options.violations], [400, [`body.cloneUrl: ${why}`]], url);
+    }
+    const queryToken = await problemOf(
+      Promise.resolve().then(() => repositories.checkCloneUrl('https://git.example/a.git?access_token=abc', 'cloneUrl')),
+    );
+    assert.match(queryToken.options.violations?.[0] ?? '', /^body\.cloneUrl: holds a credential/);
+
+    const project = await server.newProject(caller);
+    const cloneUrl = 'https://github.example/team/pipelines.git';
+    const wrongProvider = await problemOf(
+      repositories.setExternalRepository(db, accountId, project, {
+        cloneUrl,
+        provider: 'github',
+        enterpriseOauthId: credential.id,
+      }),
+    );
+    assert.deepEqual(wrongProvider.options.violations, ['body.enterpriseOauthId: must be a connection for github']);
+    assert.equal(await externalRepositoryOf(db, project), undefined, 'a refusal writes nothing');
+    await repositories.setExternalRepository(db, accountId, project, {
+      cloneUrl,
+      provider: 'gitlab',
+      name: 'pipelines',
+      enterpriseOauthId: credential.id,
+    });
+    assert.deepEqual(repositories.toProjectRepository('http://dpc.test', project, await externalRepositoryOf(db, project)), {
+      hosted: false,
+      cloneUrl,
+      provider: 'gitlab',
+      name: 'pipelines',
+      enterpriseOauthId: credential.id,
+    });
+    assert.deepEqual(repositories.toProjectRepository('http://dpc.test', projectId, undefined), {
+      hosted: true,
+      cloneUrl: `http://dpc.test/dpc/git/${projectId}.git`,
+    });
+    assert.equal((await problemOf(repositories.requireMigration(db, project, randomUUID()))).status, 404);
+
+    const { caller: stranger } = await server.prologue({ project: false });
+    assert.equal((await problemOf(repositories.requireGitCredential(db, stranger.accountId, credential.id))).status, 404);
+    assert.equal((await problemOf(repositories.deleteGitCredential(db, stranger.accountId, credential.id))).status, 404);
+    await repositories.deleteGitCredential(db, accountId, credential.id);
+    assert.equal((await problemOf(repositories.deleteGitCredential(db, accountId, credential.id))).status, 404);
   });
 });

@@ -1,66 +1,21 @@
-import { emit } from '../../core/outbox.ts';
-import { randomUUID } from 'node:crypto';
+/** The AI agent tasks' SQL: rows of `aiTasks` and `aiTaskMessages` and nothing else. The rules are the service's (service.ts). */
 import type { Selectable } from 'kysely';
 import type { Executor, Trx } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
-import { keyOf, tokenPageOf, type TokenPageQuery } from '../../core/token-paging.ts';
-import { refusal, TRANSITIONS, type TaskEvent, type TaskStatus } from './states.ts';
+import type { TaskMessageData } from './schemas.ts';
 import type { AiTaskMessageTable, AiTaskTable } from './tables.ts';
-import type { PendingPermission, Task, TaskMessageData } from './schemas.ts';
 
 export type TaskRow = AiTaskTable;
 export type MessageRow = Selectable<AiTaskMessageTable>;
 
-export function grantedOf(row: TaskRow): string[] {
-  return JSON.parse(row.grantedPermissions) as string[];
-}
-
-export function pendingOf(row: TaskRow): PendingPermission | undefined {
-  return row.pendingPermission === null ? undefined : (JSON.parse(row.pendingPermission) as PendingPermission);
-}
-
-export function toTask(row: TaskRow): Task {
-  const pending = pendingOf(row);
-  return {
-    taskId: row.id,
-    status: row.status as TaskStatus,
-    ...(row.statusDetail !== null && { statusDetail: row.statusDetail }),
-    agentName: row.agentName,
-    agentConfig: {
-      name: row.agentName,
-      environmentName: row.environmentName,
-      mode: row.mode as Task['agentConfig']['mode'],
-      projectId: row.projectId,
-      sourceBranchName: row.sourceBranchName,
-      generateBranch: row.generateBranch === 1,
-      ...(row.graphId !== null && { graphId: row.graphId }),
-      ...(row.targetBranchName !== null && { targetBranchName: row.targetBranchName }),
-      workingDirectory: row.workingDirectory,
-    },
-    grantedPermissions: grantedOf(row).map((toolName) => ({ toolName })),
-    ...(pending && { pendingPermission: pending }),
-    turns: row.turns,
-    toolCalls: row.toolCalls,
-    createdAt: row.createdAt,
-    updatedAt: row.updatedAt,
-  };
-}
-
+/** Inserts a task. */
 export async function insertTask(trx: Trx, row: TaskRow): Promise<void> {
   await trx.insertInto('aiTasks').values(row).execute();
 }
 
-/** The task `taskId` of the caller's account, or a 404: another account's task is answered as a missing one. */
-export async function requireTask(db: Executor, accountId: string, taskId: string): Promise<TaskRow> {
-  const row = await db
-    .selectFrom('aiTasks')
-    .selectAll()
-    .where('id', '=', taskId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
-  if (!row) throw notFound(`AI agent task ${taskId} does not exist.`);
-  return row;
+/** Task `taskId` of the account. */
+export function findTask(db: Executor, accountId: string, taskId: string): Promise<TaskRow | undefined> {
+  return db.selectFrom('aiTasks').selectAll().where('id', '=', taskId).where('accountId', '=', accountId).executeTakeFirst();
 }
 
 /**
@@ -77,38 +32,29 @@ export async function updateTask(trx: Trx, taskId: string, changes: Partial<Task
     .executeTakeFirstOrThrow();
 }
 
-/** The one place a task changes status: `event` must be allowed from its current status (else 409), per states.ts. */
-export async function moveTask(
+/** Writes the task's new status (and other changes) if its status is one of `from` (compare and set): the row as it now is, or undefined. */
+export function updateTaskStatus(
   trx: Trx,
   taskId: string,
-  event: TaskEvent,
-  detail: string | null = null,
-  changes: Partial<TaskRow> = {},
-): Promise<TaskRow> {
-  const { from, to } = TRANSITIONS[event];
-  const moved = await trx
+  from: readonly string[],
+  changes: Partial<TaskRow> & Pick<TaskRow, 'status' | 'statusDetail'>,
+): Promise<TaskRow | undefined> {
+  return trx
     .updateTable('aiTasks')
-    .set({ ...changes, status: to, statusDetail: detail, updatedAt: now() })
+    .set({ ...changes, updatedAt: now() })
     .where('id', '=', taskId)
     .where('status', 'in', [...from])
     .returningAll()
     .executeTakeFirst();
-  if (!moved) {
-    const current = await trx.selectFrom('aiTasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
-    throw conflict(refusal(event, current.status as TaskStatus));
-  }
-  await appendMessages(trx, taskId, randomUUID(), [{ type: 'STATUS', status: to, ...(detail !== null && { text: detail }) }]);
-  await emit(trx, {
-    accountId: moved.accountId,
-    type: to === 'STOPPED' || to === 'ERRORED' ? 'ai-task.finished' : 'ai-task.status-changed',
-    projectId: moved.projectId,
-    subject: `ai/agents/tasks/${taskId}`,
-    data: { taskId, status: to, ...(detail !== null && { detail }) },
-  });
-  return moved;
 }
 
-/** Adds messages to the conversation, in order, under one group. Call it after updateTask()/moveTask() in the transaction. */
+/** The status of task `taskId` (one that exists). */
+export async function taskStatus(trx: Trx, taskId: string): Promise<string> {
+  const row = await trx.selectFrom('aiTasks').select('status').where('id', '=', taskId).executeTakeFirstOrThrow();
+  return row.status;
+}
+
+/** Adds messages to the conversation, in order, under one group. Call it after updateTask() or a status move in the transaction. */
 export async function appendMessages(trx: Trx, taskId: string, groupId: string, messages: TaskMessageData[]): Promise<void> {
   if (messages.length === 0) return;
   const createdAt = now();
@@ -118,39 +64,19 @@ export async function appendMessages(trx: Trx, taskId: string, groupId: string, 
     .execute();
 }
 
-function toMessage(row: MessageRow) {
-  return { data: JSON.parse(row.data) as TaskMessageData, groupId: row.groupId, timestamp: row.createdAt };
-}
-
-export async function listMessages(db: Executor, taskId: string, query: TokenPageQuery) {
-  const rows = await db
+/** Up to `limit` of the task's messages after message `afterId`, in order. */
+export function messageRowsAfter(db: Executor, taskId: string, afterId: number, limit: number): Promise<MessageRow[]> {
+  return db
     .selectFrom('aiTaskMessages')
     .selectAll()
     .where('taskId', '=', taskId)
-    .where('id', '>', keyOf<[number]>(query.paginationToken, ['number'])?.[0] ?? 0)
+    .where('id', '>', afterId)
     .orderBy('id')
-    .limit(query.limit + 1)
+    .limit(limit)
     .execute();
-  return tokenPageOf(rows, query.limit, (row) => [Number(row.id)], toMessage);
 }
 
-/** The whole conversation, in order (what the model is shown). */
-export async function conversationOf(db: Executor, taskId: string): Promise<(MessageRow & { parsed: TaskMessageData })[]> {
-  const rows = await db.selectFrom('aiTaskMessages').selectAll().where('taskId', '=', taskId).orderBy('id').execute();
-  return rows.map((row) => ({ ...row, id: Number(row.id), parsed: JSON.parse(row.data) as TaskMessageData }));
-}
-
-/** Tool calls of the conversation that have no result yet, in the order the model asked for them. */
-export function unansweredCalls(conversation: { groupId: string; parsed: TaskMessageData }[]) {
-  const answered = new Set(conversation.filter((m) => m.parsed.type === 'TOOL_RESULT').map((m) => m.parsed.toolCallId));
-  return conversation.filter((m) => m.parsed.type === 'TOOL_CALL' && !answered.has(m.parsed.toolCallId));
-}
-
-/** Answers every call still without a result with `why` (the user moved on, or the task was stopped). */
-export async function answerUnansweredCalls(trx: Trx, taskId: string, why: string): Promise<void> {
-  for (const call of unansweredCalls(await conversationOf(trx, taskId))) {
-    await appendMessages(trx, taskId, call.groupId, [
-      { type: 'TOOL_RESULT', toolCallId: call.parsed.toolCallId, toolName: call.parsed.toolName, error: why },
-    ]);
-  }
+/** All the task's messages, in order. */
+export function messageRowsOf(db: Executor, taskId: string): Promise<MessageRow[]> {
+  return db.selectFrom('aiTaskMessages').selectAll().where('taskId', '=', taskId).orderBy('id').execute();
 }

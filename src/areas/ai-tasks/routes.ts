@@ -3,10 +3,9 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { problems } from '../../core/openapi.ts';
 import { TokenPage, TokenPageQuery } from '../../core/token-paging.ts';
-import { listMessages, requireTask, toTask } from './repository.ts';
 import { AiTaskRuntime } from './runtime.ts';
 import { CreateTaskRequest, FollowUpRequest, PermissionAnswer, Task, TaskCreated, TaskMessage, TaskParams } from './schemas.ts';
-import { AiTaskService } from './service.ts';
+import { AiTaskService, getTask, listTaskMessages } from './service.ts';
 
 const tags = ['AI Agent Tasks'];
 
@@ -51,7 +50,7 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Task },
       },
     },
-    async (request) => toTask(await requireTask(app.store.db, request.principal.accountId, request.params.taskId)),
+    async (request) => getTask(app.store.db, request.principal.accountId, request.params.taskId),
   );
 
   app.get(
@@ -65,10 +64,7 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: TokenPage(TaskMessage) },
       },
     },
-    async (request) => {
-      const task = await requireTask(app.store.db, request.principal.accountId, request.params.taskId);
-      return listMessages(app.store.db, task.id, request.query);
-    },
+    async (request) => listTaskMessages(app.store.db, request.principal.accountId, request.params.taskId, request.query),
   );
 
   app.post(

@@ -6,7 +6,8 @@ import type { Config } from '../../core/config.ts';
 import type { Store, Trx } from '../../core/db/database.ts';
 import { isTransientStoreFailure } from '../../core/db/database.ts';
 import { JobQueue } from '../../core/jobs.ts';
-import { appendMessages, conversationOf, grantedOf, moveTask, unansweredCalls, updateTask, type TaskRow } from './repository.ts';
+import { appendMessages, updateTask, type TaskRow } from './repository.ts';
+import { conversationOf, grantedOf, moveTask, unansweredCalls, type StepScheduler } from './service.ts';
 import { chatMessages, configuredModel, ModelFailure, NO_MODEL, toolDefinitions, type ChatModel } from './model.ts';
 import { runTool, toolNamed, toolsFor } from './tools.ts';
 import { checkedArguments } from './arguments.ts';
@@ -32,7 +33,7 @@ type StepOutcome =
  * this one on restart) takes the job over once its lease runs out and repeats that step. The jobs have
  * a queue of their own so that slow model calls do not hold other areas' background work up.
  */
-export class AiTaskRuntime {
+export class AiTaskRuntime implements StepScheduler {
   readonly queue: JobQueue;
   private readonly model: ChatModel | undefined;
   private readonly shutdown = new AbortController();

@@ -1,31 +1,145 @@
 /**
- * The rules of AI agent tasks as a user drives them: create (checked against the project, its environment
- * and its hosted repository), follow up, answer a permission request, stop. Each write is one transaction
- * with the task's row held; the runtime (runtime.ts) runs the steps in the background.
+ * The rules of AI agent tasks: how a task is shown, the one place its status moves (states.ts, with its
+ * STATUS message and event), its conversation; and as a user drives it: create (checked against the project,
+ * its environment and its hosted repository), follow up, answer a permission request, stop. Each write is one
+ * transaction with the task's row held; the runtime (runtime.ts) runs the steps in the background. The SQL is
+ * the repository's.
  */
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../../core/config.ts';
-import { now, type Db, type Trx } from '../../core/db/database.ts';
-import { badRequest, conflict, unprocessable } from '../../core/problems.ts';
+import { now, type Db, type Executor, type Trx } from '../../core/db/database.ts';
+import { emit } from '../../core/outbox.ts';
+import { badRequest, conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { keyOf, tokenPageOf, type TokenPageQuery } from '../../core/token-paging.ts';
 import { requireEnvironmentId } from '../environments/index.ts';
 import { requireProject } from '../projects/index.ts';
 import { ensureHostedRepository, externalRepositoryOf, hostedRepositoryPath } from '../repositories/index.ts';
 import { branchHead, isValidBranchName } from './git.ts';
 import {
-  answerUnansweredCalls,
   appendMessages,
-  grantedOf,
+  findTask,
   insertTask,
-  moveTask,
-  pendingOf,
-  requireTask,
-  toTask,
+  messageRowsAfter,
+  messageRowsOf,
+  taskStatus,
   updateTask,
+  updateTaskStatus,
+  type MessageRow,
   type TaskRow,
 } from './repository.ts';
-import type { AiTaskRuntime } from './runtime.ts';
-import type { CreateTaskRequest, Task } from './schemas.ts';
+import type { CreateTaskRequest, PendingPermission, Task, TaskMessageData } from './schemas.ts';
+import { refusal, TRANSITIONS, type TaskEvent, type TaskStatus } from './states.ts';
 import { pathInWorkingDirectory, ToolError } from './tools.ts';
+
+/** What the service needs of the runtime (runtime.ts): to schedule a task's next step in the caller's transaction. */
+export interface StepScheduler {
+  schedule(trx: Trx, task: TaskRow): Promise<void>;
+}
+
+/** The tools granted for the rest of the task. */
+export function grantedOf(row: TaskRow): string[] {
+  return JSON.parse(row.grantedPermissions) as string[];
+}
+
+/** The tool call the task waits for permission to run, if any. */
+export function pendingOf(row: TaskRow): PendingPermission | undefined {
+  return row.pendingPermission === null ? undefined : (JSON.parse(row.pendingPermission) as PendingPermission);
+}
+
+/** A task as the API shows it. */
+export function toTask(row: TaskRow): Task {
+  const pending = pendingOf(row);
+  return {
+    taskId: row.id,
+    status: row.status as TaskStatus,
+    ...(row.statusDetail !== null && { statusDetail: row.statusDetail }),
+    agentName: row.agentName,
+    agentConfig: {
+      name: row.agentName,
+      environmentName: row.environmentName,
+      mode: row.mode as Task['agentConfig']['mode'],
+      projectId: row.projectId,
+      sourceBranchName: row.sourceBranchName,
+      generateBranch: row.generateBranch === 1,
+      ...(row.graphId !== null && { graphId: row.graphId }),
+      ...(row.targetBranchName !== null && { targetBranchName: row.targetBranchName }),
+      workingDirectory: row.workingDirectory,
+    },
+    grantedPermissions: grantedOf(row).map((toolName) => ({ toolName })),
+    ...(pending && { pendingPermission: pending }),
+    turns: row.turns,
+    toolCalls: row.toolCalls,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+/** The task `taskId` of the caller's account, or a 404: another account's task is answered as a missing one. */
+export async function requireTask(db: Executor, accountId: string, taskId: string): Promise<TaskRow> {
+  const row = await findTask(db, accountId, taskId);
+  if (!row) throw notFound(`AI agent task ${taskId} does not exist.`);
+  return row;
+}
+
+/** The caller's task as the API shows it, or a 404. */
+export async function getTask(db: Executor, accountId: string, taskId: string): Promise<Task> {
+  return toTask(await requireTask(db, accountId, taskId));
+}
+
+/** The one place a task changes status: `event` must be allowed from its current status (else 409), per states.ts. */
+export async function moveTask(
+  trx: Trx,
+  taskId: string,
+  event: TaskEvent,
+  detail: string | null = null,
+  changes: Partial<TaskRow> = {},
+): Promise<TaskRow> {
+  const { from, to } = TRANSITIONS[event];
+  const moved = await updateTaskStatus(trx, taskId, from, { ...changes, status: to, statusDetail: detail });
+  if (!moved) throw conflict(refusal(event, (await taskStatus(trx, taskId)) as TaskStatus));
+  await appendMessages(trx, taskId, randomUUID(), [{ type: 'STATUS', status: to, ...(detail !== null && { text: detail }) }]);
+  await emit(trx, {
+    accountId: moved.accountId,
+    type: to === 'STOPPED' || to === 'ERRORED' ? 'ai-task.finished' : 'ai-task.status-changed',
+    projectId: moved.projectId,
+    subject: `ai/agents/tasks/${taskId}`,
+    data: { taskId, status: to, ...(detail !== null && { detail }) },
+  });
+  return moved;
+}
+
+function toMessage(row: MessageRow) {
+  return { data: JSON.parse(row.data) as TaskMessageData, groupId: row.groupId, timestamp: row.createdAt };
+}
+
+/** A page of the caller's task's conversation, after the paging token's message; a 404 for another account's task. */
+export async function listTaskMessages(db: Executor, accountId: string, taskId: string, query: TokenPageQuery) {
+  const task = await requireTask(db, accountId, taskId);
+  const after = keyOf<[number]>(query.paginationToken, ['number'])?.[0] ?? 0;
+  const rows = await messageRowsAfter(db, task.id, after, query.limit + 1);
+  return tokenPageOf(rows, query.limit, (row) => [Number(row.id)], toMessage);
+}
+
+/** The whole conversation, in order (what the model is shown). */
+export async function conversationOf(db: Executor, taskId: string): Promise<(MessageRow & { parsed: TaskMessageData })[]> {
+  const rows = await messageRowsOf(db, taskId);
+  return rows.map((row) => ({ ...row, id: Number(row.id), parsed: JSON.parse(row.data) as TaskMessageData }));
+}
+
+/** Tool calls of the conversation that have no result yet, in the order the model asked for them. */
+export function unansweredCalls(conversation: { groupId: string; parsed: TaskMessageData }[]) {
+  const answered = new Set(conversation.filter((m) => m.parsed.type === 'TOOL_RESULT').map((m) => m.parsed.toolCallId));
+  return conversation.filter((m) => m.parsed.type === 'TOOL_CALL' && !answered.has(m.parsed.toolCallId));
+}
+
+/** Answers every call still without a result with `why` (the user moved on, or the task was stopped). */
+async function answerUnansweredCalls(trx: Trx, taskId: string, why: string): Promise<void> {
+  for (const call of unansweredCalls(await conversationOf(trx, taskId))) {
+    await appendMessages(trx, taskId, call.groupId, [
+      { type: 'TOOL_RESULT', toolCallId: call.parsed.toolCallId, toolName: call.parsed.toolName, error: why },
+    ]);
+  }
+}
 
 /**
  * What the schema cannot say about a create request: each tool granted once, a target that fits the mode,
@@ -72,7 +186,7 @@ export class AiTaskService {
   constructor(
     private readonly db: Db,
     private readonly config: Config,
-    private readonly runtime: AiTaskRuntime,
+    private readonly runtime: StepScheduler,
   ) {}
 
   /** Creates a task (RUNNING) with the user's first message and schedules its first step. */

@@ -1,5 +1,5 @@
 /**
- * The life of an AI agent task: every change of status goes through moveTask() in repository.ts,
+ * The life of an AI agent task: every change of status goes through moveTask() in service.ts,
  * which applies this table and nothing else.
  *
  *   (create)  ──────────────▶ RUNNING

@@ -1,7 +1,8 @@
 /**
  * The artifacts area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { artifactFilePaths, artifactFileText, listPublishedPipelines, requireArtifact } from './repository.ts';
+export { artifactFilePaths, artifactFileText } from './repository.ts';
+export { listPublishedPipelines, requireArtifact } from './service.ts';
 export { EnabledResult, VersionName } from './schemas.ts';
 export {
   UploadBody,

@@ -1,171 +1,83 @@
+/** The artifacts' SQL: rows of `artifacts` and `artifactAssets` and nothing else. The rules are the service's (service.ts). */
+import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
-import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
-import { isUniqueViolation, now, sql } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
+import { sql } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import type { ArtifactTable } from './tables.ts';
-import type { ArtifactDetails } from './schemas.ts';
-import { CONNECTOR_PROFILE_PREFIX } from './schemas.ts';
-import type { IgnoredResource, StagedUpload } from './upload.ts';
+import type { ArtifactAssetTable, ArtifactTable } from './tables.ts';
 
-/** Rows are inserted in batches of at most this many rows and bytes: few round trips, bounded memory. */
-const BATCH_ROWS = 500;
-const BATCH_BYTES = 4 * 1024 * 1024;
-
-type DetailsRow = Pick<
-  ArtifactTable,
-  'branch' | 'commitHash' | 'createdAt' | 'deployedAt' | 'enabled' | 'provider' | 'versionName'
+/** What is shown of a version, and its id. */
+export type VersionRow = Pick<
+  Selectable<ArtifactTable>,
+  'id' | 'branch' | 'commitHash' | 'createdAt' | 'deployedAt' | 'enabled' | 'provider' | 'versionName'
 >;
-const DETAILS_COLUMNS = ['branch', 'commitHash', 'createdAt', 'deployedAt', 'enabled', 'provider', 'versionName'] as const;
+const VERSION_COLUMNS = ['id', 'branch', 'commitHash', 'createdAt', 'deployedAt', 'enabled', 'provider', 'versionName'] as const;
 
-function toDetails(row: DetailsRow): ArtifactDetails {
-  return {
-    ...(row.branch !== null && { branch: row.branch }),
-    ...(row.commitHash !== null && { commitHash: row.commitHash }),
-    createdAt: row.createdAt,
-    deployedAt: row.deployedAt,
-    enabled: row.enabled === 1,
-    provider: row.provider,
-    versionName: row.versionName,
-  };
-}
-
-const versionTaken = (versionName: string) => conflict(`Version "${versionName}" already exists in this environment.`);
-
-/** A 409 before an upload is read, when its version is already taken (the unique key decides at commit). */
-export async function requireVersionFree(db: Executor, environmentId: string, versionName: string): Promise<void> {
+/** Whether the environment has version `versionName`. */
+export async function versionExists(db: Executor, environmentId: string, versionName: string): Promise<boolean> {
   const row = await db
     .selectFrom('artifacts')
     .select('id')
     .where('environmentId', '=', environmentId)
     .where('versionName', '=', versionName)
     .executeTakeFirst();
-  if (row) throw versionTaken(versionName);
+  return row !== undefined;
 }
 
-export interface NewArtifact {
-  projectId: string;
-  environmentId: string;
-  versionName: string;
-  branch?: string;
-  commitHash?: string;
+/** Inserts an artifact, answering its id. A version taken in the environment is a unique violation. */
+export async function insertArtifact(db: Executor, row: Insertable<ArtifactTable>): Promise<number> {
+  const { id } = await db.insertInto('artifacts').values(row).returning('id').executeTakeFirstOrThrow();
+  return id;
 }
 
-/**
- * Stores the artifact and every staged part as an asset; connector profiles that are not JSON are
- * added to `ignored` instead. Run it in a transaction: the artifact appears whole or not at all.
- */
-export async function createArtifact(trx: Executor, artifact: NewArtifact, upload: StagedUpload): Promise<IgnoredResource[]> {
-  const createdAt = now();
-  let artifactId: number;
-  try {
-    ({ id: artifactId } = await trx
-      .insertInto('artifacts')
-      .values({
-        projectId: artifact.projectId,
-        environmentId: artifact.environmentId,
-        versionName: artifact.versionName,
-        branch: artifact.branch ?? null,
-        commitHash: artifact.commitHash ?? null,
-        provider: 'upload',
-        enabled: 1,
-        createdAt,
-        deployedAt: createdAt,
-      })
-      .returning('id')
-      .executeTakeFirstOrThrow());
-  } catch (error) {
-    if (isUniqueViolation(error)) throw versionTaken(artifact.versionName);
-    throw error;
-  }
-
-  const ignored = [...upload.ignored];
-  for await (const batch of upload.batches(BATCH_ROWS, BATCH_BYTES)) {
-    const rows = [];
-    for (const { part, content } of batch) {
-      if (part.path.startsWith(CONNECTOR_PROFILE_PREFIX) && !isJson(content)) {
-        ignored.push({ name: part.path, reason: 'connector profile is not valid JSON' });
-      } else {
-        rows.push({ artifactId, path: part.path, content });
-      }
-    }
-    if (rows.length > 0) await trx.insertInto('artifactAssets').values(rows).execute();
-  }
-  return ignored;
+/** Inserts a batch of assets. */
+export async function insertAssets(db: Executor, rows: ArtifactAssetTable[]): Promise<void> {
+  await db.insertInto('artifactAssets').values(rows).execute();
 }
 
-function isJson(content: Buffer): boolean {
-  try {
-    JSON.parse(content.toString('utf8'));
-    return true;
-  } catch {
-    return false;
-  }
+/** Copies every asset of artifact `fromId` to artifact `toId`, in the database. */
+export async function copyAssets(db: Executor, fromId: number, toId: number): Promise<void> {
+  await db
+    .insertInto('artifactAssets')
+    .columns(['artifactId', 'path', 'content'])
+    .expression((eb) =>
+      eb
+        .selectFrom('artifactAssets')
+        // A literal, not a parameter: PostgreSQL would type a bare parameter in a select list as text.
+        .select((s) => [s.lit(toId).as('artifactId'), 'path', 'content'])
+        .where('artifactId', '=', fromId),
+    )
+    .execute();
 }
 
-/** Version `versionName` of the environment, or without a name its latest enabled version (most recently deployed); else a 404. */
-export async function requireArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
-  const inEnvironment = db
+/** Version `versionName` of the environment. */
+export function findVersion(db: Executor, environmentId: string, versionName: string): Promise<VersionRow | undefined> {
+  return db
     .selectFrom('artifacts')
-    .select(['id', ...DETAILS_COLUMNS])
-    .where('environmentId', '=', environmentId);
-  const row = await (
-    versionName === undefined
-      ? inEnvironment.where('enabled', '=', 1).orderBy('deployedAt', 'desc').orderBy('id', 'desc').limit(1)
-      : inEnvironment.where('versionName', '=', versionName)
-  ).executeTakeFirst();
-  if (!row) {
-    throw notFound(
-      versionName === undefined
-        ? 'This environment has no enabled version.'
-        : `Version "${versionName}" does not exist in this environment.`,
-    );
-  }
-  return row;
+    .select(VERSION_COLUMNS)
+    .where('environmentId', '=', environmentId)
+    .where('versionName', '=', versionName)
+    .executeTakeFirst();
 }
 
-/** File name endings of pipelines: orchestration and transformation. */
-const PIPELINE_EXTENSIONS = [PIPELINE_SUFFIXES.orchestration, PIPELINE_SUFFIXES.transformation];
-
-/**
- * The pipeline files of the environment's latest enabled version, by path, with the time that version
- * was deployed; an environment with no enabled version has none.
- */
-export async function listPublishedPipelines(db: Executor, environmentId: string, query: PageQuery) {
-  const latest = await db
+/** The environment's latest enabled version (most recently deployed, then latest inserted). */
+export function latestEnabledVersion(db: Executor, environmentId: string): Promise<VersionRow | undefined> {
+  return db
     .selectFrom('artifacts')
-    .select(['id', 'deployedAt'])
+    .select(VERSION_COLUMNS)
     .where('environmentId', '=', environmentId)
     .where('enabled', '=', 1)
     .orderBy('deployedAt', 'desc')
     .orderBy('id', 'desc')
+    .limit(1)
     .executeTakeFirst();
-  if (!latest) return { results: [], total: 0 };
-  // substr from length - n + 1 ends both stores' strings alike (LIKE is case-insensitive on SQLite only).
-  const pipelines = db
-    .selectFrom('artifactAssets')
-    .where('artifactId', '=', latest.id)
-    .where((eb) =>
-      eb.or(
-        PIPELINE_EXTENSIONS.map(
-          (extension) =>
-            sql<boolean>`substr(${eb.ref('path')}, length(${eb.ref('path')}) - ${extension.length - 1}) = ${extension}`,
-        ),
-      ),
-    );
-  const [rows, total] = await Promise.all([
-    pipelines.select('path').orderBy('path').limit(query.size).offset(offsetOf(query)).execute(),
-    countOf(pipelines),
-  ]);
-  return { results: rows.map((row) => ({ name: row.path, publishedTime: latest.deployedAt })), total };
 }
 
-/** The artifacts of an environment, the most recently deployed first. */
-export async function listArtifacts(db: Executor, environmentId: string, query: PageQuery) {
+/** A page of the environment's versions, the most recently deployed first, and how many it has. */
+export async function listVersionRows(db: Executor, environmentId: string, query: PageQuery) {
   const inEnvironment = db.selectFrom('artifacts').where('environmentId', '=', environmentId);
   const [rows, total] = await Promise.all([
     inEnvironment
-      .select([...DETAILS_COLUMNS])
+      .select(VERSION_COLUMNS)
       .orderBy('deployedAt', 'desc')
       .orderBy('id', 'desc')
       .limit(query.size)
@@ -173,91 +85,43 @@ export async function listArtifacts(db: Executor, environmentId: string, query: 
       .execute(),
     countOf(inEnvironment),
   ]);
-  return { results: rows.map(toDetails), total };
+  return { rows, total };
 }
 
-export async function getArtifact(db: Executor, environmentId: string, versionName: string | undefined) {
-  const row = await requireArtifact(db, environmentId, versionName);
-  const assets = await db.selectFrom('artifactAssets').select('path').where('artifactId', '=', row.id).orderBy('path').execute();
-  return { assets: assets.map((a) => a.path), details: toDetails(row) };
-}
-
-export async function getAssetContent(
-  db: Executor,
-  environmentId: string,
-  versionName: string,
-  assetPath: string,
-): Promise<Buffer> {
-  const { id } = await requireArtifact(db, environmentId, versionName);
-  const row = await db
-    .selectFrom('artifactAssets')
-    .select('content')
-    .where('artifactId', '=', id)
-    .where('path', '=', assetPath)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Version "${versionName}" has no asset "${assetPath}".`);
-  return row.content;
-}
-
-/**
- * Copies version `versionName` of the source environment, assets and all, into the target environment
- * (copied in the database, never through memory). A version reaches an environment once: a repeat is 409.
- */
-export async function promoteArtifact(
-  trx: Executor,
-  projectId: string,
-  sourceEnvironmentId: string,
-  targetEnvironmentId: string,
-  versionName: string,
-) {
-  const source = await requireArtifact(trx, sourceEnvironmentId, versionName);
-  let targetId: number;
-  try {
-    ({ id: targetId } = await trx
-      .insertInto('artifacts')
-      .values({
-        projectId,
-        environmentId: targetEnvironmentId,
-        versionName,
-        branch: source.branch,
-        commitHash: source.commitHash,
-        provider: 'promotion',
-        enabled: 1,
-        createdAt: source.createdAt,
-        deployedAt: now(),
-      })
-      .returning('id')
-      .executeTakeFirstOrThrow());
-  } catch (error) {
-    if (isUniqueViolation(error)) throw versionTaken(versionName);
-    throw error;
-  }
-  await trx
-    .insertInto('artifactAssets')
-    .columns(['artifactId', 'path', 'content'])
-    .expression((eb) =>
-      eb
-        .selectFrom('artifactAssets')
-        // A literal, not a parameter: PostgreSQL would type a bare parameter in a select list as text.
-        .select((s) => [s.lit(targetId).as('artifactId'), 'path', 'content'])
-        .where('artifactId', '=', source.id),
-    )
-    .execute();
-}
-
-export async function setArtifactEnabled(
+/** Sets whether the environment's version `versionName` is enabled; whether there was one. */
+export async function updateVersionEnabled(
   db: Executor,
   environmentId: string,
   versionName: string,
   enabled: boolean,
-): Promise<void> {
+): Promise<boolean> {
   const result = await db
     .updateTable('artifacts')
     .set({ enabled: enabled ? 1 : 0 })
     .where('environmentId', '=', environmentId)
     .where('versionName', '=', versionName)
     .executeTakeFirst();
-  if (result.numUpdatedRows === 0n) throw notFound(`Version "${versionName}" does not exist in this environment.`);
+  return result.numUpdatedRows > 0n;
+}
+
+/** A page of the paths of an artifact's files that end in one of `suffixes`, by path, and how many there are. */
+export async function assetPathsEndingIn(db: Executor, artifactId: number, suffixes: readonly string[], query: PageQuery) {
+  // substr from length - n + 1 ends both stores' strings alike (LIKE is case-insensitive on SQLite only).
+  const matching = db
+    .selectFrom('artifactAssets')
+    .where('artifactId', '=', artifactId)
+    .where((eb) =>
+      eb.or(
+        suffixes.map(
+          (suffix) => sql<boolean>`substr(${eb.ref('path')}, length(${eb.ref('path')}) - ${suffix.length - 1}) = ${suffix}`,
+        ),
+      ),
+    );
+  const [rows, total] = await Promise.all([
+    matching.select('path').orderBy('path').limit(query.size).offset(offsetOf(query)).execute(),
+    countOf(matching),
+  ]);
+  return { paths: rows.map((row) => row.path), total };
 }
 
 /** The paths of an artifact's files, in path order. */
@@ -269,6 +133,17 @@ export async function artifactFilePaths(db: Executor, artifactId: number): Promi
     .orderBy('path')
     .execute();
   return rows.map((row) => row.path);
+}
+
+/** The content of file `path` of an artifact, if it has one. */
+export async function assetContent(db: Executor, artifactId: number, path: string): Promise<Buffer | undefined> {
+  const row = await db
+    .selectFrom('artifactAssets')
+    .select('content')
+    .where('artifactId', '=', artifactId)
+    .where('path', '=', path)
+    .executeTakeFirst();
+  return row?.content;
 }
 
 /** The text of file `path` of an artifact (one that artifactFilePaths listed). */

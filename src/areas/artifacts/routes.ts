@@ -1,19 +1,16 @@
-import { emit } from '../../core/outbox.ts';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import type { Executor } from '../../core/db/database.ts';
 import { Page, pageOf, type PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
-import { ProjectParams, requireProject } from '../projects/index.ts';
-import { requireEnvironmentId } from '../environments/index.ts';
+import { ProjectParams } from '../projects/index.ts';
 import {
   ArtifactDetails,
   ArtifactDetailsResult,
   ArtifactQuery,
   AssetQuery,
   CONNECTOR_PROFILE_CONTENT_TYPE,
-  CONNECTOR_PROFILE_NAME,
   CONNECTOR_PROFILE_PREFIX,
   EnabledResult,
   ListArtifactsQuery,
@@ -25,15 +22,18 @@ import {
   UploadArtifactHeaders,
 } from './schemas.ts';
 import {
-  createArtifact,
+  connectorProfileRule,
   getArtifact,
   getAssetContent,
   listArtifacts,
   listPublishedPipelines,
+  PROFILE_NAMES,
   promoteArtifact,
+  publishArtifact,
+  requireEnvironment,
   requireVersionFree,
   setArtifactEnabled,
-} from './repository.ts';
+} from './service.ts';
 import {
   acceptUploads,
   stagingDirOf,
@@ -44,16 +44,9 @@ import {
   UploadResult,
   uploadValidatorCompiler,
   withStagedUpload,
-  type PartRule,
 } from './upload.ts';
 
 const tags = ['Artifacts'];
-
-/** The id of environment `environmentName` of the caller's project, or a 404 for either. */
-async function requireEnvironment(db: Executor, accountId: string, projectId: string, environmentName: string): Promise<string> {
-  await requireProject(db, accountId, projectId);
-  return requireEnvironmentId(db, projectId, environmentName);
-}
 
 /** A page of what `list` finds in environment `environmentName` of the caller's project. */
 async function pageInEnvironment<T>(
@@ -67,20 +60,6 @@ async function pageInEnvironment<T>(
   const { results, total } = await list(db, environmentId, { page, size });
   return pageOf({ page, size }, results, total);
 }
-
-const PROFILE_NAMES = 'connector-profile:flex-<id>.json or connector-profile:custom-<id>.json';
-
-/** Connector profiles travel as parts of their own content type and name; neither goes without the other. */
-const connectorProfileRule: PartRule = (path, contentType) => {
-  const profileType = contentType === CONNECTOR_PROFILE_CONTENT_TYPE;
-  if (path.startsWith(CONNECTOR_PROFILE_PREFIX)) {
-    if (!CONNECTOR_PROFILE_NAME.test(path)) return `not a connector profile name: ${PROFILE_NAMES}`;
-    if (!profileType) return `a connector profile part needs content type ${CONNECTOR_PROFILE_CONTENT_TYPE}`;
-  } else if (profileType) {
-    return `a connector profile part is named ${PROFILE_NAMES}`;
-  }
-  return undefined;
-};
 
 export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -122,32 +101,20 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         const environmentId = await requireEnvironment(app.store.db, accountId, projectId, environmentName);
         await requireVersionFree(app.store.db, environmentId, versionName);
         const ignoredResources = await withStagedUpload(request, app.config, connectorProfileRule, (upload) =>
-          app.store.db.transaction().execute(async (trx) => {
-            const ignored = await createArtifact(
+          app.store.db.transaction().execute((trx) =>
+            publishArtifact(
               trx,
               {
+                accountId,
                 projectId,
-                environmentId: await requireEnvironment(trx, accountId, projectId, environmentName),
+                environmentName,
                 versionName,
                 branch: headerValue(request, 'branch'),
                 commitHash: headerValue(request, 'commitHash'),
               },
               upload,
-            );
-            await emit(trx, {
-              accountId,
-              type: 'artifact.published',
-              projectId,
-              subject: `projects/${projectId}/artifacts/${encodeURIComponent(environmentName)}/${encodeURIComponent(versionName)}`,
-              data: {
-                environmentName,
-                versionName,
-                branch: headerValue(request, 'branch') ?? null,
-                commitHash: headerValue(request, 'commitHash') ?? null,
-              },
-            });
-            return ignored;
-          }),
+            ),
+          ),
         );
         Object.assign(request.auditIds, { environmentName, versionName });
         return { ignoredResources, versionName };
@@ -264,12 +231,8 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     async (request) => {
       const { accountId } = request.principal;
       const { projectId } = request.params;
-      const { sourceEnvironmentName, targetEnvironmentName, versionName } = request.body;
-      await app.store.db.transaction().execute(async (trx) => {
-        const sourceId = await requireEnvironment(trx, accountId, projectId, sourceEnvironmentName);
-        const targetId = await requireEnvironmentId(trx, projectId, targetEnvironmentName);
-        await promoteArtifact(trx, projectId, sourceId, targetId, versionName);
-      });
+      const { targetEnvironmentName, versionName } = request.body;
+      await app.store.db.transaction().execute((trx) => promoteArtifact(trx, accountId, projectId, request.body));
       Object.assign(request.auditIds, { environmentName: targetEnvironmentName, versionName });
       return { environmentName: targetEnvironmentName, versionName };
     },
@@ -289,15 +252,9 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { environmentName, versionName, enabled } = request.body;
-      await app.store.db.transaction().execute(async (trx) => {
-        const environmentId = await requireEnvironment(
-          trx,
-          request.principal.accountId,
-          request.params.projectId,
-          environmentName,
-        );
-        await setArtifactEnabled(trx, environmentId, versionName, enabled);
-      });
+      await app.store.db
+        .transaction()
+        .execute((trx) => setArtifactEnabled(trx, request.principal.accountId, request.params.projectId, request.body));
       Object.assign(request.auditIds, { environmentName, versionName });
       return { enabled, versionName };
     },

@@ -25,7 +25,7 @@ import {
   listConnections,
   replaceConnection,
   replaceConnectionOverride,
-} from './repository.ts';
+} from './service.ts';
 
 const tags = ['Project Connections'];
 const CONNECTIONS = '/projects/:projectId/connections';

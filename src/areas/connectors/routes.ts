@@ -15,7 +15,6 @@ import {
   TestEndpointResponse,
 } from './schemas.ts';
 import { FLEX_CONNECTORS } from './catalogue.ts';
-import { assertValidProfile } from './profiles.ts';
 import {
   createCustomConnector,
   deleteCustomConnector,
@@ -23,7 +22,7 @@ import {
   replaceCustomConnector,
   requireCustomConnector,
   requireLiveEndpoint,
-} from './repository.ts';
+} from './service.ts';
 import { testEndpoint } from './endpoint-test.ts';
 
 const tags = ['Connector profiles'];
@@ -73,10 +72,7 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { accountId } = request.principal;
-      const connector = await app.store.db.transaction().execute(async (trx) => {
-        await assertValidProfile(trx, accountId, request.body);
-        return createCustomConnector(trx, accountId, request.body);
-      });
+      const connector = await app.store.db.transaction().execute((trx) => createCustomConnector(trx, accountId, request.body));
       request.auditIds.customConnectorId = connector.id;
       return sendCreated(request, reply, { segment: connector.id }, connector);
     },
@@ -109,10 +105,9 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { accountId } = request.principal;
-      return app.store.db.transaction().execute(async (trx) => {
-        await assertValidProfile(trx, accountId, request.body);
-        return replaceCustomConnector(trx, accountId, request.params.customConnectorId, request.body);
-      });
+      return app.store.db
+        .transaction()
+        .execute((trx) => replaceCustomConnector(trx, accountId, request.params.customConnectorId, request.body));
     },
   );
 

@@ -17,7 +17,7 @@ import {
   listOAuthConnections,
   requireOAuthConnection,
   setUpOAuthConnection,
-} from './repository.ts';
+} from './service.ts';
 
 const tags = ['OAuth connections'];
 

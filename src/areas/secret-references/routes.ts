@@ -4,7 +4,7 @@ import { Page } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
 import { pageInProject, ProjectParams, writeInProject } from '../projects/index.ts';
 import { CreateSecretReferenceRequest, SecretReference, SecretReferenceParams, SecretReferenceQuery } from './schemas.ts';
-import { createSecretReference, deleteSecretReference, listSecretReferences } from './repository.ts';
+import { createSecretReference, deleteSecretReference, listSecretReferences } from './service.ts';
 
 const tags = ['Secret References'];
 

@@ -9,27 +9,22 @@ import {
   UploadResult,
   uploadValidatorCompiler,
   withStagedUpload,
-  type PartRule,
 } from '../artifacts/index.ts';
 import {
-  PIPELINE_FILE,
   PublishSharedPipelinesHeaders,
   SetSharedPipelinesEnabledRequest,
   SharedPipelinesQuery,
   SharedPipelinesResult,
 } from './schemas.ts';
 import {
-  describePipelines,
   getSharedPipelines,
+  pipelineFilesOnly,
   publishSharedPipelines,
   requireVersionFree,
   setSharedPipelinesEnabled,
-} from './repository.ts';
+} from './service.ts';
 
 const tags = ['Shared pipeline artifacts'];
-
-const pipelineFilesOnly: PartRule = (path) =>
-  PIPELINE_FILE.test(path) ? undefined : 'not a pipeline file (.orch.yaml or .tran.yaml)';
 
 /** Shared pipeline artifacts belong to the caller's account, not to a project. */
 export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<void> {
@@ -58,25 +53,19 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
         const sharedPipelineIdPrefix = headerValue(request, 'sharedPipelineIdPrefix')!;
         const versionName = headerValue(request, 'versionName')!;
         await requireVersionFree(app.store.db, accountId, sharedPipelineIdPrefix, versionName);
-        const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, async (upload) => {
-          const ignored = [...upload.ignored];
-          const pipelines = await describePipelines(upload, ignored);
-          await app.store.db.transaction().execute((trx) =>
-            publishSharedPipelines(
-              trx,
-              {
-                accountId,
-                sharedPipelineIdPrefix,
-                versionName,
-                branch: headerValue(request, 'branch'),
-                commitHash: headerValue(request, 'commitHash'),
-              },
-              upload,
-              pipelines,
-            ),
-          );
-          return ignored;
-        });
+        const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, (upload) =>
+          publishSharedPipelines(
+            app.store.db,
+            {
+              accountId,
+              sharedPipelineIdPrefix,
+              versionName,
+              branch: headerValue(request, 'branch'),
+              commitHash: headerValue(request, 'commitHash'),
+            },
+            upload,
+          ),
+        );
         Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         return { ignoredResources, versionName };
       },
