@@ -124,13 +124,35 @@ describeEachStore('the first pipeline of the README', (kind) => {
     // Lineage: the load's SQL and the transformation's output, as a catalogue reads them.
     const since = new Date(Date.now() - 3_600_000).toISOString();
     const lineage = api('GET', `/v1/lineage/events?generatedFrom=${since}&size=100`).results as {
-      event: { run: { runId: string }; inputs: { name: string }[]; outputs: { name: string }[] };
+      event: {
+        run: { runId: string };
+        inputs: { name: string }[];
+        outputs: {
+          name: string;
+          facets?: { columnLineage?: { fields: Record<string, { inputFields: { name: string; field: string }[] }> } };
+        }[];
+      };
     }[];
     const ofRun = lineage.filter((item) => item.event.run.runId === loaded.id);
     const mart = ofRun.find((item) => item.event.outputs.some((output) => output.name.endsWith('.mart_sales_by_customer')));
     assert.ok(mart, JSON.stringify(ofRun.map((item) => item.event.outputs)));
     assert.deepEqual(mart.event.inputs.map((input) => input.name.split('.').pop()).sort(), ['raw_customers', 'raw_orders']);
     assert.ok(ofRun.some((item) => item.event.outputs.some((output) => output.name.endsWith('.raw_orders'))));
+    // Column lineage, traced through filter, join, aggregate and rename: each mart column's input columns.
+    const columns = mart.event.outputs.find((output) => output.name.endsWith('.mart_sales_by_customer'))!.facets?.columnLineage
+      ?.fields;
+    assert.ok(columns, 'the mart has a columnLineage facet');
+    const from = (column: string) => columns[column]?.inputFields.map((input) => `${input.name.split('.').pop()}.${input.field}`);
+    assert.deepEqual(
+      Object.fromEntries(['customer_id', 'customer_name', 'region', 'revenue', 'orders'].map((c) => [c, from(c)])),
+      {
+        customer_id: ['raw_customers.customer_id'],
+        customer_name: ['raw_customers.customer_name'],
+        region: ['raw_customers.region'],
+        revenue: ['raw_orders.amount'],
+        orders: ['raw_orders.amount'],
+      },
+    );
 
     const tested = await run({ environmentName: 'dev', scope: 'PROJECT' }, 'test-executions');
     assert.equal(tested.status, 'SUCCESS');

@@ -15,7 +15,7 @@ import {
   type VariableValues,
 } from '../contract/pipeline-file.ts';
 import { qualifiedName, type TableName } from '../contract/sql-dialect.ts';
-import { compileTransformation } from '../contract/transformation.ts';
+import { compileTransformation, type CompiledOutput } from '../contract/transformation.ts';
 import { listOf, rowsOf, substitute, yes } from '../contract/variables.ts';
 import { ENVIRONMENT_DEFAULT } from '../contract/work.ts';
 import type { Warehouse } from './warehouse/warehouse.ts';
@@ -270,6 +270,28 @@ class Run {
       defaultSchema: warehouse.defaultSchema,
     });
     return lineage && (lineage.inputs.length > 0 || lineage.outputs.length > 0) ? lineage : undefined;
+  }
+
+  /**
+   * A transformation output's lineage: the tables its SQL reads and writes (parsed, as for any SQL), and on
+   * the table written, each column's input columns as the compiler traced them through the components.
+   */
+  transformationLineage(warehouse: Warehouse, sql: string, output: CompiledOutput): StepLineage | undefined {
+    const lineage = this.lineageOf(warehouse, sql);
+    const traced = output.columnLineage;
+    if (!lineage || !traced) return lineage;
+    const name = (table: TableName) =>
+      `${table.database ?? warehouse.defaultDatabase ?? 'main'}.${table.schema ?? warehouse.defaultSchema}.${table.table}`;
+    const target = lineage.outputs.find((dataset) => dataset.name === name(traced.target));
+    if (!target) return lineage;
+    target.fields = Object.keys(traced.columns).map((column) => ({ name: column }));
+    target.columnLineage = Object.fromEntries(
+      Object.entries(traced.columns).map(([column, origins]) => [
+        column,
+        origins.map((origin) => ({ namespace: warehouse.lineageNamespace, name: name(origin.table), field: origin.field })),
+      ]),
+    );
+    return lineage;
   }
 
   /** Runs `work` as one reported step; answers whether it succeeded. */
@@ -762,7 +784,7 @@ class Run {
         await warehouse.run(script, this.signal);
         return {
           message: `${output.type} wrote ${output.statements.length} statement(s).`,
-          lineage: this.lineageOf(warehouse, script),
+          lineage: this.transformationLineage(warehouse, script, output),
         };
       });
       if (step.status === 'CANCELLED') this.signal.throwIfAborted();

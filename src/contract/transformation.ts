@@ -26,12 +26,54 @@ export interface CompiledOutput {
   type: string;
   /** Run in order (a truncate, then the insert). */
   statements: string[];
+  /** The table written and, for each of its columns the file makes known, the input table columns it is made from. */
+  columnLineage?: { target: TableName; columns: Record<string, ColumnOrigin[]> };
 }
 
-/** A compiled node: the SELECT that gives its rows, and its columns when known. */
+/** An input table's column that a column is made from. */
+export interface ColumnOrigin {
+  table: TableName;
+  field: string;
+}
+
+/**
+ * A compiled node: the SELECT that gives its rows, its columns when known, and when known for each column
+ * the input table columns it is made from (none for a constant; null where a `sql` query hides them).
+ */
 interface Node {
   select: string;
   columns: string[] | null;
+  origins: Map<string, ColumnOrigin[]> | null;
+}
+
+/** The origins of `columns` as `source` gives them (renamed by `as`), or null when any is not known. */
+function originsOf(source: Node, columns: readonly string[], as: (column: string) => string = (c) => c) {
+  if (source.origins === null) return null;
+  const origins = new Map<string, ColumnOrigin[]>();
+  for (const column of columns) {
+    const from = source.origins.get(column);
+    if (from === undefined) return null;
+    origins.set(as(column), from);
+  }
+  return origins;
+}
+
+/** Every origin of the columns of `source` that `expression` names (quoted, or bare outside string literals). */
+function originsIn(source: Node, expression: string): ColumnOrigin[] | null {
+  if (source.origins === null || source.columns === null) return null;
+  const code = expression.replace(/'(?:[^']|'')*'/g, "''");
+  const named = source.columns.filter((column) => {
+    const quoted = `"${column.replace(/"/g, '""')}"`;
+    // A bare name is a word of its own (a column's name that is no plain word is only ever written quoted).
+    return code.includes(quoted) || (/^\w+$/.test(column) && new RegExp(`(^|[^\\w"])${column}(?![\\w"])`, 'i').test(code));
+  });
+  return unique(named.flatMap((column) => source.origins!.get(column) ?? []));
+}
+
+function unique(origins: ColumnOrigin[]): ColumnOrigin[] {
+  const seen = new Map<string, ColumnOrigin>();
+  for (const origin of origins) seen.set(JSON.stringify([origin.table, origin.field]), origin);
+  return [...seen.values()];
 }
 
 export const OUTPUT_TYPES = ['table-output', 'rewrite-table', 'table-update'] as const;
@@ -180,9 +222,11 @@ class Compiler {
       case 'table-input': {
         const columns = this.list(component, 'columnNames');
         const where = this.text(component, 'whereClause', false);
+        const table = this.table(component);
         return {
-          select: `SELECT ${columns.length > 0 ? columns.map(q).join(', ') : '*'} FROM ${qualifiedName(this.ctx.dialect, this.table(component))}${where ? ` WHERE ${where}` : ''}`,
+          select: `SELECT ${columns.length > 0 ? columns.map(q).join(', ') : '*'} FROM ${qualifiedName(this.ctx.dialect, table)}${where ? ` WHERE ${where}` : ''}`,
           columns: columns.length > 0 ? columns : null,
+          origins: columns.length > 0 ? new Map(columns.map((field) => [field, [{ table, field }]])) : null,
         };
       }
       case 'sql': {
@@ -190,6 +234,8 @@ class Compiler {
         return {
           select: `SELECT * FROM (${this.text(component, 'query')}) AS ${q('sql query')}`,
           columns: columns.length > 0 ? columns : null,
+          // What a query reads is its own: no guess.
+          origins: null,
         };
       }
       case 'filter': {
@@ -206,6 +252,7 @@ class Compiler {
         return {
           select: `SELECT * FROM ${q(source)} WHERE ${conditions.map((c) => `(${c})`).join(combine)}`,
           columns: this.node(source).columns,
+          origins: this.node(source).origins,
         };
       }
       case 'calculator': {
@@ -219,13 +266,27 @@ class Compiler {
         const inputs = this.node(source).columns;
         const replaced = new Set(outputs.map((o) => o.output));
         const kept = include ? (inputs === null ? ['*'] : inputs.filter((c) => !replaced.has(c)).map(q)) : [];
+        const columns = include
+          ? inputs === null
+            ? null
+            : [...inputs.filter((c) => !replaced.has(c)), ...outputs.map((o) => o.output)]
+          : outputs.map((o) => o.output);
+        const sourceNode = this.node(source);
+        let origins: Map<string, ColumnOrigin[]> | null =
+          include && inputs !== null
+            ? originsOf(
+                sourceNode,
+                inputs.filter((c) => !replaced.has(c)),
+              )
+            : new Map();
+        for (const { expression, output } of outputs) {
+          const from = origins && originsIn(sourceNode, expression);
+          origins = from ? origins!.set(output, from) : null;
+        }
         return {
           select: `SELECT ${[...kept, ...outputs.map((o) => `(${o.expression}) AS ${q(o.output)}`)].join(', ')} FROM ${q(source)}`,
-          columns: include
-            ? inputs === null
-              ? null
-              : [...inputs.filter((c) => !replaced.has(c)), ...outputs.map((o) => o.output)]
-            : outputs.map((o) => o.output),
+          columns,
+          origins: columns === null ? null : origins,
         };
       }
       case 'join': {
@@ -235,7 +296,9 @@ class Compiler {
         const joins = this.rows(component, 'joins');
         const expressions = this.rows(component, 'joinExpressions');
         let from = `${q(main)} AS ${q(mainAlias)}`;
+        const byAlias = new Map([[mainAlias, main]]);
         joins.forEach(([table, alias, type], index) => {
+          byAlias.set(alias || table, table);
           if (!component.sources.includes(table)) this.fail(component, 'joins', `"${table}" is not one of its sources.`);
           const kind = { inner: 'INNER', left: 'LEFT', right: 'RIGHT', full: 'FULL' }[String(type ?? 'Inner').toLowerCase()];
           if (!kind) this.fail(component, 'joins', `join type "${type}" is not Inner, Left, Right or Full.`);
@@ -245,14 +308,26 @@ class Compiler {
           from += ` ${kind} JOIN ${q(table)} AS ${q(alias || table)} ON ${expression}`;
         });
         const mappings = this.rows(component, 'columnMappings', false);
-        if (mappings.length === 0) return { select: `SELECT * FROM ${from}`, columns: null };
+        if (mappings.length === 0) return { select: `SELECT * FROM ${from}`, columns: null, origins: null };
         const selected = mappings.map(([sourceColumn, output]) => {
           const dot = sourceColumn.indexOf('.');
           const reference = dot > 0 ? `${q(sourceColumn.slice(0, dot))}.${q(sourceColumn.slice(dot + 1))}` : q(sourceColumn);
           const name = output || sourceColumn.slice(dot + 1);
-          return { sql: `${reference} AS ${q(name)}`, name };
+          // The column's origins as the source it names (by alias; unqualified: the one source that has it) gives them.
+          const field = sourceColumn.slice(dot + 1);
+          const owners =
+            dot > 0
+              ? [byAlias.get(sourceColumn.slice(0, dot))]
+              : component.sources.filter((s) => this.node(s).columns?.includes(field));
+          const origin = owners.length === 1 && owners[0] !== undefined ? this.node(owners[0]).origins?.get(field) : undefined;
+          return { sql: `${reference} AS ${q(name)}`, name, origin };
         });
-        return { select: `SELECT ${selected.map((s) => s.sql).join(', ')} FROM ${from}`, columns: selected.map((s) => s.name) };
+        const origins = selected.every((s) => s.origin !== undefined) ? new Map(selected.map((s) => [s.name, s.origin!])) : null;
+        return {
+          select: `SELECT ${selected.map((s) => s.sql).join(', ')} FROM ${from}`,
+          columns: selected.map((s) => s.name),
+          origins,
+        };
       }
       case 'aggregate': {
         const source = this.single(component);
@@ -270,19 +345,32 @@ class Compiler {
           if (!make)
             this.fail(component, 'aggregations', `aggregation "${type}" is not one of ${Object.keys(functions).join(', ')}.`);
           const name = `${String(type).toLowerCase().replace(/\s+/g, '_')}_${column}`;
-          return { sql: `${make(q(column))} AS ${q(name)}`, name };
+          return { sql: `${make(q(column))} AS ${q(name)}`, name, column };
         });
         const select = [...groupings.map(q), ...aggregations.map((a) => a.sql)].join(', ');
+        const grouped = originsOf(this.node(source), groupings);
+        const aggregated = originsOf(
+          this.node(source),
+          aggregations.map((a) => a.column),
+        );
         return {
           select: `SELECT ${select} FROM ${q(source)}${groupings.length > 0 ? ` GROUP BY ${groupings.map(q).join(', ')}` : ''}`,
           columns: [...groupings, ...aggregations.map((a) => a.name)],
+          origins:
+            grouped && aggregated
+              ? new Map([...grouped, ...aggregations.map((a): [string, ColumnOrigin[]] => [a.name, aggregated.get(a.column)!])])
+              : null,
         };
       }
       case 'distinct': {
         const source = this.single(component);
         const columns = this.list(component, 'distinctColumns');
-        if (columns.length === 0) return { select: `SELECT DISTINCT * FROM ${q(source)}`, columns: this.node(source).columns };
-        return { select: `SELECT DISTINCT ${columns.map(q).join(', ')} FROM ${q(source)}`, columns };
+        if (columns.length === 0) return { ...this.node(source), select: `SELECT DISTINCT * FROM ${q(source)}` };
+        return {
+          select: `SELECT DISTINCT ${columns.map(q).join(', ')} FROM ${q(source)}`,
+          columns,
+          origins: originsOf(this.node(source), columns),
+        };
       }
       case 'rank':
       case 'window-calculation': {
@@ -319,9 +407,20 @@ class Compiler {
         });
         const include = yes(component.parameters.includeInputColumns, true);
         const inputs = include ? this.node(source).columns : [];
+        // A window function's value is made from the columns it partitions and orders by.
+        const ordered = this.rows(component, 'orderingWithinPartitions', false).map(([column]) => column);
+        const windowed = originsOf(this.node(source), [...partition, ...ordered]);
+        const kept = inputs === null ? null : originsOf(this.node(source), inputs);
         return {
           select: `SELECT ${[...(include ? (inputs === null ? ['*'] : inputs.map(q)) : []), ...outputs.map((o) => o.sql)].join(', ')} FROM ${q(source)}`,
           columns: inputs === null ? null : [...inputs, ...outputs.map((o) => o.name)],
+          origins:
+            kept && windowed
+              ? new Map([
+                  ...kept,
+                  ...outputs.map((o): [string, ColumnOrigin[]] => [o.name, unique([...windowed.values()].flat())]),
+                ])
+              : null,
         };
       }
       case 'unite': {
@@ -330,7 +429,11 @@ class Compiler {
         const known = component.sources.every((source) => this.node(source).columns !== null);
         if (!known) {
           if (addSource) this.fail(component, 'addSourceColumn', 'needs the columns of every source.');
-          return { select: component.sources.map((s) => `SELECT * FROM ${q(s)}`).join(' UNION ALL '), columns: null };
+          return {
+            select: component.sources.map((s) => `SELECT * FROM ${q(s)}`).join(' UNION ALL '),
+            columns: null,
+            origins: null,
+          };
         }
         const all: string[] = [];
         for (const source of component.sources) for (const c of this.node(source).columns!) if (!all.includes(c)) all.push(c);
@@ -340,7 +443,13 @@ class Compiler {
           if (addSource) cells.push(`${this.ctx.dialect.quoteLiteral(source)} AS ${q('source_component')}`);
           return `SELECT ${cells.join(', ')} FROM ${q(source)}`;
         });
-        return { select: parts.join(' UNION ALL '), columns: addSource ? [...all, 'source_component'] : all };
+        // A united column is made from that column of every source that has it.
+        const sources = component.sources.map((source) => this.node(source));
+        const origins = sources.every((node) => node.origins !== null)
+          ? new Map(all.map((c) => [c, unique(sources.flatMap((node) => node.origins!.get(c) ?? []))]))
+          : null;
+        if (origins && addSource) origins.set('source_component', []);
+        return { select: parts.join(' UNION ALL '), columns: addSource ? [...all, 'source_component'] : all, origins };
       }
       case 'rename': {
         const source = this.single(component);
@@ -349,6 +458,7 @@ class Compiler {
           return {
             select: `SELECT ${[...mapping].map(([from, to]) => `${q(from)} AS ${q(to)}`).join(', ')} FROM ${q(source)}`,
             columns: [...mapping.values()],
+            origins: originsOf(this.node(source), [...mapping.keys()], (c) => mapping.get(c)!),
           };
         }
         const inputs = this.columnsOf(component, source);
@@ -356,6 +466,7 @@ class Compiler {
         return {
           select: `SELECT ${inputs.map((c) => `${q(c)} AS ${q(mapping.get(c) ?? c)}`).join(', ')} FROM ${q(source)}`,
           columns,
+          origins: originsOf(this.node(source), inputs, (c) => mapping.get(c) ?? c),
         };
       }
       case 'convert-type': {
@@ -375,6 +486,7 @@ class Compiler {
         return {
           select: `SELECT ${inputs.map((c) => (conversions.has(c) ? `CAST(${q(c)} AS ${conversions.get(c)}) AS ${q(c)}` : q(c))).join(', ')} FROM ${q(source)}`,
           columns: inputs,
+          origins: this.node(source).origins,
         };
       }
       default:
@@ -402,8 +514,12 @@ class Compiler {
     const q = this.q;
     const source = this.single(component);
     const query = `${this.withChain(source)} SELECT * FROM ${q(source)}`;
-    const target = qualifiedName(this.ctx.dialect, this.table(component));
+    const targetTable = this.table(component);
+    const target = qualifiedName(this.ctx.dialect, targetTable);
     const statements: string[] = [];
+    const origins = this.node(source).origins;
+    // The written columns: `written` pairs each input column with the target column it goes to.
+    let written: [string, string][] | null = this.node(source).columns?.map((c) => [c, c]) ?? null;
     if (component.type === 'rewrite-table') {
       if (this.ctx.dialect.createOrReplace) statements.push(`CREATE OR REPLACE TABLE ${target} AS ${query}`);
       else statements.push(`DROP TABLE IF EXISTS ${target}`, `CREATE TABLE ${target} AS ${query}`);
@@ -413,6 +529,7 @@ class Compiler {
       const mapping = this.rows(component, 'columnMapping', false);
       if (mapping.length === 0) statements.push(`INSERT INTO ${target} ${query}`);
       else {
+        written = mapping.map(([input, output]) => [input, output || input]);
         const inputs = mapping.map(([input]) => q(input)).join(', ');
         const outputs = mapping.map(([input, output]) => q(output || input)).join(', ');
         statements.push(`INSERT INTO ${target} (${outputs}) ${this.withChain(source)} SELECT ${inputs} FROM ${q(source)}`);
@@ -425,6 +542,7 @@ class Compiler {
       const update = this.rows(component, 'updateMapping', false);
       const insert = this.rows(component, 'insertMapping', false);
       const whenMatched = this.rows(component, 'whenMatched', false);
+      written = [...update, ...insert].map(([input, output]) => [input, output || input]);
       const clauses: string[] = [];
       const setList = update.map(([input, output]) => `${q(output || input)} = ${q(sourceAlias)}.${q(input)}`).join(', ');
       if (whenMatched.length > 0) {
@@ -448,7 +566,17 @@ class Compiler {
         `MERGE INTO ${target} AS ${q(targetAlias)} USING (${query}) AS ${q(sourceAlias)} ON ${on} ${clauses.join(' ')}`,
       );
     }
-    return { component: component.name, type: component.type, statements };
+    const columns: Record<string, ColumnOrigin[]> = {};
+    for (const [input, output] of written ?? []) {
+      const from = origins?.get(input);
+      if (from !== undefined) columns[output] = unique([...(columns[output] ?? []), ...from]);
+    }
+    return {
+      component: component.name,
+      type: component.type,
+      statements,
+      ...(Object.keys(columns).length > 0 && { columnLineage: { target: targetTable, columns } }),
+    };
   }
 }
 
