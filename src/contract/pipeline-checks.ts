@@ -4,7 +4,7 @@
  * transition targets, sources and attached components, cycles (of sources, and of pipelines running
  * each other), missing required parameters, child pipelines that are not in the artifact. Pure.
  */
-import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from './pipeline-file.ts';
+import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Component, type Pipeline } from './pipeline-file.ts';
 import { REQUIRED_TRANSFORMATION_PARAMETERS } from './transformation.ts';
 
 /** The parameters each orchestration component type cannot do without. */
@@ -47,6 +47,44 @@ function findFile(files: Record<string, string>, name: string, suffix: string): 
   return [stripped, `${stripped}${suffix}`].find((candidate) => Object.hasOwn(files, candidate));
 }
 
+/** The child pipeline a component runs: the parameter naming it, the name, and its file when the version has it. */
+function childOf(component: Component, files: Record<string, string>) {
+  const child =
+    component.type === 'run-orchestration'
+      ? { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration }
+      : component.type === 'run-transformation'
+        ? { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation }
+        : undefined;
+  const named = child && component.parameters[child.parameter];
+  // A name made of variables is resolved when the run gets there.
+  if (!child || typeof named !== 'string' || named === '' || named.includes('${')) return undefined;
+  return { parameter: child.parameter, named, target: findFile(files, named, child.suffix) };
+}
+
+/**
+ * `file` and every pipeline it runs, theirs, and so on (children named through variables are known only
+ * when the run gets there); files that cannot be read are listed and not followed.
+ */
+export function pipelinesRunBy(file: string, files: Record<string, string>): string[] {
+  const seen: string[] = [];
+  const visit = (path: string) => {
+    if (seen.includes(path) || !Object.hasOwn(files, path)) return;
+    seen.push(path);
+    let pipeline: Pipeline;
+    try {
+      pipeline = parsePipelineFile(files[path]);
+    } catch {
+      return;
+    }
+    for (const component of pipeline.components.values()) {
+      const child = component.skipped ? undefined : childOf(component, files);
+      if (child?.target !== undefined) visit(child.target);
+    }
+  };
+  visit(file);
+  return seen;
+}
+
 /**
  * Every violation of `file` and the pipelines it runs. `files` are the artifact's pipeline files by path.
  * A file that cannot be parsed at all throws PipelineFileError (the caller's 422); everything else is
@@ -80,16 +118,9 @@ export function checkPipeline(file: string, files: Record<string, string>): Pipe
           message: 'required: the component it runs',
         });
       }
-      const child =
-        component.type === 'run-orchestration'
-          ? { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration }
-          : component.type === 'run-transformation'
-            ? { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation }
-            : undefined;
-      const named = child && component.parameters[child.parameter];
-      // A name made of variables is resolved when the run gets there.
-      if (child && typeof named === 'string' && named !== '' && !named.includes('${')) {
-        const target = findFile(files, named, child.suffix);
+      const child = childOf(component, files);
+      if (child) {
+        const { named, target } = child;
         if (target === undefined) {
           violations.push({
             file: path,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
 
 /** A pipeline with one of everything a review finds. */
 const FLAWED = orchestration(
@@ -149,6 +149,62 @@ describeEachStore('pipeline quality review', (kind) => {
     assert.ok(rules.includes('a.orch.yaml pipeline-cycle'), rules.join('\n'));
     assert.ok(rules.includes('c.orch.yaml invalid-graph'), rules.join('\n'));
     assert.ok(rules.includes('broken.orch.yaml invalid-file'), rules.join('\n'));
+  });
+
+  test("before a run starts: the review's errors refuse it (400 naming file, component, parameter and rule), warnings do not", async () => {
+    const typo = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "pipelines/child"
+`);
+    const child = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Say"]
+    Say:
+      type: "print-variables"
+      parameters:
+        prefixText: "\${regoin}"
+`);
+    const warned = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Say"]
+    Say:
+      type: "print-variables"
+      parameters:
+        prefixText: "\${region}"
+    Forgotten:
+      type: "print-variables"
+`);
+    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'runs' } });
+    await uploadVersion(server, caller, projectId, 'runs', 'v1', {
+      'pipelines/typo.orch.yaml': typo,
+      'pipelines/child.orch.yaml': child,
+      'pipelines/warned.orch.yaml': warned,
+    });
+    const agentId = await insertAgent(server, caller.accountId);
+    const start = (pipelineName: string) =>
+      server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+        token: caller.token,
+        body: { pipelineName, environmentName: 'runs', agentId },
+      });
+    // The error is in the child the pipeline runs.
+    const refused = expectProblem(await start('pipelines/typo'), 400);
+    assert.deepEqual(refused.violations, [
+      'pipelines/child.orch.yaml: components.Say.parameters.prefixText: ${regoin} is not a variable of the pipeline or the project (unknown-variable)',
+    ]);
+    assert.match(refused.detail, /the review finds an error/);
+    const runs = await server.api('GET', `/pipeline-executions?projectId=${projectId}&environmentName=runs`, {
+      token: caller.token,
+    });
+    assert.equal(runs.body.results.length, 0, 'a refused run leaves nothing');
+    // An unreachable component is a warning: the run starts.
+    assert.equal((await start('pipelines/warned')).status, 201);
   });
 
   test('refusals: unknown environment or version 404, both a version and files 400, another account 404, no token 401', async () => {

@@ -20,6 +20,7 @@ import {
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
 import { checkPipeline, describeViolation } from '../../contract/pipeline-checks.ts';
+import { describeFinding, errorsBeforeRun, SQL_GRAMMAR } from '../reviews/index.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
@@ -122,7 +123,7 @@ async function resolveVariables(
   declared: Pipeline['variables'],
   scalars: Record<string, VariableValue> = {},
   grids: Record<string, VariableValue[][]> = {},
-): Promise<Record<string, VariableValue | VariableValue[][]>> {
+): Promise<{ variables: Record<string, VariableValue | VariableValue[][]>; projectVariables: Set<string> }> {
   const project = await variableValuesIn(db, projectId, environmentId);
   // Keyed by user-chosen names: no prototype, so `__proto__` or `constructor` is a name like any other.
   const resolved = Object.create(null) as Record<string, VariableValue | VariableValue[][]>;
@@ -150,7 +151,26 @@ async function resolveVariables(
     else resolved[name] = rows;
   }
   if (violations.length > 0) throw badRequest('Some variables cannot be given to this run.', violations);
-  return resolved;
+  return { variables: resolved, projectVariables: new Set(project.map((row) => row.name)) };
+}
+
+/**
+ * The pipeline quality review's errors in `paths` and the pipelines they run refuse the run: a 400 naming
+ * each finding's file, component, parameter and rule (warnings do not block; `POST …/reviews` lists them).
+ */
+function refuseReviewErrors(paths: readonly string[], files: Record<string, string>, projectVariables: Set<string>): void {
+  const context = { projectVariables, sqlDialect: SQL_GRAMMAR };
+  const seen = new Set<string>();
+  const errors = paths
+    .flatMap((path) => errorsBeforeRun(path, files, context))
+    .map(describeFinding)
+    .filter((line) => !seen.has(line) && seen.add(line));
+  if (errors.length > 0) {
+    throw badRequest(
+      `The pipeline cannot run: the review finds ${errors.length === 1 ? 'an error' : `${errors.length} errors`}: ${errors[0]}${errors.length > 1 ? ` (and ${errors.length - 1} more)` : ''}.`,
+      errors,
+    );
+  }
 }
 
 /**
@@ -224,7 +244,7 @@ export async function preparePipelineRun(
     environment.defaultAgentId,
     request.hostedAgent === true,
   );
-  const variables = await resolveVariables(
+  const { variables, projectVariables } = await resolveVariables(
     db,
     request.projectId,
     environment.id,
@@ -232,6 +252,7 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
+  refuseReviewErrors([pipelineName], files, projectVariables);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
@@ -295,7 +316,8 @@ export async function prepareTestRun(
     environment.defaultAgentId,
     request.hostedAgent === true,
   );
-  const variables = await resolveVariables(db, request.projectId, environment.id, {});
+  const { variables, projectVariables } = await resolveVariables(db, request.projectId, environment.id, {});
+  refuseReviewErrors(tests, pipelines, projectVariables);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,

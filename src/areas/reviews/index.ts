@@ -1,4 +1,5 @@
 /**
- * The reviews area's public face: nothing of it is used by other areas (its routes are registered by the app).
+ * The reviews area's public face: the rules, and what of a review blocks a run (executions asks before a run starts).
  */
-export { RULES, type Finding } from './rules.ts';
+export { describeFinding, errorsBeforeRun, RULES, type Finding } from './rules.ts';
+export { SQL_GRAMMAR } from './service.ts';

@@ -5,7 +5,7 @@
  */
 import sqlParser from 'node-sql-parser';
 import { credentialViolations } from '../../core/credentials.ts';
-import { checkPipeline, describeViolation, type PipelineViolation } from '../../contract/pipeline-checks.ts';
+import { checkPipeline, describeViolation, pipelinesRunBy, type PipelineViolation } from '../../contract/pipeline-checks.ts';
 import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
 import { OUTPUT_TYPES } from '../../contract/transformation.ts';
 import { rowsOf } from '../../contract/variables.ts';
@@ -312,4 +312,19 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
       (a.component ?? '').localeCompare(b.component ?? '') ||
       a.rule.localeCompare(b.rule),
   );
+}
+
+/**
+ * What blocks a run of `file`: the review's errors in it and the pipelines it runs (warnings do not block).
+ * A run start calls it after its own checks, so what they refuse is refused as before.
+ */
+export function errorsBeforeRun(file: string, files: Record<string, string>, context: ReviewContext): Finding[] {
+  const run = Object.create(null) as Record<string, string>;
+  for (const path of pipelinesRunBy(file, files)) run[path] = files[path];
+  return reviewFiles(run, context).filter((finding) => finding.severity === 'ERROR');
+}
+
+/** A finding as a violation of a refused run: `<file>: components.<c>.parameters.<p>: <message> (<rule>)`. */
+export function describeFinding(finding: Finding): string {
+  return `${describeViolation(finding)} (${finding.rule})`;
 }

@@ -9,7 +9,7 @@ import { reviewFiles } from './rules.ts';
 import type { Review, ReviewRequest } from './schemas.ts';
 
 /** The grammar SQL is checked with: the warehouses this project runs (DuckDB and PostgreSQL) read PostgreSQL's. */
-const SQL_GRAMMAR = 'postgresql';
+export const SQL_GRAMMAR = 'postgresql';
 
 const isPipelineFile = (path: string) =>
   path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
