@@ -29,17 +29,13 @@ describeEachStore('AI agent tasks', (kind) => {
   let server: TestServer;
   let model: ScriptedModel;
   let caller: Caller;
+  let viewer: string;
   let projectId: string;
   let gitDir: string;
   before(async () => {
     model = await ScriptedModel.start();
     server = await TestServer.start(kind, { aiModel: { ...baseLimits(), name: 'scripted', baseUrl: model.baseUrl } });
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
-    assert.equal(
-      (await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } })).status,
-      201,
-    );
+    ({ caller, viewer, projectId } = await server.prologue({ environments: ['dev'] }));
     gitDir = await seedRepository(server.config, projectId, {
       'README.md': 'Sales pipelines.\n',
       'pipelines/extract.orch.yaml': 'type: "orchestration"\n',
@@ -386,7 +382,6 @@ describeEachStore('AI agent tasks', (kind) => {
     );
     expectProblem(await create({ agentConfig: config({ workingDirectory: '../outside' }) }), 400, 'bad-request');
 
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
     expectProblem(await create({}, viewer), 403, 'forbidden');
     expectProblem(await post('/ai/agents/tasks', { agentConfig: config(), message: 'x' }, 'not-a-token'), 401, 'unauthorized');
   });
@@ -582,9 +577,7 @@ describeEachStore('AI agent task runtime: no model, limits, restarts', (kind) =>
   async function setUp(aiModel: Partial<Config['aiModel']>, overrides: Partial<Config> = {}) {
     const server = await TestServer.start(kind, { aiModel: { ...baseLimits(), ...aiModel }, ...overrides });
     servers.push(server);
-    const caller = await server.newAccount();
-    const projectId = await server.newProject(caller);
-    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+    const { caller, projectId } = await server.prologue({ environments: ['dev'] });
     await seedRepository(server.config, projectId, { 'README.md': 'hello\n' });
     const start = async (message: string, on: TestServer = server) => {
       const answer = await on.api('POST', '/ai/agents/tasks', {

@@ -84,10 +84,12 @@ function formOf(files: ProjectFile[]): FormData {
 describeEachStore('artifacts', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
+  let developer: string;
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    ({ caller, projectId } = await server.prologue({ environments: ['test', 'production'] }));
+    ({ caller, viewer, developer, projectId } = await server.prologue({ environments: ['test', 'production'] }));
   });
   after(() => server.close());
 
@@ -354,8 +356,6 @@ describeEachStore('artifacts', (kind) => {
   });
 
   test('roles: a viewer reads but cannot upload, promote or switch; a developer can', async () => {
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
-    const developer = await server.tokenFor(caller.accountId, 'developer');
     expectProblem(
       await upload(formOf([['a.sql', 'x']]), { versionName: 'roles', environmentName: 'test' }, viewer),
       403,
@@ -606,9 +606,7 @@ describeEachStore('artifact upload limits', (kind) => {
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind, { uploadMaxParts: 3, uploadMaxPartBytes: 1000, uploadMaxBytes: 2500 });
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
-    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'test' } });
+    ({ caller, projectId } = await server.prologue({ environments: ['test'] }));
   });
   after(() => server.close());
 
@@ -675,9 +673,7 @@ describeEachStore('upload slots', (kind) => {
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind, { uploadConcurrency: 1, uploadQueueTimeoutMs: 1000 });
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
-    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'test' } });
+    ({ caller, projectId } = await server.prologue({ environments: ['test'] }));
   });
   after(() => server.close());
 

@@ -24,6 +24,8 @@ const ENDPOINT_FIELDS = [
 describeEachStore('connector profiles', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
+  let developer: string;
   let api: LoopbackApi;
   let secure: LoopbackApi;
   let certificate: ReturnType<typeof selfSignedCertificate>;
@@ -38,7 +40,7 @@ describeEachStore('connector profiles', (kind) => {
     secure = await startLoopbackApi(undefined, certificate);
     // The external APIs of these tests are on 127.0.0.1, so this server is told to allow it.
     server = await TestServer.start(kind, { outboundAllowedRanges: ['127.0.0.1/32'], outboundCaFile: certificate.certFile });
-    caller = await server.newAccount();
+    ({ caller, viewer, developer } = await server.prologue({ project: false }));
   });
   after(async () => {
     await server.close();
@@ -66,7 +68,6 @@ describeEachStore('connector profiles', (kind) => {
     server.api('POST', `/custom-connectors/${connector.id}/endpoints/${connector.endpointId}/test`, { token, body });
 
   test('GET /flex-connectors answers the shipped catalogue as a bare array of complete profiles', async () => {
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
     const answer = await server.api('GET', '/flex-connectors', { token: viewer });
     assert.equal(answer.status, 200);
     assert.ok(Array.isArray(answer.body) && answer.body.length >= 5);
@@ -237,8 +238,6 @@ describeEachStore('connector profiles', (kind) => {
 
   test('roles: viewers read; developers write and test', async () => {
     const connector = await connectorWith({});
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
-    const developer = await server.tokenFor(caller.accountId, 'developer');
     assert.equal((await server.api('GET', '/custom-connectors', { token: viewer })).status, 200);
     assert.equal((await server.api('GET', `/custom-connectors/${connector.id}`, { token: viewer })).status, 200);
     expectProblem(await create([endpoint()], viewer), 403, 'forbidden');
@@ -370,7 +369,6 @@ describeEachStore('connector profiles', (kind) => {
       );
       assert.ok(!answer.text.includes('s3cr3t'), 'not echoed');
     }
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
     assert.ok(!(await server.api('GET', '/custom-connectors', { token: viewer })).text.includes('s3cr3t'), 'not stored');
     // Declaring such a parameter without a value, and bodies with look-alike names, are fine.
     const fine = await create([

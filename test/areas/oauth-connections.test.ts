@@ -6,9 +6,11 @@ import { oauthConnectionBody } from '../helpers/oauth.ts';
 describeEachStore('OAuth connections', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
+  let developer: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
+    ({ caller, viewer, developer } = await server.prologue({ project: false }));
   });
   after(() => server.close());
 
@@ -110,8 +112,6 @@ describeEachStore('OAuth connections', (kind) => {
   });
 
   test('roles: viewers read, developers write', async () => {
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
-    const developer = await server.tokenFor(caller.accountId, 'developer');
     assert.equal((await server.api('GET', '/oauth-connections', { token: viewer })).status, 200);
     expectProblem(await create(oauthConnectionBody('by viewer'), viewer), 403, 'forbidden');
     const { id } = (await create(oauthConnectionBody('by developer'), developer)).body;

@@ -5,10 +5,11 @@ import { describeEachStore, expectProblem, TestServer, type Caller } from '../he
 describeEachStore('secret references', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    ({ caller, projectId } = await server.prologue());
+    ({ caller, viewer, projectId } = await server.prologue());
   });
   after(() => server.close());
 
@@ -96,7 +97,6 @@ describeEachStore('secret references', (kind) => {
 
   test('roles and accounts: viewer 403 on writes, another account 404', async () => {
     await create('guarded');
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
     assert.equal((await call('GET', references(), undefined, viewer)).status, 200);
     expectProblem(await call('POST', references('/x'), { type: 'PASSWORD', secretName: 's' }, viewer), 403, 'forbidden');
     expectProblem(await call('DELETE', references('/guarded'), undefined, viewer), 403);

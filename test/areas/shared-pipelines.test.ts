@@ -25,9 +25,11 @@ function formOf(files: [string, string | Uint8Array<ArrayBuffer>][]): FormData {
 describeEachStore('shared pipeline artifacts', (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
+  let developer: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
+    ({ caller, viewer, developer } = await server.prologue({ project: false }));
   });
   after(() => server.close());
 
@@ -183,7 +185,6 @@ describeEachStore('shared pipeline artifacts', (kind) => {
     const none = expectProblem(await publish([['a.orch.yaml', LOADER]], {}), 400, 'bad-request');
     assert.deepEqual(none.violations?.sort(), ['sharedPipelineIdPrefix: is required', 'versionName: is required']);
 
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
     expectProblem(
       await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, viewer),
       403,
@@ -197,7 +198,6 @@ describeEachStore('shared pipeline artifacts', (kind) => {
       403,
     );
     assert.equal((await detailsOf({ sharedPipelineIdPrefix: 'acme-common' }, viewer)).status, 200);
-    const developer = await server.tokenFor(caller.accountId, 'developer');
     assert.equal(
       (await publish([['a.orch.yaml', LOADER]], { sharedPipelineIdPrefix: 'roles', versionName: 'v1' }, developer)).status,
       200,

@@ -12,9 +12,7 @@ describeEachStore('upload staging', (kind) => {
   before(async () => {
     server = await TestServer.start(kind);
     stagingDir = path.join(server.config.dataDir, 'staging');
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
-    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'test' } });
+    ({ caller, projectId } = await server.prologue({ environments: ['test'] }));
   });
   after(() => server.close());
 

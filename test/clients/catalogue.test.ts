@@ -17,8 +17,7 @@ describeEachStore("catalogues and scripts: the vendor's conventions", (kind) => 
   const env = 'production';
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
-    projectId = await server.newProject(caller);
+    ({ caller, projectId } = await server.prologue());
     const agent = await api('POST', '/agents', {
       name: 'eu-agent',
       agentType: 'CUSTOMER_HOSTED',

@@ -153,11 +153,13 @@ const targets = {
 describeEachStore("the vendor's Terraform provider for agents and streaming pipelines", (kind) => {
   let server: TestServer;
   let caller: Caller;
+  let viewer: string;
+  let developer: string;
   let provider: ProviderClient;
   let projectId: string;
   before(async () => {
     server = await TestServer.start(kind);
-    caller = await server.newAccount();
+    ({ caller, viewer, developer, projectId } = await server.prologue());
     // x/oauth2 clientcredentials: the client in HTTP Basic, audience among the form's fields.
     const token = await server.request('POST', '/oauth/dpc/token', {
       headers: {
@@ -168,7 +170,6 @@ describeEachStore("the vendor's Terraform provider for agents and streaming pipe
     assert.equal(token.status, 200, token.text);
     assert.equal(token.body.token_type, 'Bearer');
     provider = new ProviderClient(server, caller.accountId, token.body.access_token);
-    projectId = await server.newProject(caller);
   });
   after(() => server.close());
 
@@ -237,8 +238,7 @@ describeEachStore("the vendor's Terraform provider for agents and streaming pipe
       201,
     );
     const path = `/agents/${agentId}/credentials`;
-    for (const role of ['viewer', 'developer'] as const) {
-      const token = await server.tokenFor(caller.accountId, role);
+    for (const token of [viewer, developer]) {
       expectProblem(await server.api('GET', path, { token }), 403);
     }
     const stranger = await server.newAccount('stranger');

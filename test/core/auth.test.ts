@@ -175,9 +175,7 @@ describeEachStore('identity and access', (kind) => {
   });
 
   test('roles: viewer reads, developer writes, only admin deletes projects', async () => {
-    const projectId = await server.newProject(caller);
-    const viewer = await server.tokenFor(caller.accountId, 'viewer');
-    const developer = await server.tokenFor(caller.accountId, 'developer');
+    const { caller, viewer, developer, projectId } = await server.prologue();
     assert.equal((await server.api('GET', `/projects/${projectId}`, { token: viewer })).status, 200);
     expectProblem(await server.api('POST', '/projects', { token: viewer, body: { name: 'by viewer' } }), 403, 'forbidden');
     expectProblem(

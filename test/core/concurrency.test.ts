@@ -11,14 +11,7 @@ describeEachStore('concurrent writes', (kind) => {
   before(async () => {
     first = await TestServer.start(kind);
     second = await TestServer.startBeside(first);
-    caller = await first.newAccount();
-    projectId = await first.newProject(caller);
-    for (const name of ['dev', 'prod']) {
-      assert.equal(
-        (await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } })).status,
-        201,
-      );
-    }
+    ({ caller, projectId } = await first.prologue({ environments: ['dev', 'prod'] }));
   });
   after(async () => {
     await second.close();

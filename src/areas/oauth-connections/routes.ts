@@ -3,7 +3,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Type } from 'typebox';
 import { problems } from '../../core/openapi.ts';
-import { badRequest } from '../../core/problems.ts';
 import {
   CreateOAuthConnectionRequest,
   DeleteOAuthConnectionQuery,
@@ -15,6 +14,7 @@ import {
   createOAuthConnection,
   deleteOAuthConnection,
   listOAuthConnections,
+  requireDeletionConfirmed,
   requireOAuthConnection,
   setUpOAuthConnection,
 } from './service.ts';
@@ -98,12 +98,7 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
     },
     async (request, reply) => {
       const { oauthConnectionId } = request.params;
-      if (request.query.confirm !== true) {
-        throw badRequest(
-          `Deleting an OAuth connection needs confirmation: repeat the request as DELETE ${request.url.split('?')[0]}?confirm=true.`,
-          ['confirm: must be true to delete an OAuth connection'],
-        );
-      }
+      requireDeletionConfirmed(request.query.confirm, request.url.split('?')[0]);
       await app.store.db
         .transaction()
         .execute((trx) => deleteOAuthConnection(trx, request.principal.accountId, oauthConnectionId));

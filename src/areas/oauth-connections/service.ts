@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
+import { badRequest, conflict, notFound } from '../../core/problems.ts';
 import type { CreateOAuthConnectionRequest, OAuthConnection, SecretReference } from './schemas.ts';
 import { credentialViolations, refuseCredentials } from '../../core/credentials.ts';
 import {
@@ -96,4 +96,13 @@ export async function setUpOAuthConnection(
 
 export async function deleteOAuthConnection(db: Executor, accountId: string, id: string): Promise<void> {
   if (!(await deleteOAuthConnectionRow(db, accountId, id))) throw missing(id);
+}
+
+/** A connection is deleted only when the caller confirms it (`confirm=true`); else a 400 saying how, for the request at `path`. */
+export function requireDeletionConfirmed(confirm: boolean | undefined, path: string): void {
+  if (confirm !== true) {
+    throw badRequest(`Deleting an OAuth connection needs confirmation: repeat the request as DELETE ${path}?confirm=true.`, [
+      'confirm: must be true to delete an OAuth connection',
+    ]);
+  }
 }
