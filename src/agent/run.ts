@@ -291,8 +291,12 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     if (inHand.size >= MAX_CONCURRENT_WORK) {
       // Polls again as soon as a piece of work in hand ends (or the agent stops).
       await new Promise<void>((resolve) => {
-        slotFreed = resolve;
-        stopping.signal.addEventListener('abort', () => resolve(), { once: true });
+        const stop = () => resolve();
+        stopping.signal.addEventListener('abort', stop, { once: true });
+        slotFreed = () => {
+          stopping.signal.removeEventListener('abort', stop);
+          resolve();
+        };
       });
       slotFreed = undefined;
       return 0;
