@@ -6,8 +6,8 @@ export type WakeListener = (accountIds: string[] | 'all') => void;
 
 /**
  * Tells readers of the outbox (the event feed, webhook fan-out) that an account may have new events.
- * On PostgreSQL, a connection of its own LISTENs on the channel every emitting transaction notifies when it
- * commits, whichever server process wrote; after that connection is lost and made again, every account is
+ * On PostgreSQL, a connection of its own LISTENs on the channel every process notifies after it committed
+ * events, whichever server process wrote; after that connection is lost and made again, every account is
  * woken ('all'), since notifications sent meanwhile are gone. On SQLite, which has no NOTIFY, emits of this
  * process wake at once and readers poll for the others' (see pollMs of each reader). A wake-up is only a
  * hint: readers always read the outbox itself, from their own cursor, so one missed or repeated costs a
@@ -42,8 +42,8 @@ export class OutboxWakeups {
   private open(): void {
     if (this.closed) return;
     if (!this.databaseUrl) {
-      if (localEmits.listeners('emitted').includes(this.onLocal)) return;
-      localEmits.on('emitted', this.onLocal);
+      if (localEmits.listeners('committed').includes(this.onLocal)) return;
+      localEmits.on('committed', this.onLocal);
       return;
     }
     if (this.client || this.retry) return;
@@ -64,7 +64,8 @@ export class OutboxWakeups {
     client.on('error', lost);
     client.on('end', () => lost(new Error('connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === EVENTS_CHANNEL && message.payload) this.wake([message.payload]);
+      // The accounts of the commits of one turn of the notifying process, comma-separated.
+      if (message.channel === EVENTS_CHANNEL && message.payload) this.wake(message.payload.split(','));
     });
     client
       .connect()
@@ -76,7 +77,7 @@ export class OutboxWakeups {
 
   async close(): Promise<void> {
     this.closed = true;
-    localEmits.off('emitted', this.onLocal);
+    localEmits.off('committed', this.onLocal);
     if (this.retry) clearTimeout(this.retry);
     const client = this.client;
     this.client = undefined;

@@ -75,9 +75,11 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const connector = await app.store.db.transaction().execute(async (trx) => {
         await assertValidProfile(trx, accountId, request.body);
-        return createCustomConnector(trx, accountId, request.body);
+        const created = await createCustomConnector(trx, accountId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.customConnectorId = created.id;
+        return created;
       });
-      request.auditIds.customConnectorId = connector.id;
       return sendCreated(request, reply, { segment: connector.id }, connector);
     },
   );

@@ -61,15 +61,16 @@ export interface JobTable {
 }
 
 /** Each account's last outbox event id (core/outbox.ts). */
-export interface EventSequenceTable {
-  accountId: string;
+/** SQLite only: the last outbox event id handed out (one row). */
+export interface OutboxCounterTable {
+  id: number;
   lastId: number;
 }
 
 /** A change worth announcing, written in the transaction of the change (core/outbox.ts). */
 export interface OutboxEventTable {
   accountId: string;
-  /** Counts from 1 per account, without gaps. */
+  /** Global, only growing; not contiguous (core/outbox.ts). */
   id: number;
   type: string;
   projectId: string | null;
@@ -105,7 +106,7 @@ export interface CoreTables {
   signingKeys: SigningKeyTable;
   auditEvents: AuditEventTable;
   jobs: JobTable;
-  eventSequences: EventSequenceTable;
+  outboxCounter: OutboxCounterTable;
   outboxEvents: OutboxEventTable;
   idempotencyKeys: IdempotencyKeyTable;
 }
