@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
 import fp from 'fastify-plugin';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ProblemError } from './problems.ts';
+import { badRequest, ProblemError } from './problems.ts';
 
 const GUARDED_METHODS = new Set(['PUT', 'PATCH', 'DELETE']);
 
-/** A strong entity tag of an answer's bytes (SHA-1, base64: the form @fastify/etag gave before). */
+/** A strong entity tag of an answer's bytes (SHA-1, base64). */
 export function entityTag(payload: string | Buffer): string {
   return `"${createHash('sha1').update(payload).digest('base64')}"`;
 }
@@ -83,6 +83,13 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
     // SCIM keeps its own versions (its routes are marked by the SCIM area's own onRoute hook, which runs
     // after this plugin's, so the mark is read here, per request).
     if (typeof ifMatch !== 'string' || !request.principal || request.routeOptions.config.directoryIntegration) return;
+    // Where no GET answers the URL there is no ETag to name: refused, rather than a 412 no retry could pass.
+    if (!app.hasRoute({ method: 'GET', url: request.routeOptions.url ?? request.url })) {
+      throw badRequest(
+        'If-Match is not supported on this URL: no GET answers it, so it has no ETag to compare with. Send the request without If-Match.',
+        ['If-Match: not supported on this URL (it has no GET)'],
+      );
+    }
     // One conditional write to a URL at a time here: the next checks what the previous left.
     const url = `${request.principal.accountId} ${request.url}`;
     const previous = queues.get(url) ?? Promise.resolve();

@@ -80,6 +80,21 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': '*' } }), 412);
   });
 
+  test('If-Match where no GET answers the URL is 400 naming the header, and nothing is done', async () => {
+    const projectId = await server.newProject(caller);
+    const created = await server.api('POST', `/projects/${projectId}/variables`, {
+      token: caller.token,
+      body: { name: 'region', type: 'TEXT', behaviour: 'SHARED', value: 'eu' },
+    });
+    assert.equal(created.status, 201, created.text);
+    const path = `/projects/${projectId}/variables/region`;
+    assert.equal((await server.api('GET', path, { token: caller.token })).status, 405);
+    const refused = expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': '*' } }), 400);
+    assert.deepEqual(refused.violations, ['If-Match: not supported on this URL (it has no GET)']);
+    // Still there: without the header it goes.
+    assert.equal((await server.api('DELETE', path, { token: caller.token })).status, 204);
+  });
+
   test('concurrent writes with one If-Match: one wins, the others are 412', async () => {
     const created = await server.api('POST', '/webhooks', { token: caller.token, body: { url: 'https://hooks.example.com/b' } });
     const path = `/webhooks/${created.body.webhookId}`;
