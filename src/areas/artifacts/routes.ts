@@ -118,6 +118,8 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         const { projectId } = request.params;
         const versionName = headerValue(request, 'versionName')!;
         const environmentName = headerValue(request, 'environmentName')!;
+        // Named before the transaction, whose commit writes the write's outbox event.
+        Object.assign(request.auditIds, { environmentName, versionName });
         // Refused before the body is read, and checked again where it is committed.
         const environmentId = await requireEnvironment(app.store.db, accountId, projectId, environmentName);
         await requireVersionFree(app.store.db, environmentId, versionName);
@@ -149,7 +151,6 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
             return ignored;
           }),
         );
-        Object.assign(request.auditIds, { environmentName, versionName });
         return { ignoredResources, versionName };
       },
     );
@@ -265,12 +266,13 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       const { sourceEnvironmentName, targetEnvironmentName, versionName } = request.body;
+      // Named before the transaction, whose commit writes the write's outbox event.
+      Object.assign(request.auditIds, { environmentName: targetEnvironmentName, versionName });
       await app.store.db.transaction().execute(async (trx) => {
         const sourceId = await requireEnvironment(trx, accountId, projectId, sourceEnvironmentName);
         const targetId = await requireEnvironmentId(trx, projectId, targetEnvironmentName);
         await promoteArtifact(trx, projectId, sourceId, targetId, versionName);
       });
-      Object.assign(request.auditIds, { environmentName: targetEnvironmentName, versionName });
       return { environmentName: targetEnvironmentName, versionName };
     },
   );
@@ -289,6 +291,7 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { environmentName, versionName, enabled } = request.body;
+      Object.assign(request.auditIds, { environmentName, versionName });
       await app.store.db.transaction().execute(async (trx) => {
         const environmentId = await requireEnvironment(
           trx,
@@ -298,7 +301,6 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         );
         await setArtifactEnabled(trx, environmentId, versionName, enabled);
       });
-      Object.assign(request.auditIds, { environmentName, versionName });
       return { enabled, versionName };
     },
   );

@@ -57,6 +57,8 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
         const { accountId } = request.principal;
         const sharedPipelineIdPrefix = headerValue(request, 'sharedPipelineIdPrefix')!;
         const versionName = headerValue(request, 'versionName')!;
+        // Named before the transaction, whose commit writes the write's outbox event.
+        Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         await requireVersionFree(app.store.db, accountId, sharedPipelineIdPrefix, versionName);
         const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, async (upload) => {
           const ignored = [...upload.ignored];
@@ -77,7 +79,6 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
           );
           return ignored;
         });
-        Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         return { ignoredResources, versionName };
       },
     );
@@ -95,8 +96,8 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
     },
     async (request) => {
       const { enabled, sharedPipelineIdPrefix, versionName } = request.body;
-      await setSharedPipelinesEnabled(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName, enabled);
       Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
+      await setSharedPipelinesEnabled(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName, enabled);
       return { enabled, versionName };
     },
   );
