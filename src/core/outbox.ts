@@ -66,8 +66,13 @@ export async function emit(trx: Executor, event: NewEvent): Promise<void> {
     data: JSON.stringify(event.data ?? {}),
     occurredAt: new Date().toISOString(),
   });
-  await trx.executeQuery(CompiledQuery.raw(DEFERRED_EVENT, parameters));
+  // Straight to the connection: no plugin, log or result handling for a statement that is never sent.
+  const marker: CompiledQuery = { ...MARKER, parameters };
+  await trx.getExecutor().provideConnection((connection) => connection.executeQuery(marker));
 }
+
+/** The marker statement (its parameters are each event's). */
+const MARKER = CompiledQuery.raw(DEFERRED_EVENT);
 
 /** emit() for several events. */
 export async function emitMany(trx: Executor, events: NewEvent[]): Promise<void> {
