@@ -7,6 +7,7 @@ import {
   EVENTS_CHANNEL,
   EVENTS_PER_TRANSACTION,
 } from './db/deferred-events.ts';
+import { deferOnSqlite } from './db/group-commit.ts';
 import type { OutboxEventTable } from './db/schema.ts';
 
 export { EVENTS_CHANNEL };
@@ -58,17 +59,20 @@ export async function emit(trx: Executor, event: NewEvent): Promise<void> {
     await trx.transaction().execute((inner) => emit(inner, event));
     return;
   }
-  const parameters = deferredParameters({
+  const deferred = {
     accountId: event.accountId,
     type: event.type,
     projectId: event.projectId ?? null,
     subject: event.subject,
     data: JSON.stringify(event.data ?? {}),
     occurredAt: new Date().toISOString(),
-  });
+  };
+  const executor = trx.getExecutor();
+  // SQLite: kept by the driver at once (its one connection is held by this transaction).
+  if (deferOnSqlite(executor.adapter, deferred)) return;
   // Straight to the connection: no plugin, log or result handling for a statement that is never sent.
-  const marker: CompiledQuery = { ...MARKER, parameters };
-  await trx.getExecutor().provideConnection((connection) => connection.executeQuery(marker));
+  const marker: CompiledQuery = { ...MARKER, parameters: deferredParameters(deferred) };
+  await executor.provideConnection((connection) => connection.executeQuery(marker));
 }
 
 /** The marker statement (its parameters are each event's). */

@@ -1,5 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CompiledQuery, SqliteDialect, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
+import {
+  CompiledQuery,
+  SqliteDialect,
+  type DatabaseConnection,
+  type DialectAdapter,
+  type Driver,
+  type QueryCompiler,
+  type QueryResult,
+} from 'kysely';
 import {
   announceCommitted,
   claimableWriteEvent,
@@ -113,6 +121,15 @@ class GroupCommitDriver implements Driver {
       },
       streamQuery: (query, chunkSize) => this.#streamCommitted(query, chunkSize),
     };
+  }
+
+  /**
+   * Keeps `event` for the transaction holding the connection (the only one whose code can run: Kysely runs a
+   * transaction's callback only once it began, and it holds the connection until it ends); no statement.
+   */
+  defer(event: DeferredEvent): void {
+    if (!this.#inTransaction) throw new Error('An outbox event is written in a transaction.');
+    this.#events.push(event);
   }
 
   async acquireConnection(): Promise<DatabaseConnection> {
@@ -320,8 +337,24 @@ class GroupCommitDriver implements Driver {
   }
 }
 
+/** The group-commit driver of each SQLite store, by its Kysely adapter (which its transactions share). */
+const driversByAdapter = new WeakMap<DialectAdapter, GroupCommitDriver>();
+
+/**
+ * Keeps an outbox event for the SQLite transaction of `adapter` holding the connection, without a statement;
+ * false when the adapter is not of a group-commit SQLite store (PostgreSQL: the marker statement carries it).
+ */
+export function deferOnSqlite(adapter: DialectAdapter, event: DeferredEvent): boolean {
+  const driver = driversByAdapter.get(adapter);
+  if (!driver) return false;
+  driver.defer(event);
+  return true;
+}
+
 /** Kysely's SQLite dialect with group commit (GroupCommitDriver). */
 export class GroupCommitSqliteDialect extends SqliteDialect {
+  #driver: GroupCommitDriver | undefined;
+
   constructor(
     config: ConstructorParameters<typeof SqliteDialect>[0],
     private readonly sqliteInTransaction: () => boolean,
@@ -330,6 +363,14 @@ export class GroupCommitSqliteDialect extends SqliteDialect {
   }
 
   override createDriver(): Driver {
-    return new GroupCommitDriver(super.createDriver(), this.sqliteInTransaction);
+    this.#driver = new GroupCommitDriver(super.createDriver(), this.sqliteInTransaction);
+    return this.#driver;
+  }
+
+  override createAdapter(): DialectAdapter {
+    const adapter = super.createAdapter();
+    // Kysely creates the driver before the adapter, once per instance.
+    if (this.#driver) driversByAdapter.set(adapter, this.#driver);
+    return adapter;
   }
 }
