@@ -216,7 +216,7 @@ const documentedProblem = (status: number, description?: string): OpenApiRespons
  * The headers and statuses of conditional requests (core/conditional.ts) and idempotency keys
  * (core/idempotency.ts), which every operation of /dpc/v1 takes the same way.
  */
-function declareConditions(path: string, method: string, operation: OpenApiOperation): void {
+function declareConditions(path: string, method: string, operation: OpenApiOperation, hasGet: boolean): void {
   if (!conditionalPath(path)) return;
   const parameters = (operation.parameters ??= []) as Record<string, unknown>[];
   const responses = (operation.responses ??= {});
@@ -246,9 +246,13 @@ function declareConditions(path: string, method: string, operation: OpenApiOpera
     responses['409'] ??= documentedProblem(409, 'Conflict (or a request with the same Idempotency-Key is still in progress).');
     responses['422'] ??= documentedProblem(422, 'Unprocessable Entity (or the Idempotency-Key was sent with another request).');
   }
-  if (method === 'put' || method === 'patch' || method === 'delete') {
+  if ((method === 'put' || method === 'patch' || method === 'delete') && hasGet) {
     header('If-Match', 'The ETag of the version this change is based on: 412 when the resource has changed since.');
     responses['412'] ??= documentedProblem(412, 'Precondition Failed: the resource is not at the version If-Match names.');
+  } else if (method === 'put' || method === 'patch' || method === 'delete') {
+    // No GET answers this URL, so there is no ETag to name: the header is refused rather than never matched.
+    header('If-Match', 'Not supported here (no GET answers this URL, so it has no ETag): a request that sends it is 400.');
+    responses['400'] ??= documentedProblem(400);
   }
 }
 
@@ -323,7 +327,7 @@ function settleOperations(document: OpenApiDocument, exportedNames: Set<string>)
       const operation = item[method];
       if (!operation) continue;
       const operationId = (operation.operationId ??= operationIdOf(method, path));
-      declareConditions(path, method, operation);
+      declareConditions(path, method, operation, Boolean(item.get));
       for (const tag of operation.tags ?? []) tags.add(tag);
       for (const parameter of operation.parameters ?? []) {
         if (parameter.in === 'query' && parameter.schema?.default !== undefined) parameter.required = false;

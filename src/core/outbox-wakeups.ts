@@ -7,9 +7,9 @@ import { EVENTS_CHANNEL, localEmits } from './outbox.ts';
 export type WakeListener = (keys: string[] | 'all') => void;
 
 /**
- * Wake-ups on a PostgreSQL channel (LISTEN; writers `pg_notify(channel, key)` in their transaction, heard
- * when it commits, by every server process) or, on SQLite, from `local`'s `emitted` events (writers of this
- * process emit an array of keys). OutboxWakeups (below) describes how in full; the agents area wakes waiting
+ * Wake-ups on a PostgreSQL channel (LISTEN; writers notify `channel` with keys, comma-separated, when or
+ * after they commit, heard by every server process) or, on SQLite, from `local`'s `localEvent` events
+ * (writers of this process emit an array of keys). OutboxWakeups (below) describes how in full; the agents area wakes waiting
  * polls for work with one too.
  */
 export class ChannelWakeups {
@@ -24,6 +24,7 @@ export class ChannelWakeups {
     private readonly log: Pick<FastifyBaseLogger, 'warn'>,
     private readonly channel: string,
     private readonly local: EventEmitter,
+    private readonly localEvent = 'emitted',
   ) {}
 
   subscribe(listener: WakeListener): () => void {
@@ -41,8 +42,8 @@ export class ChannelWakeups {
   private open(): void {
     if (this.closed) return;
     if (!this.databaseUrl) {
-      if (this.local.listeners('emitted').includes(this.onLocal)) return;
-      this.local.on('emitted', this.onLocal);
+      if (this.local.listeners(this.localEvent).includes(this.onLocal)) return;
+      this.local.on(this.localEvent, this.onLocal);
       return;
     }
     if (this.client || this.retry) return;
@@ -66,7 +67,7 @@ export class ChannelWakeups {
     client.on('error', lost);
     client.on('end', () => lost(new Error('connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === this.channel && message.payload) this.wake([message.payload]);
+      if (message.channel === this.channel && message.payload) this.wake(message.payload.split(','));
     });
     client
       .connect()
@@ -78,7 +79,7 @@ export class ChannelWakeups {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.local.off('emitted', this.onLocal);
+    this.local.off(this.localEvent, this.onLocal);
     if (this.retry) clearTimeout(this.retry);
     const client = this.client;
     this.client = undefined;
@@ -88,8 +89,8 @@ export class ChannelWakeups {
 
 /**
  * Tells readers of the outbox (the event feed, webhook fan-out) that an account may have new events.
- * On PostgreSQL, a connection of its own LISTENs on the channel every emitting transaction notifies when it
- * commits, whichever server process wrote; after that connection is lost and made again, every account is
+ * On PostgreSQL, a connection of its own LISTENs on the channel every process notifies after it committed
+ * events (the accounts of one turn's commits, comma-separated), whichever server process wrote; after that connection is lost and made again, every account is
  * woken ('all'), since notifications sent meanwhile are gone. On SQLite, which has no NOTIFY, emits of this
  * process wake at once and readers poll for the others' (see pollMs of each reader). A wake-up is only a
  * hint: readers always read the outbox itself, from their own cursor, so one missed or repeated costs a
@@ -99,6 +100,6 @@ export class ChannelWakeups {
  */
 export class OutboxWakeups extends ChannelWakeups {
   constructor(databaseUrl: string | undefined, log: Pick<FastifyBaseLogger, 'warn'>) {
-    super(databaseUrl, log, EVENTS_CHANNEL, localEmits);
+    super(databaseUrl, log, EVENTS_CHANNEL, localEmits, 'committed');
   }
 }

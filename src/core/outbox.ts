@@ -1,10 +1,16 @@
-import { EventEmitter } from 'node:events';
-import { sql } from 'kysely';
+import { CompiledQuery, sql } from 'kysely';
 import { statementsAreRoundTrips, type Executor } from './db/database.ts';
+import {
+  committedEvents,
+  DEFERRED_EVENT,
+  deferredParameters,
+  EVENTS_CHANNEL,
+  EVENTS_PER_TRANSACTION,
+} from './db/deferred-events.ts';
+import { deferOnSqlite } from './db/group-commit.ts';
 import type { OutboxEventTable } from './db/schema.ts';
 
-/** The PostgreSQL channel an event's transaction notifies (its payload: the account id) when it commits. */
-export const EVENTS_CHANNEL = 'dpc_events';
+export { EVENTS_CHANNEL };
 
 /** A change worth announcing, as an area hands it to emit(). */
 export interface NewEvent {
@@ -30,103 +36,70 @@ export interface StoredEvent {
 }
 
 /**
- * Told (in this process) the accounts of events just emitted: a wake-up for readers on SQLite, which has no
- * NOTIFY. The events may not be committed yet when it fires (or ever: the transaction may roll back), so a
- * reader that finds nothing simply finds it at its next look.
+ * Told (in this process) the accounts of events a transaction of this process committed: the wake-up
+ * for readers on SQLite, which has no NOTIFY (on PostgreSQL the process notifies too).
  */
-export const localEmits = new EventEmitter().setMaxListeners(0);
+export const localEmits = committedEvents;
 
 /**
- * Writes `event` into the outbox in `trx`, the transaction of the change it announces: it is announced if
- * and only if the change commits. Answers its id.
+ * Writes `event` into the outbox in `trx`, the transaction of the change it announces: it is written with
+ * that transaction's commit, and only if the transaction commits (db/deferred-events.ts). Nothing is sent
+ * to the store here: the connection keeps the event and writes the transaction's events with its commit,
+ * on PostgreSQL in the commit's round trip, on SQLite with the other transactions of its group commit.
  *
- * The id is the account's next one, taken by updating the account's row of `event_sequences`: the row
- * stays locked until `trx` ends, so another transaction emitting for the same account waits, and the
- * account's events commit in the order of their ids. A reader that has seen id n therefore never finds a
- * smaller id later (no event is skipped), whichever server process wrote it. The price is that the
- * transactions emitting for one account queue behind each other from their emit to their commit: emit
- * as the last statement of a transaction (a transaction that emitted and then waited for another row
- * lock could deadlock with one holding that row and waiting to emit).
+ * Ids are global and only grow, but are not contiguous. No lock is taken: on SQLite, writes (and the ids
+ * handed out with them) are serialised by the write lock, so ids commit in order; on PostgreSQL, an id is
+ * the transaction's id × 4096 + its place, and readers read only ids below the oldest transaction still
+ * running (eventsAfter), so a reader that has passed id n never finds a smaller one later.
+ *
+ * Called with the database rather than a transaction, it writes the event in a transaction of its own.
  */
-export async function emit(trx: Executor, event: NewEvent): Promise<number> {
-  // One event (every state change): plain SQL, no query building; on PostgreSQL one round trip for the id,
-  // the row and the notification together.
-  const { accountId } = event;
-  const values = [event.type, event.projectId ?? null, event.subject, JSON.stringify(event.data ?? {}), new Date().toISOString()];
-  let id: number;
-  if (statementsAreRoundTrips(trx)) {
-    const { rows } = await sql<{ id: number }>`
-      with next as (
-        insert into event_sequences (account_id, last_id) values (${accountId}, 1)
-        on conflict (account_id) do update set last_id = event_sequences.last_id + 1
-        returning last_id
-      ), stored as (
-        insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at)
-        select ${accountId}, last_id, ${values[0]}, ${values[1]}, ${values[2]}, ${values[3]}, ${values[4]} from next
-        returning id
-      )
-      select id, pg_notify(${EVENTS_CHANNEL}, ${accountId}) as notified from stored`.execute(trx);
-    id = Number(rows[0].id);
-  } else {
-    const { rows } = await sql<{ lastId: number }>`
-      insert into event_sequences (account_id, last_id) values (${accountId}, 1)
-      on conflict (account_id) do update set last_id = last_id + 1
-      returning last_id`.execute(trx);
-    id = Number(rows[0].lastId);
-    await sql`insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at)
-      values (${accountId}, ${id}, ${values[0]}, ${values[1]}, ${values[2]}, ${values[3]}, ${values[4]})`.execute(trx);
+export async function emit(trx: Executor, event: NewEvent): Promise<void> {
+  if (!trx.isTransaction) {
+    await trx.transaction().execute((inner) => emit(inner, event));
+    return;
   }
-  setImmediate(() => localEmits.emit('emitted', [accountId]));
-  return id;
+  const deferred = {
+    accountId: event.accountId,
+    type: event.type,
+    projectId: event.projectId ?? null,
+    subject: event.subject,
+    data: JSON.stringify(event.data ?? {}),
+    occurredAt: new Date().toISOString(),
+  };
+  const executor = trx.getExecutor();
+  // SQLite: kept by the driver at once (its one connection is held by this transaction).
+  if (deferOnSqlite(executor.adapter, deferred)) return;
+  // Straight to the connection: no plugin, log or result handling for a statement that is never sent.
+  const marker: CompiledQuery = { ...MARKER, parameters: deferredParameters(deferred) };
+  await executor.provideConnection((connection) => connection.executeQuery(marker));
 }
 
-/** emit() for several events (of one or more accounts), ids taken per account in one statement. */
-export async function emitMany(trx: Executor, events: NewEvent[]): Promise<number[]> {
-  if (events.length === 0) return [];
-  const ids = new Array<number>(events.length);
-  const byAccount = new Map<string, number[]>();
-  events.forEach((event, index) => {
-    const indexes = byAccount.get(event.accountId) ?? [];
-    indexes.push(index);
-    byAccount.set(event.accountId, indexes);
-  });
-  const occurredAt = new Date().toISOString();
-  // Accounts locked in one order everywhere, so two transactions emitting for several cannot deadlock.
-  for (const accountId of [...byAccount.keys()].sort()) {
-    const indexes = byAccount.get(accountId)!;
-    const count = indexes.length;
-    const { lastId } = await trx
-      .insertInto('eventSequences')
-      .values({ accountId, lastId: count })
-      .onConflict((oc) => oc.column('accountId').doUpdateSet((eb) => ({ lastId: eb('eventSequences.lastId', '+', count) })))
-      .returning('lastId')
-      .executeTakeFirstOrThrow();
-    const first = Number(lastId) - count + 1;
-    const rows: OutboxEventTable[] = indexes.map((index, offset) => {
-      const event = events[index];
-      ids[index] = first + offset;
-      return {
-        accountId,
-        id: first + offset,
-        type: event.type,
-        projectId: event.projectId ?? null,
-        subject: event.subject,
-        data: JSON.stringify(event.data ?? {}),
-        occurredAt,
-      };
-    });
-    await trx.insertInto('outboxEvents').values(rows).execute();
-    // Delivered to listeners when (and only if) the transaction commits.
-    if (statementsAreRoundTrips(trx)) await sql`select pg_notify(${EVENTS_CHANNEL}, ${accountId})`.execute(trx);
+/** The marker statement (its parameters are each event's). */
+const MARKER = CompiledQuery.raw(DEFERRED_EVENT);
+
+/** emit() for several events. */
+export async function emitMany(trx: Executor, events: NewEvent[]): Promise<void> {
+  if (!trx.isTransaction) {
+    if (events.length > 0) await trx.transaction().execute((inner) => emitMany(inner, events));
+    return;
   }
-  const accounts = [...byAccount.keys()];
-  setImmediate(() => localEmits.emit('emitted', accounts));
-  return ids;
+  for (const event of events) await emit(trx, event);
 }
 
-/** The account's last event id (0 before its first); every event up to it is committed. */
-export async function lastEventId(db: Executor, accountId: string): Promise<number> {
-  const row = await db.selectFrom('eventSequences').select('lastId').where('accountId', '=', accountId).executeTakeFirst();
+/** The lowest id a PostgreSQL transaction still running (or one not begun) may write: every id below it is final. */
+const SAFE_POINT = sql<number>`pg_snapshot_xmin(pg_current_snapshot())::text::bigint * ${sql.lit(EVENTS_PER_TRANSACTION)}`;
+
+/**
+ * The id up to which every event is committed and visible to any later read, of every account (0 before
+ * the first). A stream that starts "now" starts after it.
+ */
+export async function lastEventId(db: Executor, _accountId?: string): Promise<number> {
+  if (statementsAreRoundTrips(db)) {
+    const { rows } = await sql<{ head: number }>`select ${SAFE_POINT} - 1 as head`.execute(db);
+    return Number(rows[0].head);
+  }
+  const row = await db.selectFrom('outboxCounter').select('lastId').executeTakeFirst();
   return row ? Number(row.lastId) : 0;
 }
 
@@ -155,15 +128,48 @@ export function matches(filter: EventFilter, event: Pick<StoredEvent, 'type' | '
 
 /** The account's events after `afterId`, oldest first, at most `limit`. */
 export async function eventsAfter(db: Executor, accountId: string, afterId: number, limit: number): Promise<StoredEvent[]> {
-  const rows = await db
-    .selectFrom('outboxEvents')
-    .selectAll()
-    .where('accountId', '=', accountId)
-    .where('id', '>', afterId)
-    .orderBy('id')
-    .limit(limit)
-    .execute();
-  return rows.map(storedEvent);
+  return (await readEvents(db, accountId, afterId, limit)).events;
+}
+
+export interface EventsRead {
+  events: StoredEvent[];
+  /**
+   * Every event of the account up to this id was read (or is before `afterId`): where the reader may move
+   * its cursor to when it finds fewer than it asked for.
+   */
+  through: number;
+  /** Later events are committed but not readable yet (PostgreSQL: an older transaction is still running). */
+  heldBack: boolean;
+}
+
+/**
+ * The account's events after `afterId`, oldest first, at most `limit`, and how far the answer reaches. On
+ * PostgreSQL only ids below the safe point (SAFE_POINT) are read: ids are taken in the order of the
+ * transactions' ids, not of their commits, and any transaction that may still commit has an id at or past it.
+ */
+export async function readEvents(db: Executor, accountId: string, afterId: number, limit: number): Promise<EventsRead> {
+  const postgres = statementsAreRoundTrips(db);
+  // One statement: how far ids are final (PostgreSQL: the safe point; SQLite, which commits ids in order:
+  // the last handed out), and the events after the cursor (none: one row of nulls).
+  const { rows: found } = await (
+    postgres
+      ? sql<OutboxEventTable & { final: number }>`
+        select s.final, e.* from (select ${SAFE_POINT} - 1 as final) s
+        left join lateral (
+          select * from outbox_events where account_id = ${accountId} and id > ${afterId} order by id limit ${limit}
+        ) e on true`
+      : sql<OutboxEventTable & { final: number }>`
+        select c.last_id as final, e.* from outbox_counter c
+        left join (
+          select * from outbox_events where account_id = ${accountId} and id > ${afterId} order by id limit ${limit}
+        ) e on 1`
+  ).execute(db);
+  const final = Number(found[0]?.final ?? 0);
+  const rows = found.filter((row) => row.id !== null);
+  const events = rows.filter((row) => Number(row.id) <= final).map(storedEvent);
+  const heldBack = events.length < rows.length;
+  const through = events.length === limit ? events.at(-1)!.id : Math.max(afterId, final);
+  return { events, through, heldBack };
 }
 
 /** One event of the account, or undefined (never written, or no longer retained). */

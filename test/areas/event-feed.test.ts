@@ -38,11 +38,10 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
       const [project, environment] = await stream.take(2);
       assert.equal(project.type, 'projects.created');
       assert.equal(environment.type, 'environments.created');
-      assert.equal(environment.id, project.id + 1);
+      assert.ok(environment.id > project.id);
       assert.equal(environment.body.projectId, projectId);
       assert.equal(environment.body.subject, `projects/${projectId}/environments`);
       assert.deepEqual(environment.body.data.resourceIds, { projectId, environmentName: 'dev' });
-      assert.equal(environment.body.data.status, 201);
     } finally {
       stream.close();
     }
@@ -89,7 +88,7 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
     }
   });
 
-  test('ids have no gaps under concurrent writes from both instances', async () => {
+  test('concurrent writes from both instances: every event once, ids growing in the order sent', async () => {
     const projectId = await first.newProject(caller);
     const stream = await EventStream.open(second.url, caller.token);
     try {
@@ -105,8 +104,23 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
       const ids = events.map((event) => event.id);
       assert.deepEqual(
         ids,
-        Array.from({ length: 20 }, (_, i) => ids[0] + i),
+        [...ids].sort((a, b) => a - b),
       );
+      assert.equal(new Set(ids).size, 20);
+      assert.deepEqual(
+        events.map((event) => event.body.data.resourceIds.environmentName).sort(),
+        Array.from({ length: 20 }, (_, i) => `n-${i}`).sort(),
+      );
+      // Resuming after the first, on the other instance: the other 19, once each, in the same order.
+      const resumed = await EventStream.open(first.url, caller.token, { lastEventId: ids[0] });
+      try {
+        assert.deepEqual(
+          (await resumed.take(19)).map((event) => event.id),
+          ids.slice(1),
+        );
+      } finally {
+        resumed.close();
+      }
     } finally {
       stream.close();
     }
@@ -194,10 +208,8 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
       lines.map((event) => event.data.resourceIds.environmentName),
       ['t1', 't2'],
     );
-    assert.deepEqual(
-      lines.map((event) => event.id),
-      [mark.id + 1, mark.id + 2],
-    );
+    const [t1, t2] = lines.map((event) => event.id as number);
+    assert.ok(mark.id < t1 && t1 < t2);
   });
 
   test('state changes are announced: artifact published, run started and finished, agent connected and disconnected', async () => {
@@ -265,7 +277,7 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
     try {
       const [next] = await resumed.take(1);
       assert.equal(next.body.data.resourceIds.environmentName, 'new');
-      assert.equal(next.id, old.id + 1);
+      assert.ok(next.id > old.id);
     } finally {
       resumed.close();
     }

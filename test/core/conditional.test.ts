@@ -80,6 +80,21 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': '*' } }), 412);
   });
 
+  test('If-Match where no GET answers the URL is 400 naming the header, and nothing is done', async () => {
+    const projectId = await server.newProject(caller);
+    const created = await server.api('POST', `/projects/${projectId}/variables`, {
+      token: caller.token,
+      body: { name: 'region', type: 'TEXT', behaviour: 'SHARED', value: 'eu' },
+    });
+    assert.equal(created.status, 201, created.text);
+    const path = `/projects/${projectId}/variables/region`;
+    assert.equal((await server.api('GET', path, { token: caller.token })).status, 405);
+    const refused = expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': '*' } }), 400);
+    assert.deepEqual(refused.violations, ['If-Match: not supported on this URL (it has no GET)']);
+    // Still there: without the header it goes.
+    assert.equal((await server.api('DELETE', path, { token: caller.token })).status, 204);
+  });
+
   test('concurrent writes with one If-Match: one wins, the others are 412', async () => {
     const created = await server.api('POST', '/webhooks', { token: caller.token, body: { url: 'https://hooks.example.com/b' } });
     const path = `/webhooks/${created.body.webhookId}`;
@@ -90,5 +105,59 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
       ),
     );
     assert.deepEqual(answers.map((answer) => answer.status).sort(), [200, 412, 412, 412, 412]);
+  });
+
+  test('concurrent writes with one If-Match through two server instances: one wins, the others are 412', async () => {
+    const beside = await TestServer.startBeside(server);
+    try {
+      for (const [i, resource] of ['webhook', 'schedule'].entries()) {
+        let path: string;
+        let body: (n: number) => unknown;
+        if (resource === 'webhook') {
+          const created = await server.api('POST', '/webhooks', {
+            token: caller.token,
+            body: { url: `https://hooks.example.com/c${i}` },
+          });
+          path = `/webhooks/${created.body.webhookId}`;
+          body = (n) => ({ description: `writer ${n}` });
+        } else {
+          const projectId = await server.newProject(caller);
+          await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+          const created = await server.api('POST', `/projects/${projectId}/schedules`, {
+            token: caller.token,
+            body: {
+              name: 'nightly',
+              cronExpression: '0 3 * * *',
+              pipelineName: 'pipelines/daily-load.orch.yaml',
+              environmentName: 'dev',
+              scheduleEnabled: false,
+            },
+          });
+          assert.equal(created.status, 201, created.text);
+          path = `/projects/${projectId}/schedules/${created.body.scheduleId}`;
+          body = (n) => ({ name: `nightly ${n}` });
+        }
+        const tag = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+        const answers = await Promise.all(
+          Array.from({ length: 6 }, (_, n) =>
+            (n % 2 ? server : beside).api('PATCH', path, { token: caller.token, body: body(n), headers: { 'if-match': tag } }),
+          ),
+        );
+        assert.deepEqual(
+          answers.map((answer) => answer.status).sort(),
+          [200, 412, 412, 412, 412, 412],
+          `${resource}: ${answers.map((answer) => answer.text).join('\n')}`,
+        );
+      }
+      // Nothing is left held once the answers are sent (released just after each).
+      let held = await server.db.selectFrom('conditionalWriteLocks').selectAll().execute();
+      for (let i = 0; i < 40 && held.length > 0; i += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        held = await server.db.selectFrom('conditionalWriteLocks').selectAll().execute();
+      }
+      assert.deepEqual(held, []);
+    } finally {
+      await beside.close();
+    }
   });
 });

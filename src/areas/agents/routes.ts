@@ -71,10 +71,12 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const agentId = await app.store.db
-        .transaction()
-        .execute((trx) => createAgent(trx, request.principal.accountId, request.body));
-      request.auditIds.agentId = agentId;
+      const agentId = await app.store.db.transaction().execute(async (trx) => {
+        const id = await createAgent(trx, request.principal.accountId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.agentId = id;
+        return id;
+      });
       return sendCreated(request, reply, { segment: agentId }, { agentId });
     },
   );

@@ -32,9 +32,8 @@ export async function aiTaskRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { accountId, clientId } = request.principal;
-      const created = await tasks.create(accountId, clientId, request.body);
-      request.auditIds.projectId = created.projectId;
-      request.auditIds.taskId = created.taskId;
+      // Named in the transaction, whose commit writes the write's outbox event.
+      const created = await tasks.create(accountId, clientId, request.body, (ids) => Object.assign(request.auditIds, ids));
       const { projectId: _, ...answer } = created;
       return sendCreated(request, reply, { segment: created.taskId }, answer);
     },

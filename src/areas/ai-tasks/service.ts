@@ -190,7 +190,13 @@ export class AiTaskService {
   ) {}
 
   /** Creates a task (RUNNING) with the user's first message and schedules its first step. */
-  async create(accountId: string, clientId: string, request: CreateTaskRequest) {
+  /** `named` is told the task's project and id in the creating transaction. */
+  async create(
+    accountId: string,
+    clientId: string,
+    request: CreateTaskRequest,
+    named?: (ids: { projectId: string; taskId: string }) => void,
+  ) {
     const { agentConfig, message } = request;
     const { workingDirectory, generateBranch, granted } = checkRequest(request);
     const { projectId } = agentConfig;
@@ -248,6 +254,7 @@ export class AiTaskService {
       await insertTask(trx, row);
       await appendMessages(trx, taskId, randomUUID(), [{ type: 'USER_MESSAGE', text: message }]);
       await this.runtime.schedule(trx, row);
+      named?.({ projectId, taskId });
     });
     return { taskId, projectId, status: 'RUNNING' as const, agentName: row.agentName, createdAt };
   }

@@ -97,6 +97,8 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
         const { projectId } = request.params;
         const versionName = headerValue(request, 'versionName')!;
         const environmentName = headerValue(request, 'environmentName')!;
+        // Named before the transaction, whose commit writes the write's outbox event.
+        Object.assign(request.auditIds, { environmentName, versionName });
         // Refused before the body is read, and checked again where it is committed.
         const environmentId = await requireEnvironment(app.store.db, accountId, projectId, environmentName);
         await requireVersionFree(app.store.db, environmentId, versionName);
@@ -116,7 +118,6 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
             ),
           ),
         );
-        Object.assign(request.auditIds, { environmentName, versionName });
         return { ignoredResources, versionName };
       },
     );
@@ -232,8 +233,9 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
       const { accountId } = request.principal;
       const { projectId } = request.params;
       const { targetEnvironmentName, versionName } = request.body;
-      await app.store.db.transaction().execute((trx) => promoteArtifact(trx, accountId, projectId, request.body));
+      // Named before the transaction, whose commit writes the write's outbox event.
       Object.assign(request.auditIds, { environmentName: targetEnvironmentName, versionName });
+      await app.store.db.transaction().execute((trx) => promoteArtifact(trx, accountId, projectId, request.body));
       return { environmentName: targetEnvironmentName, versionName };
     },
   );
@@ -252,10 +254,10 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { environmentName, versionName, enabled } = request.body;
+      Object.assign(request.auditIds, { environmentName, versionName });
       await app.store.db
         .transaction()
         .execute((trx) => setArtifactEnabled(trx, request.principal.accountId, request.params.projectId, request.body));
-      Object.assign(request.auditIds, { environmentName, versionName });
       return { enabled, versionName };
     },
   );

@@ -47,10 +47,12 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
     },
     async (request, reply) => {
       const { accountId, clientId } = request.principal;
-      const connection = await writeInProject(app.store.db, accountId, request.params.projectId, (trx) =>
-        createConnection(trx, request.params.projectId, clientId, request.body),
-      );
-      request.auditIds.connectionName = connection.name;
+      const connection = await writeInProject(app.store.db, accountId, request.params.projectId, async (trx) => {
+        const created = await createConnection(trx, request.params.projectId, clientId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.connectionName = created.name;
+        return created;
+      });
       return sendCreated(request, reply, { query: { connectionName: connection.name } }, connection);
     },
   );

@@ -72,8 +72,12 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { accountId } = request.principal;
-      const connector = await app.store.db.transaction().execute((trx) => createCustomConnector(trx, accountId, request.body));
-      request.auditIds.customConnectorId = connector.id;
+      const connector = await app.store.db.transaction().execute(async (trx) => {
+        const created = await createCustomConnector(trx, accountId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.customConnectorId = created.id;
+        return created;
+      });
       return sendCreated(request, reply, { segment: connector.id }, connector);
     },
   );

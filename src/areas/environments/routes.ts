@@ -33,9 +33,11 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
       const environment = await writeInProject(app.store.db, accountId, projectId, async (trx) => {
         // The default agent must be one of the caller's account (404 otherwise, as for any agent it cannot see).
         if (request.body.defaultAgentId !== undefined) await requireAgent(trx, accountId, request.body.defaultAgentId);
-        return createEnvironment(trx, projectId, request.body);
+        const created = await createEnvironment(trx, projectId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.environmentName = created.name;
+        return created;
       });
-      request.auditIds.environmentName = environment.name;
       return sendCreated(request, reply, { segment: environment.name }, environment);
     },
   );

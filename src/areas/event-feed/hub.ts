@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../core/db/database.ts';
-import { eventsAfter, matches, type EventFilter, type StoredEvent } from '../../core/outbox.ts';
+import { matches, readEvents, type EventFilter, type StoredEvent } from '../../core/outbox.ts';
 import type { OutboxWakeups } from '../../core/outbox-wakeups.ts';
 
 /** Events of an account kept in memory for its subscribers: a subscriber this far behind reads the store itself. */
@@ -9,7 +9,7 @@ const BUFFERED = 2000;
 /** Events read from the store at once. */
 const BATCH = 500;
 
-/** One SSE client: its account, filter, and the id of the last event it was sent (or skipped). */
+/** One SSE client: its account, filter, and the id of the last event it was sent (or skipped). Kept small: a process holds thousands. */
 class Subscriber {
   private pumping = false;
   private again = false;
@@ -33,14 +33,20 @@ class Subscriber {
       do {
         this.again = false;
         while (!this.closed && this.cursor < this.feed.head) {
-          const batch = this.feed.buffered(this.cursor) ?? (await this.feed.read(this.cursor));
-          if (batch.length === 0) break;
+          const head = this.feed.head;
+          // Behind what the feed keeps: the store itself, until it catches up.
+          let { events, complete } = this.feed.buffered(this.cursor) ?? (await this.feed.read(this.cursor));
           let text = '';
-          for (const event of batch) {
-            if (event.id > this.feed.head) break;
+          for (const event of events) {
+            if (event.id > head) {
+              complete = true; // everything up to the head was in this batch
+              break;
+            }
             if (matches(this.filter, event)) text += frame(event);
             this.cursor = event.id;
           }
+          // Nothing else up to the head: ids are not contiguous, so the cursor moves there.
+          if (complete) this.cursor = Math.max(this.cursor, head);
           if (text && !this.response.write(text)) await this.drained();
         }
       } while (this.again && !this.closed);
@@ -78,14 +84,26 @@ export function frame(event: StoredEvent): string {
   return `id: ${event.id}\nevent: ${event.type}\ndata: ${data}\n\n`;
 }
 
+/** Some events after a cursor; `complete` when they are all there are up to the feed's head. */
+interface Batch {
+  events: StoredEvent[];
+  complete: boolean;
+}
+
+/** How soon a feed reads again when committed events were held back behind an older transaction still running. */
+const HELD_BACK_MS = 25;
+
 /** The subscribers of one account in this process, and the account's recent events, read once for all of them. */
 class AccountFeed {
-  /** The last event id read from the store. */
+  /** Every event up to this id has been read from the store. */
   head: number;
+  /** The events in (bufferFrom, head], in order. */
   private buffer: StoredEvent[] = [];
+  private bufferFrom: number;
   readonly subscribers = new Set<Subscriber>();
   private reading: Promise<void> | undefined;
   private readAgain = false;
+  private retry: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly db: Db,
@@ -94,20 +112,26 @@ class AccountFeed {
     head: number,
   ) {
     this.head = head;
+    this.bufferFrom = head;
   }
 
   /** The buffered events after `cursor`, or undefined when the buffer does not reach back that far. */
-  buffered(cursor: number): StoredEvent[] | undefined {
-    const first = this.buffer[0]?.id;
-    if (first === undefined || cursor < first - 1) return undefined;
-    // Ids of an account have no gaps within what was read together in order, so the position is the difference.
-    const start = cursor - first + 1;
-    if (this.buffer[start - 1] && this.buffer[start - 1].id !== cursor) return undefined;
-    return this.buffer.slice(start, start + BATCH);
+  buffered(cursor: number): Batch | undefined {
+    if (cursor < this.bufferFrom) return undefined;
+    // Ids grow but are not contiguous: the first one past the cursor, by bisection.
+    let low = 0;
+    let high = this.buffer.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (this.buffer[middle].id <= cursor) low = middle + 1;
+      else high = middle;
+    }
+    return { events: this.buffer.slice(low, low + BATCH), complete: low + BATCH >= this.buffer.length };
   }
 
-  read(cursor: number): Promise<StoredEvent[]> {
-    return eventsAfter(this.db, this.accountId, cursor, BATCH);
+  async read(cursor: number): Promise<Batch> {
+    const { events } = await readEvents(this.db, this.accountId, cursor, BATCH);
+    return { events, complete: events.length < BATCH };
   }
 
   /** Reads what is new, then lets every subscriber catch up. */
@@ -117,18 +141,21 @@ class AccountFeed {
       return this.reading;
     }
     this.reading = (async () => {
+      let heldBack = false;
       try {
         do {
           this.readAgain = false;
           for (;;) {
-            const events = await eventsAfter(this.db, this.accountId, this.head, BATCH);
-            if (events.length === 0) break;
-            // Retention may have removed events in between: the buffer then starts afresh.
-            if (this.buffer.length > 0 && events[0].id !== this.head + 1) this.buffer = [];
-            this.buffer.push(...events);
-            if (this.buffer.length > BUFFERED) this.buffer = this.buffer.slice(-BUFFERED);
-            this.head = events.at(-1)!.id;
-            if (events.length < BATCH) break;
+            const read = await readEvents(this.db, this.accountId, this.head, BATCH);
+            this.buffer.push(...read.events);
+            if (this.buffer.length > BUFFERED) {
+              const dropped = this.buffer.length - BUFFERED;
+              this.bufferFrom = this.buffer[dropped - 1].id;
+              this.buffer = this.buffer.slice(dropped);
+            }
+            this.head = Math.max(this.head, read.through);
+            heldBack = read.heldBack;
+            if (read.events.length < BATCH) break;
           }
         } while (this.readAgain);
       } catch (error) {
@@ -136,9 +163,21 @@ class AccountFeed {
       } finally {
         this.reading = undefined;
       }
+      // Committed but behind an older transaction still running (PostgreSQL): soon readable, without a new wake-up.
+      if (heldBack && !this.retry && this.subscribers.size > 0) {
+        this.retry = setTimeout(() => {
+          this.retry = undefined;
+          void this.refresh();
+        }, HELD_BACK_MS);
+      }
       for (const subscriber of this.subscribers) void subscriber.pump();
     })();
     return this.reading;
+  }
+
+  close(): void {
+    if (this.retry) clearTimeout(this.retry);
+    this.retry = undefined;
   }
 }
 
@@ -179,7 +218,10 @@ export class FeedHub {
     response.on('close', () => {
       subscriber.closed = true;
       feed.subscribers.delete(subscriber);
-      if (feed.subscribers.size === 0 && this.feeds.get(accountId) === feed) this.feeds.delete(accountId);
+      if (feed.subscribers.size === 0 && this.feeds.get(accountId) === feed) {
+        feed.close();
+        this.feeds.delete(accountId);
+      }
     });
     // A head read before the feed existed may be newer than the feed's: read up to it.
     if (head > feed.head) void feed.refresh();
@@ -207,7 +249,10 @@ export class FeedHub {
     if (this.heartbeat) clearInterval(this.heartbeat);
     this.poll = undefined;
     this.unsubscribe?.();
-    for (const feed of this.feeds.values()) for (const subscriber of feed.subscribers) subscriber.response.end();
+    for (const feed of this.feeds.values()) {
+      feed.close();
+      for (const subscriber of feed.subscribers) subscriber.response.end();
+    }
     this.feeds.clear();
   }
 }

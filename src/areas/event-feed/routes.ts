@@ -60,7 +60,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
       const resume = request.headers['last-event-id'] ?? request.query.lastEventId;
       const cursor = resume === undefined ? head : Number(resume);
       if (cursor > head) {
-        throw badRequest(`Event ${cursor} has not happened in this account; its last event is ${head}.`, [
+        throw badRequest(`Event ${cursor} has not happened yet; the last event so far is ${head}.`, [
           "Last-Event-ID: must be an id this account's stream has sent",
         ]);
       }

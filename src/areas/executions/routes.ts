@@ -92,9 +92,15 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
         trigger: 'API',
         hostedAgent: app.config.hostedAgent,
       });
-      const pipelineExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
-        createExecution(trx, 'PIPELINE', run, { pipelineName: run.pipelineName, executionTag: request.body.executionTag }),
-      );
+      const pipelineExecutionId = await writeInProject(app.store.db, accountId, projectId, async (trx) => {
+        const id = await createExecution(trx, 'PIPELINE', run, {
+          pipelineName: run.pipelineName,
+          executionTag: request.body.executionTag,
+        });
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.pipelineExecutionId = id;
+        return id;
+      });
       // The platform-hosted agent runs in this instance from now on (the sweep of every instance starts it too).
       if (run.hosted) await app.hostedAgents.ensure(accountId, run.agentId);
       request.auditIds.pipelineExecutionId = pipelineExecutionId;
@@ -226,14 +232,17 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
         trigger: 'API',
         hostedAgent: app.config.hostedAgent,
       });
-      const testExecutionId = await writeInProject(app.store.db, accountId, projectId, (trx) =>
-        createExecution(trx, 'TEST', run, {
+      const testExecutionId = await writeInProject(app.store.db, accountId, projectId, async (trx) => {
+        const id = await createExecution(trx, 'TEST', run, {
           pipelineName: run.pipelineName,
           testScope: request.body.scope,
           testName: run.testName,
           tests: run.tests,
-        }),
-      );
+        });
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.testExecutionId = id;
+        return id;
+      });
       if (run.hosted) await app.hostedAgents.ensure(accountId, run.agentId);
       request.auditIds.testExecutionId = testExecutionId;
       return sendCreated(request, reply, { segment: testExecutionId }, { testExecutionId });

@@ -37,10 +37,12 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
       },
     },
     async (request, reply) => {
-      const connection = await app.store.db
-        .transaction()
-        .execute((trx) => createOAuthConnection(trx, request.principal.accountId, request.body));
-      request.auditIds.oauthConnectionId = connection.id;
+      const connection = await app.store.db.transaction().execute(async (trx) => {
+        const created = await createOAuthConnection(trx, request.principal.accountId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.oauthConnectionId = created.id;
+        return created;
+      });
       return sendCreated(request, reply, { segment: connection.id }, connection);
     },
   );

@@ -22,8 +22,12 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const projectId = await createProject(app.store.db, request.principal.accountId, request.principal.clientId, request.body);
-      request.auditIds.projectId = projectId;
+      // Named in the transaction: the write's outbox event is written with its commit, and names the project.
+      const projectId = await app.store.db.transaction().execute(async (trx) => {
+        const id = await createProject(trx, request.principal.accountId, request.principal.clientId, request.body);
+        request.auditIds.projectId = id;
+        return id;
+      });
       return sendCreated(request, reply, { segment: projectId }, { projectId });
     },
   );

@@ -50,10 +50,12 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
       },
     },
     async (request, reply) => {
-      const credential = await app.store.db
-        .transaction()
-        .execute((trx) => createGitCredential(trx, app.secretBox, request.principal.accountId, request.body));
-      request.auditIds.enterpriseOauthId = credential.id;
+      const credential = await app.store.db.transaction().execute(async (trx) => {
+        const created = await createGitCredential(trx, app.secretBox, request.principal.accountId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.enterpriseOauthId = created.id;
+        return created;
+      });
       return sendCreated(request, reply, { segment: credential.id }, credential);
     },
   );
@@ -147,10 +149,12 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
     async (request, reply) => {
       const { projectId } = request.params;
       const token = request.headers['git-provider-access-token'];
-      const migrationId = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
-        startMigration(fastify, trx, request.principal.accountId, projectId, request.body, token),
-      );
-      request.auditIds.migrationId = migrationId;
+      const migrationId = await writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
+        const id = await startMigration(fastify, trx, request.principal.accountId, projectId, request.body, token);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.migrationId = id;
+        return id;
+      });
       return reply.code(202).send({ migrationId });
     },
   );

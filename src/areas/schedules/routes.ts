@@ -45,10 +45,12 @@ export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { projectId } = request.params;
-      const schedule = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
-        createSchedule(trx, projectId, request.body),
-      );
-      request.auditIds.scheduleId = schedule.scheduleId;
+      const schedule = await writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
+        const created = await createSchedule(trx, projectId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.scheduleId = created.scheduleId;
+        return created;
+      });
       return sendCreated(request, reply, { segment: schedule.scheduleId }, schedule);
     },
   );

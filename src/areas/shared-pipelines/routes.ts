@@ -52,6 +52,8 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
         const { accountId } = request.principal;
         const sharedPipelineIdPrefix = headerValue(request, 'sharedPipelineIdPrefix')!;
         const versionName = headerValue(request, 'versionName')!;
+        // Named before the transaction, whose commit writes the write's outbox event.
+        Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         await requireVersionFree(app.store.db, accountId, sharedPipelineIdPrefix, versionName);
         const ignoredResources = await withStagedUpload(request, app.config, pipelineFilesOnly, (upload) =>
           publishSharedPipelines(
@@ -66,7 +68,6 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
             upload,
           ),
         );
-        Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
         return { ignoredResources, versionName };
       },
     );
@@ -84,8 +85,8 @@ export async function sharedPipelineRoutes(fastify: FastifyInstance): Promise<vo
     },
     async (request) => {
       const { enabled, sharedPipelineIdPrefix, versionName } = request.body;
-      await setSharedPipelinesEnabled(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName, enabled);
       Object.assign(request.auditIds, { sharedPipelineIdPrefix, versionName });
+      await setSharedPipelinesEnabled(app.store.db, request.principal.accountId, sharedPipelineIdPrefix, versionName, enabled);
       return { enabled, versionName };
     },
   );

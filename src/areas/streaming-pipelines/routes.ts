@@ -69,10 +69,12 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
       const { accountId } = request.principal;
       const { projectId } = request.params;
       checkNoCredentials(request.body);
-      const pipeline = await writeInProject(db, accountId, projectId, (trx) =>
-        createPipeline(trx, accountId, projectId, request.body),
-      );
-      request.auditIds.streamingPipelineId = pipeline.streamingPipelineId;
+      const pipeline = await writeInProject(db, accountId, projectId, async (trx) => {
+        const created = await createPipeline(trx, accountId, projectId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.streamingPipelineId = created.streamingPipelineId;
+        return created;
+      });
       return sendCreated(request, reply, { segment: pipeline.streamingPipelineId }, pipeline);
     },
   );

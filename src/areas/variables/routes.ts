@@ -64,10 +64,12 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { projectId } = request.params;
-      const variable = await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
-        createVariable(trx, projectId, request.body),
-      );
-      request.auditIds.variableName = variable.name;
+      const variable = await writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
+        const created = await createVariable(trx, projectId, request.body);
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.variableName = created.name;
+        return created;
+      });
       return sendCreated(request, reply, { segment: variable.name }, variable);
     },
   );

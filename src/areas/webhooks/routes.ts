@@ -46,8 +46,15 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const { row, secret } = await service.create(request.principal.accountId, request.principal.clientId, request.body);
-      request.auditIds.webhookId = row.id;
+      const { row, secret } = await service.create(
+        request.principal.accountId,
+        request.principal.clientId,
+        request.body,
+        (id) => {
+          // Named in the transaction, whose commit writes the write's outbox event.
+          request.auditIds.webhookId = id;
+        },
+      );
       return sendCreated(request, reply, { segment: row.id }, { ...toWebhook(row), signingSecret: secret });
     },
   );

@@ -123,7 +123,8 @@ export class WebhookService {
     }
   }
 
-  async create(accountId: string, clientId: string, body: CreateWebhookRequest) {
+  /** `named` is told the new webhook's id in the creating transaction. */
+  async create(accountId: string, clientId: string, body: CreateWebhookRequest, named?: (webhookId: string) => void) {
     await this.checkUrl(body.url);
     const secret = newSigningSecret();
     const row = await this.app.store.db.transaction().execute(async (trx) => {
@@ -143,6 +144,7 @@ export class WebhookService {
       });
       const sealedSecret = this.app.secretBox.seal(secret, sealContext(created.id));
       await updateWebhookRow(trx, created.id, { sealedSecret });
+      named?.(created.id);
       return { ...created, sealedSecret };
     });
     return { row, secret };
@@ -225,17 +227,16 @@ export class WebhookService {
   /** Makes the deliveries of every enabled webhook (of `accounts`) up to its account's last event. */
   async fanOut(accounts: string[] | 'all'): Promise<void> {
     const db = this.app.store.db;
-    const heads = new Map<string, number>();
     for (const webhook of await enabledWebhooks(db, accounts)) {
       let cursor = Number(webhook.cursor);
-      const head = heads.get(webhook.accountId) ?? (await lastEventId(db, webhook.accountId));
-      heads.set(webhook.accountId, head);
       const types = JSON.parse(webhook.eventTypes) as string[];
       const filter = { types, projectId: webhook.projectId ?? undefined };
-      while (cursor < head) {
-        const events = (await eventsAfter(db, webhook.accountId, cursor, FAN_OUT_BATCH)).filter((event) => event.id <= head);
-        // Events past the cursor may be gone (retention): the cursor then moves to the head.
-        const to = events.at(-1)?.id ?? head;
+      for (;;) {
+        // Only final ids are read (core/outbox.ts): none below the cursor can appear later. Events past the
+        // cursor that retention removed are simply not there.
+        const events = await eventsAfter(db, webhook.accountId, cursor, FAN_OUT_BATCH);
+        if (events.length === 0) break;
+        const to = events.at(-1)!.id;
         const moved = await db.transaction().execute(async (trx) => {
           if (!(await advanceCursor(trx, webhook.id, cursor, to))) return false;
           for (const event of events) {
@@ -253,6 +254,7 @@ export class WebhookService {
         });
         if (!moved) break; // another process fans this webhook out
         cursor = to;
+        if (events.length < FAN_OUT_BATCH) break;
       }
     }
   }

@@ -21,6 +21,15 @@ import type { Database } from './schema.ts';
 import { migrationsFor } from './migrations/index.ts';
 import type { Dialect } from './migrations/types.ts';
 import { GroupCommitSqliteDialect } from './group-commit.ts';
+import {
+  announceCommitted,
+  claimableWriteEvent,
+  DEFERRED_EVENT,
+  deferredEvent,
+  EVENTS_CHANNEL,
+  EVENTS_PER_TRANSACTION,
+  type DeferredEvent,
+} from './deferred-events.ts';
 
 export type Db = Kysely<Database>;
 export type Trx = Transaction<Database>;
@@ -59,7 +68,16 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
     // Without a listener, a lost connection's error would be thrown and end the process.
     const lost = (error: Error) => store.onConnectionLost?.(error);
     pool.on('error', lost);
-    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withNamedStatements(pool, lost) }), plugins, log });
+    const notify = notifier(pool);
+    const committed = (events: DeferredEvent[]) => {
+      announceCommitted(events);
+      notify(events);
+    };
+    const db = new Kysely<Database>({
+      dialect: new PostgresDialect({ pool: withNamedStatements(pool, lost, committed) }),
+      plugins,
+      log,
+    });
     const snapshots = config.rememberReads !== false ? snapshotVersions(config.databaseUrl, lost) : undefined;
     if (snapshots) readVersions.set(db, snapshots.version);
     const close = async () => {
@@ -86,6 +104,36 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   return Object.assign(observed, { db, dialect: 'sqlite' as const, close: () => db.destroy() });
 }
 
+/** Account ids per notification: a payload holds at most 8000 bytes. */
+const ACCOUNTS_PER_NOTIFICATION = 100;
+
+/**
+ * Notifies EVENTS_CHANNEL of the accounts whose events this process committed, after the commit and
+ * outside the transaction: a NOTIFY inside it would hold PostgreSQL's one notification lock from the
+ * commit's start to its end, one committing transaction at a time across the whole server. The accounts of
+ * the commits of one turn of the event loop go in one notification. A notification lost with its process
+ * (between the commit and here) costs a reader its poll interval, never an event: readers poll as well.
+ */
+function notifier(pool: pg.Pool): (events: DeferredEvent[]) => void {
+  let accounts: Set<string> | undefined;
+  return (events) => {
+    if (events.length === 0) return;
+    if (!accounts) {
+      const waiting = (accounts = new Set());
+      setImmediate(() => {
+        accounts = undefined;
+        const all = [...waiting];
+        for (let i = 0; i < all.length; i += ACCOUNTS_PER_NOTIFICATION) {
+          pool
+            .query('select pg_notify($1, $2)', [EVENTS_CHANNEL, all.slice(i, i + ACCOUNTS_PER_NOTIFICATION).join(',')])
+            .catch(() => undefined);
+        }
+      });
+    }
+    for (const event of events) accounts.add(event.accountId);
+  };
+}
+
 /** SQL texts run as named (server-side prepared) statements on PostgreSQL, and their names. */
 const statementNames = new Map<string, string>();
 
@@ -106,7 +154,43 @@ export function nameOnServer(sql: string): void {
  * every name changes, so that the other connections prepare afresh rather than fail once each. A
  * connection of an older generation is closed when next released, so that it does not keep both sets.
  */
-function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): PostgresPool {
+const NO_ROWS = { command: 'SELECT', rowCount: 0, rows: [] };
+
+const OUTBOX_COLUMNS = 'account_id, id, type, project_id, subject, data, occurred_at';
+
+/**
+ * The statements that write a transaction's outbox events and commit it. An event's id is the transaction's
+ * id (xid8) × EVENTS_PER_TRANSACTION + its place in the transaction: ids of one transaction are consecutive,
+ * and readers read only below the oldest transaction still running (core/outbox.ts), so every id a reader
+ * passes is final. The audited write's event (place 0) is written only if the transaction changed something.
+ */
+export function postgresCommitText(
+  audited: DeferredEvent | undefined,
+  events: readonly DeferredEvent[],
+  literal: (value: string | null) => string,
+): string {
+  if (events.length >= EVENTS_PER_TRANSACTION) {
+    throw new Error(`A transaction writes at most ${EVENTS_PER_TRANSACTION - 1} outbox events.`);
+  }
+  const base = `pg_current_xact_id()::text::bigint * ${EVENTS_PER_TRANSACTION}`;
+  const row = (event: DeferredEvent, place: number) =>
+    `(${literal(event.accountId)}, ${place}, ${literal(event.type)}, ${literal(event.projectId)}::text, ` +
+    `${literal(event.subject)}, ${literal(event.data)}, ${literal(event.occurredAt)})`;
+  const insert = (rows: string, condition = '') =>
+    `insert into outbox_events (${OUTBOX_COLUMNS}) select v.a, ${base} + v.n, v.t, v.p, v.s, v.d, v.o ` +
+    `from (values ${rows}) as v(a, n, t, p, s, d, o)${condition}`;
+  const statements: string[] = [];
+  if (audited) statements.push(insert(row(audited, 0), ' where pg_current_xact_id_if_assigned() is not null'));
+  if (events.length > 0) statements.push(insert(events.map((event, index) => row(event, index + 1)).join(', ')));
+  statements.push('commit');
+  return statements.join(';\n');
+}
+
+function withNamedStatements(
+  pool: pg.Pool,
+  onLost: (error: Error) => void,
+  onCommitted: (events: DeferredEvent[]) => void,
+): PostgresPool {
   let generation = 0;
   const generationOf = new WeakMap<pg.PoolClient, number>();
   return {
@@ -122,10 +206,31 @@ function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): Pos
         onLost(error);
       };
       client.on('error', lost);
+      // Outbox events of the open transaction, written with its commit (deferred-events.ts).
+      let events: DeferredEvent[] = [];
+      const savepoints = new Map<string, number>();
       const query = async (text: string, values: unknown[]) => {
+        if (text === DEFERRED_EVENT) {
+          if (!inTransaction) throw new Error('An outbox event is written in a transaction.');
+          events.push(deferredEvent(values));
+          return NO_ROWS;
+        }
         // Kysely's own transaction statements (savepoints keep the transaction open).
-        if (text === 'begin' || text.startsWith('start transaction')) inTransaction = true;
-        else if (text === 'commit' || text === 'rollback') inTransaction = false;
+        if (text === 'begin' || text.startsWith('start transaction')) {
+          inTransaction = true;
+          events = [];
+          savepoints.clear();
+        } else if (text === 'commit') {
+          inTransaction = false;
+          return commitWithEvents();
+        } else if (text === 'rollback') {
+          inTransaction = false;
+          events = [];
+        } else if (text.startsWith('savepoint ')) {
+          savepoints.set(text.slice('savepoint '.length), events.length);
+        } else if (text.startsWith('rollback to ')) {
+          events.length = savepoints.get(text.slice('rollback to '.length)) ?? events.length;
+        }
         const name = statementNames.get(text);
         if (!name || inTransaction) return client.query(text, values);
         try {
@@ -135,6 +240,29 @@ function withNamedStatements(pool: pg.Pool, onLost: (error: Error) => void): Pos
           stale = true;
           generation += 1;
           return client.query(text, values);
+        }
+      };
+      /**
+       * The commit, with the transaction's events (and the pending event of the audited write it is part
+       * of, if it changed anything) inserted ahead of it in the same round trip: one text of several
+       * statements, values as literals. The process notifies listeners after it returns (onCommitted).
+       */
+      const commitWithEvents = async () => {
+        const committing = events;
+        events = [];
+        const pending = claimableWriteEvent();
+        if (committing.length === 0 && !pending) return client.query('commit');
+        const audited = pending?.event();
+        if (pending) pending.committing = true;
+        try {
+          const literal = (value: string | null) => (value === null ? 'null' : client.escapeLiteral(value));
+          const results = (await client.query(postgresCommitText(audited, committing, literal))) as unknown as pg.QueryResult[];
+          const auditedWritten = audited !== undefined && results[0].rowCount === 1;
+          if (pending && auditedWritten) pending.written = true;
+          onCommitted([...(auditedWritten ? [audited] : []), ...committing]);
+          return results.at(-1)!;
+        } finally {
+          if (pending) pending.committing = false;
         }
       };
       let released = false;

@@ -1,8 +1,27 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CompiledQuery, SqliteDialect, type DatabaseConnection, type Driver, type QueryCompiler, type QueryResult } from 'kysely';
+import {
+  CompiledQuery,
+  SqliteDialect,
+  type DatabaseConnection,
+  type DialectAdapter,
+  type Driver,
+  type QueryCompiler,
+  type QueryResult,
+} from 'kysely';
+import {
+  announceCommitted,
+  claimableWriteEvent,
+  DEFERRED_EVENT,
+  deferredEvent,
+  type DeferredEvent,
+  type PendingWriteEvent,
+} from './deferred-events.ts';
 
 /** How many transactions a group takes at most: bounds how long its first one waits for the commit. */
 const GROUP_SIZE = 64;
+
+/** Outbox rows per insert (SQLite binds at most 32,766 values; a row is 7). */
+const OUTBOX_ROWS = 4000;
 
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
@@ -34,6 +53,8 @@ class Turns {
 /** The transactions of one outer SQLite transaction, each answered once it commits. */
 class Group {
   members = 0;
+  /** The outbox events of its members that committed into it, written just before its commit. */
+  readonly events: DeferredEvent[] = [];
   readonly committed: Promise<void>;
   settle!: (failure?: unknown) => void;
   constructor() {
@@ -73,6 +94,10 @@ class GroupCommitDriver implements Driver {
   #group: Group | undefined;
   /** Whether the connection's holder is inside a transaction (its savepoint open). */
   #inTransaction = false;
+  /** The outbox events of the transaction holding the connection (deferred-events.ts). */
+  #events: DeferredEvent[] = [];
+  /** The pending event of the audited write the transaction belongs to, and SQLite's change count at its start. */
+  #pending: { write: PendingWriteEvent; changesBefore: number } | undefined;
 
   constructor(
     private readonly inner: Driver,
@@ -84,12 +109,27 @@ class GroupCommitDriver implements Driver {
     await this.inner.init();
     this.#connection = await this.inner.acquireConnection();
     this.#lent = {
-      executeQuery: (query) =>
-        this.#inTransaction
+      executeQuery: async (query) => {
+        if (query.sql === DEFERRED_EVENT) {
+          if (!this.#inTransaction) throw new Error('An outbox event is written in a transaction.');
+          this.#events.push(deferredEvent(query.parameters));
+          return { rows: [] };
+        }
+        return this.#inTransaction
           ? this.#connection.executeQuery(query)
-          : this.#outsideTransaction(() => this.#connection.executeQuery(query)),
+          : this.#outsideTransaction(() => this.#connection.executeQuery(query));
+      },
       streamQuery: (query, chunkSize) => this.#streamCommitted(query, chunkSize),
     };
+  }
+
+  /**
+   * Keeps `event` for the transaction holding the connection (the only one whose code can run: Kysely runs a
+   * transaction's callback only once it began, and it holds the connection until it ends); no statement.
+   */
+  defer(event: DeferredEvent): void {
+    if (!this.#inTransaction) throw new Error('An outbox event is written in a transaction.');
+    this.#events.push(event);
   }
 
   async acquireConnection(): Promise<DatabaseConnection> {
@@ -106,14 +146,39 @@ class GroupCommitDriver implements Driver {
     await this.#run('savepoint member');
     group.members += 1;
     this.#inTransaction = true;
+    this.#events = [];
+    const write = claimableWriteEvent();
+    this.#pending = write && { write, changesBefore: await this.#totalChanges() };
   }
 
   async commitTransaction(): Promise<void> {
     const group = this.#member();
+    const events = this.#events;
+    this.#events = [];
+    // The audited write's event goes with the first of its transactions that changed something.
+    const pending = this.#pending;
+    this.#pending = undefined;
+    const write =
+      pending && !pending.write.written && !pending.write.committing && (await this.#totalChanges()) > pending.changesBefore
+        ? pending.write
+        : undefined;
+    if (write) events.unshift(write.event());
     await this.#run('release member');
     this.#inTransaction = false;
-    if (group.members >= GROUP_SIZE) await this.#commit();
-    await this.#awayFromConnection(group.committed);
+    group.events.push(...events);
+    if (write) write.committing = true;
+    try {
+      if (group.members >= GROUP_SIZE) await this.#commit();
+      await this.#awayFromConnection(group.committed);
+      if (write) write.written = true;
+    } finally {
+      if (write) write.committing = false;
+    }
+  }
+
+  async #totalChanges(): Promise<number> {
+    const { rows } = await this.#connection.executeQuery<{ n: number }>(CompiledQuery.raw('select total_changes() as n'));
+    return Number(rows[0].n);
   }
 
   /**
@@ -125,6 +190,8 @@ class GroupCommitDriver implements Driver {
     if (!this.#inTransaction) return; // released into its group already, whose failure is the answer
     const group = this.#member();
     this.#inTransaction = false;
+    this.#events = [];
+    this.#pending = undefined;
     if (this.sqliteInTransaction()) {
       await this.#run('rollback to member');
       await this.#run('release member');
@@ -201,8 +268,10 @@ class GroupCommitDriver implements Driver {
     const group = this.#group!;
     this.#group = undefined;
     try {
+      if (group.events.length > 0) await this.#writeEvents(group.events);
       await this.#run('commit');
       group.settle();
+      announceCommitted(group.events);
     } catch (error) {
       group.settle(error);
       if (this.sqliteInTransaction()) await this.#run('rollback');
@@ -239,13 +308,53 @@ class GroupCommitDriver implements Driver {
     }
   }
 
+  /**
+   * The group's outbox events, ids taken from the one counter (the write lock is held: ids are handed out
+   * and committed in order, by every process on the file), in one statement per OUTBOX_ROWS.
+   */
+  async #writeEvents(events: readonly DeferredEvent[]): Promise<void> {
+    const { rows } = await this.#connection.executeQuery<{ lastId: number }>(
+      CompiledQuery.raw('update outbox_counter set last_id = last_id + ? returning last_id as lastId', [events.length]),
+    );
+    let id = Number(rows[0].lastId) - events.length;
+    for (let i = 0; i < events.length; i += OUTBOX_ROWS) {
+      const chunk = events.slice(i, i + OUTBOX_ROWS);
+      const parameters = chunk.flatMap((event) => {
+        id += 1;
+        return [event.accountId, id, event.type, event.projectId, event.subject, event.data, event.occurredAt];
+      });
+      await this.#connection.executeQuery(
+        CompiledQuery.raw(
+          `insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at) values ${chunk.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
+          parameters,
+        ),
+      );
+    }
+  }
+
   #run(statement: string): Promise<unknown> {
     return this.#connection.executeQuery(CompiledQuery.raw(statement));
   }
 }
 
+/** The group-commit driver of each SQLite store, by its Kysely adapter (which its transactions share). */
+const driversByAdapter = new WeakMap<DialectAdapter, GroupCommitDriver>();
+
+/**
+ * Keeps an outbox event for the SQLite transaction of `adapter` holding the connection, without a statement;
+ * false when the adapter is not of a group-commit SQLite store (PostgreSQL: the marker statement carries it).
+ */
+export function deferOnSqlite(adapter: DialectAdapter, event: DeferredEvent): boolean {
+  const driver = driversByAdapter.get(adapter);
+  if (!driver) return false;
+  driver.defer(event);
+  return true;
+}
+
 /** Kysely's SQLite dialect with group commit (GroupCommitDriver). */
 export class GroupCommitSqliteDialect extends SqliteDialect {
+  #driver: GroupCommitDriver | undefined;
+
   constructor(
     config: ConstructorParameters<typeof SqliteDialect>[0],
     private readonly sqliteInTransaction: () => boolean,
@@ -254,6 +363,14 @@ export class GroupCommitSqliteDialect extends SqliteDialect {
   }
 
   override createDriver(): Driver {
-    return new GroupCommitDriver(super.createDriver(), this.sqliteInTransaction);
+    this.#driver = new GroupCommitDriver(super.createDriver(), this.sqliteInTransaction);
+    return this.#driver;
+  }
+
+  override createAdapter(): DialectAdapter {
+    const adapter = super.createAdapter();
+    // Kysely creates the driver before the adapter, once per instance.
+    if (this.#driver) driversByAdapter.set(adapter, this.#driver);
+    return adapter;
   }
 }

@@ -61,15 +61,23 @@ export interface JobTable {
 }
 
 /** Each account's last outbox event id (core/outbox.ts). */
-export interface EventSequenceTable {
-  accountId: string;
+/** A resource URL a conditional write holds from its If-Match check to its answer (core/conditional.ts). */
+export interface ConditionalWriteLockTable {
+  key: string;
+  holder: string;
+  lockedUntil: string;
+}
+
+/** SQLite only: the last outbox event id handed out (one row). */
+export interface OutboxCounterTable {
+  id: number;
   lastId: number;
 }
 
 /** A change worth announcing, written in the transaction of the change (core/outbox.ts). */
 export interface OutboxEventTable {
   accountId: string;
-  /** Counts from 1 per account, without gaps. */
+  /** Global, only growing; not contiguous (core/outbox.ts). */
   id: number;
   type: string;
   projectId: string | null;
@@ -105,7 +113,8 @@ export interface CoreTables {
   signingKeys: SigningKeyTable;
   auditEvents: AuditEventTable;
   jobs: JobTable;
-  eventSequences: EventSequenceTable;
+  outboxCounter: OutboxCounterTable;
+  conditionalWriteLocks: ConditionalWriteLockTable;
   outboxEvents: OutboxEventTable;
   idempotencyKeys: IdempotencyKeyTable;
 }

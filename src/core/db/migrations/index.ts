@@ -14,6 +14,8 @@ import { aiTasks } from './0013_ai_tasks.ts';
 import { agentSealedSecrets } from './0029_agent_sealed_secrets.ts';
 import { environmentWarehouse } from './0031_environment_warehouse.ts';
 import { outbox } from './0033_outbox.ts';
+import { outboxOrder } from './0033_outbox_order.ts';
+import { conditionalLocks } from './0033_conditional_locks.ts';
 import { webhooks } from './0033_webhooks.ts';
 import { idempotency } from './0033_idempotency.ts';
 import { agentPresence } from './0033_agent_presence.ts';
@@ -35,6 +37,8 @@ const steps: Record<string, PortableMigration> = {
   '0029_agent_sealed_secrets': agentSealedSecrets,
   '0031_environment_warehouse': environmentWarehouse,
   '0033_outbox': outbox,
+  '0033_outbox_order': outboxOrder,
+  '0033_conditional_locks': conditionalLocks,
   '0033_webhooks': webhooks,
   '0033_idempotency': idempotency,
   '0033_agent_presence': agentPresence,
