@@ -215,6 +215,9 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
   test('state changes are announced: artifact published, run started and finished, agent connected and disconnected', async () => {
     const projectId = await first.newProject(caller);
     await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'prod' } });
+    // The pipeline waits ${delay} seconds: a project variable (a run of an unknown one is refused).
+    const delay = { name: 'delay', type: 'NUMBER', behaviour: 'COPIED', value: 60 };
+    await first.api('POST', `/projects/${projectId}/variables`, { token: caller.token, body: delay });
     const agentId = await insertAgent(first, caller.accountId);
     const stream = await EventStream.open(first.url, caller.token, {
       query: '?type=artifact.*,pipeline-execution.*,agent.*',
