@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -161,6 +161,43 @@ describeEachStore('dpc for operators', (kind) => {
         1,
         'a taken version fails',
       );
+
+      // --review: the review's findings on stderr; an error publishes nothing, a warning does not stop it.
+      writeFileSync(
+        path.join(folder, 'pipelines', 'load.orch.yaml'),
+        [
+          'type: "orchestration"',
+          'pipeline:',
+          '  components:',
+          '    Start:',
+          '      type: "start"',
+          '      transitions:',
+          '        unconditional: ["Say"]',
+          '    Say:',
+          '      type: "print-variables"',
+          '      parameters:',
+          '        prefixText: "${regoin}"',
+          '    Forgotten:',
+          '      type: "print-variables"',
+          '',
+        ].join('\n'),
+      );
+      const review = (version: string) =>
+        runDpc(['publish', folder, '--project', projectId, '--environment', 'dev', '--version', version, '--review'], clientEnv);
+      const refused = review('v2');
+      assert.equal(refused.status, 1, refused.stderr);
+      assert.match(refused.stderr, /^ERROR unknown-variable pipelines\/load\.orch\.yaml Say\.prefixText: /m);
+      assert.match(refused.stderr, /^WARNING unreachable-component pipelines\/load\.orch\.yaml Forgotten: /m);
+      assert.match(refused.stderr, /review: 1 error\(s\), 1 warning\(s\) in 1 pipeline file\(s\)/);
+      assert.match(refused.stderr, /nothing was published/);
+      const versions = runDpc(['api', 'GET', `/v1/projects/${projectId}/artifacts?environmentName=dev`], clientEnv);
+      assert.ok(!versions.stdout.includes('"v2"'), 'v2 was not published');
+      const text = readFileSync(path.join(folder, 'pipelines', 'load.orch.yaml'), 'utf8');
+      writeFileSync(path.join(folder, 'pipelines', 'load.orch.yaml'), text.replace('${regoin}', 'hello'));
+      const warned = review('v2');
+      assert.equal(warned.status, 0, warned.stderr);
+      assert.match(warned.stderr, /review: 0 error\(s\), 1 warning\(s\)/);
+      assert.deepEqual(JSON.parse(warned.stdout), { ignoredResources: [], versionName: 'v2' });
     } finally {
       server.child.kill('SIGKILL');
       rmSync(folder, { recursive: true, force: true });

@@ -75,6 +75,45 @@ class ApiClient {
   }
 }
 
+interface ReviewFinding {
+  rule: string;
+  severity: 'ERROR' | 'WARNING';
+  file: string;
+  component?: string;
+  parameter?: string;
+  message: string;
+}
+
+/**
+ * The server's review of the folder's pipeline files, as they would be published: each finding on a line of
+ * stderr; an error stops the publish (exit 1), warnings do not.
+ */
+async function reviewBeforePublish(
+  client: ApiClient,
+  projectId: string,
+  environmentName: string,
+  files: { name: string; content: string }[],
+  err: NodeJS.WritableStream,
+): Promise<void> {
+  const pipelines = Object.fromEntries(
+    files.filter((file) => /\.(orch|tran)\.yaml$/.test(file.name)).map((file) => [file.name, file.content]),
+  );
+  const answer = await client.request('POST', `/v1/projects/${encodeURIComponent(projectId)}/reviews`, {
+    body: JSON.stringify({ environmentName, files: pipelines }),
+    headers: { 'content-type': 'application/json' },
+  });
+  if (!answer.ok) throw new CliError(`the review answered ${answer.status}: ${await answer.text()}`);
+  const review = (await answer.json()) as { findings: ReviewFinding[]; errors: number; warnings: number };
+  for (const f of review.findings) {
+    const at = [f.component, f.parameter].filter(Boolean).join('.');
+    err.write(`${f.severity} ${f.rule} ${f.file}${at ? ` ${at}` : ''}: ${f.message}\n`);
+  }
+  err.write(
+    `review: ${review.errors} error(s), ${review.warnings} warning(s) in ${Object.keys(pipelines).length} pipeline file(s)\n`,
+  );
+  if (review.errors > 0) throw new CliError(`the review found ${review.errors} error(s); nothing was published`);
+}
+
 /** Text files only (UTF-8 without NUL bytes), as the server stores them; dot folders (.git) are left out. */
 async function projectFiles(root: string): Promise<{ files: { name: string; content: string }[]; skipped: string[] }> {
   const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -274,6 +313,8 @@ export const clientCommands: Command[] = [
       'files that are not UTF-8 text are left out and named on stderr). The flex and custom connector\n' +
       'profiles of the account (GET /v1/flex-connectors, /v1/custom-connectors) are added as parts\n' +
       'connector-profile:flex-<alternateId>.json and connector-profile:custom-<id>.json.\n' +
+      'With --review the pipeline files are reviewed first (POST /v1/projects/{id}/reviews, the rules a run\n' +
+      'start applies): every finding goes to stderr, and an error publishes nothing (exit 1).\n' +
       `Progress goes to stderr: a bar on a terminal, plain lines otherwise.\n${CLIENT_ENVIRONMENT}`,
     options: {
       project: { type: 'string' },
@@ -281,6 +322,7 @@ export const clientCommands: Command[] = [
       version: { type: 'string' },
       branch: { type: 'string' },
       commit: { type: 'string' },
+      review: { type: 'boolean' },
     },
     optionHelp: {
       project: 'project id (required)',
@@ -288,6 +330,7 @@ export const clientCommands: Command[] = [
       version: 'version name (required)',
       branch: 'branch recorded with the version',
       commit: 'commit hash recorded with the version',
+      review: 'review the pipeline files first; publish only if the review finds no error',
     },
     async run(invocation) {
       const { values, args, err } = invocation;
@@ -299,6 +342,7 @@ export const clientCommands: Command[] = [
       for (const name of skipped) err.write(`skipped ${name}: not UTF-8 text\n`);
 
       const client = ApiClient.fromEnvironment();
+      if (values.review === true) await reviewBeforePublish(client, projectId, environmentName, files, err);
       const flex = await client.getJson<{ alternateId: string }[]>('/v1/flex-connectors');
       const custom = await client.getJson<{ id: string }[]>('/v1/custom-connectors');
       const form = new FormData();
