@@ -418,7 +418,30 @@ describe('the web console', () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
     const page = await context.newPage();
     try {
-      await signIn(page, viewer);
+      // The viewer signs in with an access token got elsewhere (a wrong one is refused in the page).
+      const answer = await fetch(`${serve.url}/oauth/dpc/token`, {
+        method: 'POST',
+        body: new URLSearchParams({
+          grant_type: 'client_credentials',
+          client_id: viewer.clientId,
+          client_secret: viewer.clientSecret,
+        }),
+      });
+      const { access_token: token } = (await answer.json()) as { access_token: string };
+      await page.goto(`${serve.url}/`);
+      await page.getByLabel('Access token', { exact: true }).fill('not-a-token');
+      await page.getByRole('button', { name: 'Use the token' }).click();
+      await page.getByRole('alert').waitFor();
+      await page.getByLabel('Access token', { exact: true }).fill(token);
+      await page.getByRole('button', { name: 'Use the token' }).click();
+      await page.getByRole('heading', { name: 'Runs' }).waitFor();
+      assert.equal(
+        await page
+          .locator('#who')
+          .innerText()
+          .then((text) => text.startsWith('viewer')),
+        true,
+      );
       await page.locator('tbody tr').first().waitFor();
       await page.locator('tbody tr a').first().click();
       await page.getByRole('heading', { name: /^Run / }).waitFor();

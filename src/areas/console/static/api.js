@@ -46,6 +46,29 @@ export async function signIn(clientId, clientSecret) {
   return session;
 }
 
+/**
+ * Signs in with an access token got elsewhere (`POST /oauth/dpc/token`): kept in memory as credentials are,
+ * tried once; it cannot be renewed, so when it expires the page asks to sign in again.
+ */
+export async function signInWithToken(token) {
+  let claims;
+  try {
+    claims = claimsOf(token);
+  } catch {
+    throw new ApiError(400, 'That is not an access token.');
+  }
+  if (typeof claims.exp !== 'number' || claims.exp * 1000 <= Date.now()) throw new ApiError(401, 'The access token has expired.');
+  session = { token, expiresAt: claims.exp * 1000, role: claims.role, accountId: claims.account_id };
+  etags.clear();
+  try {
+    await api('GET', '/projects?size=1');
+  } catch (error) {
+    session = null;
+    throw error;
+  }
+  return session;
+}
+
 export function signOut() {
   session = null;
   etags.clear();
@@ -61,7 +84,7 @@ const etags = new Map();
 /** Calls `/dpc/v1{path}`; answers the parsed body, throws ApiError with the problem's detail otherwise. */
 export async function api(method, path, body) {
   if (!session) throw new ApiError(401, 'Not signed in.');
-  if (Date.now() > session.expiresAt - 60_000) session = await fetchToken(session.clientId, session.clientSecret);
+  await renew();
   const headers = { authorization: `Bearer ${session.token}` };
   if (body !== undefined) headers['content-type'] = 'application/json';
   const kept = method === 'GET' ? etags.get(path) : undefined;
@@ -104,8 +127,15 @@ export const POLL_MS = 2000;
 /** A valid token (renewed a minute before it expires), for the requests `api` does not make. */
 async function bearer() {
   if (!session) throw new ApiError(401, 'Not signed in.');
-  if (Date.now() > session.expiresAt - 60_000) session = await fetchToken(session.clientId, session.clientSecret);
+  await renew();
   return `Bearer ${session.token}`;
+}
+
+/** A minute before the token expires: a new one with the kept credentials; a token given by hand cannot be renewed. */
+async function renew() {
+  if (Date.now() <= session.expiresAt - 60_000) return;
+  if (session.clientSecret !== undefined) session = await fetchToken(session.clientId, session.clientSecret);
+  else if (Date.now() >= session.expiresAt) throw new ApiError(401, 'The access token has expired: sign in again.');
 }
 
 /**

@@ -1,5 +1,5 @@
 // The console: hash routes (#/runs, #/runs/{projectId}/{runId}, ...), each a view built from the public API.
-import { api, allPages, ApiError, canWrite, current, live, poll, signIn, signOut } from './api.js';
+import { api, allPages, ApiError, canWrite, current, live, poll, signIn, signInWithToken, signOut } from './api.js';
 import { drawGantt, drawGraph, graphOf } from './draw.js';
 import { badge, duration, errorBox, field, h, say, select, table, when } from './ui.js';
 
@@ -64,20 +64,35 @@ function signInView() {
     field('Client ID', id),
     field('Client secret', secret),
     h('button', { type: 'submit' }, 'Sign in'),
-    problem,
   );
-  form.addEventListener('submit', async (event) => {
-    event.preventDefault();
+  const token = h('input', { name: 'accessToken', type: 'password', autocomplete: 'off', required: true });
+  const byToken = h(
+    'form',
+    { className: 'stack', 'aria-label': 'Sign in with an access token' },
+    h('p', { className: 'muted' }, 'Or with an access token (from POST /oauth/dpc/token); it is not renewed when it expires.'),
+    field('Access token', token),
+    h('button', { type: 'submit', className: 'secondary' }, 'Use the token'),
+  );
+  const enter = async (how) => {
     try {
-      await signIn(id.value.trim(), secret.value);
+      await how();
       secret.value = '';
+      token.value = '';
       location.hash = location.hash && location.hash !== '#/signin' ? location.hash : '#/runs';
       route();
     } catch (error) {
       problem.replaceChildren(errorBox(error));
     }
+  };
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    enter(() => signIn(id.value.trim(), secret.value));
   });
-  show('Sign in', form);
+  byToken.addEventListener('submit', (event) => {
+    event.preventDefault();
+    enter(() => signInWithToken(token.value.trim()));
+  });
+  show('Sign in', form, byToken, problem);
   id.focus();
 }
 
