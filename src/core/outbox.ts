@@ -103,6 +103,22 @@ export async function lastEventId(db: Executor, _accountId?: string): Promise<nu
   return row ? Number(row.lastId) : 0;
 }
 
+/**
+ * Ids of the account's events past `afterId` that have committed (at most `limit`). On PostgreSQL events commit
+ * out of id order, so a stream that starts "now" at the safe point leaves out these: they happened before it.
+ */
+export async function committedAfter(db: Executor, accountId: string, afterId: number, limit = 10_000): Promise<Set<number>> {
+  const rows = await db
+    .selectFrom('outboxEvents')
+    .select('id')
+    .where('accountId', '=', accountId)
+    .where('id', '>', afterId)
+    .orderBy('id')
+    .limit(limit)
+    .execute();
+  return new Set(rows.map((row) => Number(row.id)));
+}
+
 /** The account's oldest retained event id, or undefined when it has none. */
 export async function firstRetainedEventId(db: Executor, accountId: string): Promise<number | undefined> {
   const row = await db

@@ -8,6 +8,7 @@ import { promisify } from 'node:util';
 import { insertAgent, uploadVersion, WAITING } from '../helpers/executions.ts';
 import { sweepAgentPresence, touchAgent } from '../../src/areas/agents/service.ts';
 import { pruneEvents } from '../../src/core/outbox.ts';
+import pg from 'pg';
 
 const dpc = path.resolve(import.meta.dirname, '../../bin/dpc.js');
 
@@ -163,6 +164,29 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
     assert.equal(anonymous.status, 401);
     await anonymous.body?.cancel();
     expectProblem(await first.api('GET', '/events/stream?lastEventId=abc', { token: caller.token }), 400);
+  });
+
+  test('a stream that starts now sends nothing that committed before it, while an older transaction holds the horizon back', async () => {
+    // PostgreSQL: a transaction left open elsewhere keeps every later id past the safe point; SQLite: no such thing.
+    const holder = kind === 'postgres' ? new pg.Client({ connectionString: first.config.databaseUrl }) : undefined;
+    await holder?.connect();
+    try {
+      await holder?.query('begin');
+      await holder?.query('select txid_current()');
+      const projectId = await first.newProject(caller);
+      await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'earlier' } });
+      const stream = await EventStream.open(first.url, caller.token, { query: `?projectId=${projectId}` });
+      try {
+        await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'later' } });
+        await holder?.query('commit');
+        const [next] = await stream.take(1);
+        assert.equal(next.body.data.resourceIds.environmentName, 'later');
+      } finally {
+        stream.close();
+      }
+    } finally {
+      await holder?.end();
+    }
   });
 
   test('a stream ends when its server closes, and the client resumes on the other one', async () => {

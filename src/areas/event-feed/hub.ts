@@ -20,6 +20,8 @@ class Subscriber {
     readonly response: ServerResponse,
     readonly filter: EventFilter,
     public cursor: number,
+    /** Ids past the cursor that had committed before the client subscribed: not the client's to receive. */
+    private before?: Set<number>,
   ) {}
 
   /** Sends whatever the account's feed knows past the cursor, in order; a second call while busy runs once more after. */
@@ -42,9 +44,10 @@ class Subscriber {
               complete = true; // everything up to the head was in this batch
               break;
             }
-            if (matches(this.filter, event)) text += frame(event);
+            if (matches(this.filter, event) && !this.before?.has(event.id)) text += frame(event);
             this.cursor = event.id;
           }
+          if (this.before && [...this.before].every((id) => id <= this.cursor)) this.before = undefined;
           // Nothing else up to the head: ids are not contiguous, so the cursor moves there.
           if (complete) this.cursor = Math.max(this.cursor, head);
           if (text && !this.response.write(text)) await this.drained();
@@ -205,15 +208,25 @@ export class FeedHub {
     return count;
   }
 
-  /** Follows the account's events after `cursor` onto `response` until it closes. `head` is the account's last id now. */
-  subscribe(accountId: string, response: ServerResponse, filter: EventFilter, cursor: number, head: number): void {
+  /**
+   * Follows the account's events after `cursor` onto `response` until it closes. `head` is the account's last
+   * id now; `before`, ids past the cursor already committed when the client subscribed, are not sent.
+   */
+  subscribe(
+    accountId: string,
+    response: ServerResponse,
+    filter: EventFilter,
+    cursor: number,
+    head: number,
+    before?: Set<number>,
+  ): void {
     this.start();
     let feed = this.feeds.get(accountId);
     if (!feed) {
       feed = new AccountFeed(this.db, accountId, this.settings.log, head);
       this.feeds.set(accountId, feed);
     }
-    const subscriber = new Subscriber(feed, response, filter, cursor);
+    const subscriber = new Subscriber(feed, response, filter, cursor, before?.size ? before : undefined);
     feed.subscribers.add(subscriber);
     response.on('close', () => {
       subscriber.closed = true;

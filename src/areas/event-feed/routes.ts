@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { badRequest } from '../../core/problems.ts';
-import { lastEventId, pruneEvents } from '../../core/outbox.ts';
+import { committedAfter, lastEventId, pruneEvents } from '../../core/outbox.ts';
 import { runPeriodically } from '../../core/ticker.ts';
 import { FeedHub } from './hub.ts';
 import { EventStreamHeaders, EventStreamQuery } from './schemas.ts';
@@ -64,6 +64,9 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
           "Last-Event-ID: must be an id this account's stream has sent",
         ]);
       }
+      // Starting "now": events past the safe point that committed already (PostgreSQL commits ids out of
+      // order) happened before the client subscribed, and are not sent.
+      const before = resume === undefined ? await committedAfter(app.store.db, accountId, head) : undefined;
       reply.hijack();
       const response = reply.raw;
       response.writeHead(200, {
@@ -81,6 +84,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
         { types: parseTypes(request.query.type), projectId: request.query.projectId },
         cursor,
         head,
+        before,
       );
     },
   );
