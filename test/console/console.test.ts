@@ -171,6 +171,23 @@ describe('the web console', () => {
     stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-console-agent-'));
     agent = await spawnAgent({ url: serve.url, ...credentials, stateDir });
     ({ projectId } = await call('POST', '/projects', { name: 'Sales' }));
+    await call('POST', `/projects/${projectId}/streaming-pipelines`, {
+      name: 'orders-cdc',
+      agentId,
+      advancedProperties: { 'snapshot.mode': 'initial' },
+      streamingSource: {
+        type: 'postgres',
+        connection: {
+          host: 'db.internal',
+          port: 5432,
+          database: 'orders',
+          username: 'replicator',
+          password: { secretType: 'aws_secrets_manager', secretName: 'orders-db', key: 'password' },
+        },
+        tables: [{ schema: 'public', table: 'orders' }],
+      },
+      streamingTarget: { type: 's3', bucket: 'cdc', prefix: 'orders' },
+    });
     await call('POST', `/projects/${projectId}/environments`, { name: 'dev', defaultAgentId: agentId });
     await call('POST', `/projects/${projectId}/variables`, { name: 'delay', type: 'NUMBER', behaviour: 'COPIED', value: 0 });
     await call('POST', `/projects/${projectId}/schedules`, {
@@ -331,6 +348,11 @@ describe('the web console', () => {
       }
       await page.goto(`${serve.url}/dpc/console/#/agents`);
       await page.getByRole('cell', { name: 'connected', exact: true }).waitFor();
+      // Streaming pipelines: the list, then each one's status (its state and since when) read in turn.
+      await page.goto(`${serve.url}/dpc/console/#/streaming`);
+      await page.getByRole('cell', { name: 'orders-cdc' }).waitFor();
+      await page.waitForFunction(() => /UTC/.test(document.querySelector('tbody tr td:nth-child(5)')?.textContent ?? ''));
+      assert.equal(await page.locator('tbody tr td:nth-child(4)').innerText(), 'STOPPED');
       // Enable the schedule, then its next run time shows.
       await page.goto(`${serve.url}/dpc/console/#/schedules`);
       await page.getByRole('button', { name: 'Enable nightly' }).click();

@@ -558,25 +558,48 @@ function schedulesView(query) {
 
 function streamingView(query) {
   return perProject('Streaming pipelines', query, async (projectId, body) => {
-    stopView = live(
-      async () => {
-        const page = await api('GET', `/projects/${projectId}/streaming-pipelines?size=100`);
-        body.replaceChildren(
-          table(
-            ['Pipeline', 'Source', 'Target', 'State', 'Since', 'Lag'],
-            page.results.map((p) => [
+    // The list, then each pipeline's status (state, position, lag, rows per table) in turn: one read a tick,
+    // every 2 s (lag changes without an event), so a view of N pipelines refreshes each every 2(N + 1) s.
+    let pipelines = [];
+    const statuses = new Map();
+    let turn = 0;
+    const render = () =>
+      body.replaceChildren(
+        table(
+          ['Pipeline', 'Source', 'Target', 'State', 'Since', 'Position', 'Lag', 'Rows'],
+          pipelines.map((p) => {
+            const status = statuses.get(p.streamingPipelineId) ?? {};
+            const rows = Object.values(status.rowsPerTable ?? {}).reduce((sum, n) => sum + n, 0);
+            return [
               p.name,
               p.streamingSource?.type ?? '',
               p.streamingTarget?.type ?? '',
-              badge(p.status ?? 'UNKNOWN'),
-              when(p.statusChangedAt ?? p.changedAt),
-              p.lagSeconds !== undefined ? `${p.lagSeconds} s` : 'not reported',
-            ]),
-          ),
+              h(
+                'span',
+                {},
+                badge(status.status ?? p.status ?? 'UNKNOWN'),
+                status.message ? h('div', { className: 'muted' }, status.message) : '',
+              ),
+              when(status.changedAt),
+              status.position ?? '—',
+              status.lagSeconds !== undefined ? `${status.lagSeconds} s` : 'not reported',
+              status.rowsPerTable ? String(rows) : '—',
+            ];
+          }),
+        ),
+      );
+    stopView = poll(async () => {
+      const at = turn++ % (pipelines.length + 1);
+      if (at === 0) pipelines = (await api('GET', `/projects/${projectId}/streaming-pipelines?size=100`)).results;
+      else {
+        const p = pipelines[at - 1];
+        statuses.set(
+          p.streamingPipelineId,
+          await api('GET', `/projects/${projectId}/streaming-pipelines/${p.streamingPipelineId}/status`),
         );
-      },
-      { type: 'streaming-pipeline.*', projectId },
-    );
+      }
+      render();
+    });
   });
 }
 
