@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, readVersion, sql, type Executor, type Store } from '../../src/core/db/database.ts';
 import { createAccount } from '../../src/core/auth/accounts.ts';
-import { createProject } from '../../src/areas/projects/repository.ts';
+import { createProject } from '../../src/areas/projects/service.ts';
 import { createEnvironment, listEnvironments } from '../../src/areas/environments/repository.ts';
 import { rememberedRead, serializingKeptAnswersOnce } from '../../src/core/db/remembered.ts';
 import { describeEachStore, describeOnPostgres, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
