@@ -22,6 +22,9 @@ import * as scim from '../../src/areas/scim/service.ts';
 import * as aiTasks from '../../src/areas/ai-tasks/service.ts';
 import { updateTask, type TaskRow } from '../../src/areas/ai-tasks/repository.ts';
 import * as repositories from '../../src/areas/repositories/service.ts';
+import * as projects from '../../src/areas/projects/service.ts';
+import * as environments from '../../src/areas/environments/service.ts';
+import * as variables from '../../src/areas/variables/service.ts';
 import { externalRepositoryOf } from '../../src/areas/repositories/index.ts';
 import type { Trx } from '../../src/core/db/database.ts';
 import { seedRepository } from '../helpers/hosted-repository.ts';
@@ -532,5 +535,127 @@ describeEachStore('services, called directly', (kind) => {
     assert.equal((await problemOf(repositories.deleteGitCredential(db, stranger.accountId, credential.id))).status, 404);
     await repositories.deleteGitCredential(db, accountId, credential.id);
     assert.equal((await problemOf(repositories.deleteGitCredential(db, accountId, credential.id))).status, 404);
+  });
+
+  test('environments: a default agent of the caller account, unique names, the agent name shown, lists of the caller project only', async () => {
+    const db = server.db;
+    const { accountId } = caller;
+    const inProject = await projects.createProject(db, accountId, caller.clientId, { name: `environments ${randomUUID()}` });
+    const page = { page: 0, size: 25 };
+    const unknownAgent = await problemOf(
+      environments.createEnvironment(db, accountId, inProject, { name: 'dev', defaultAgentId: randomUUID() }),
+    );
+    assert.equal(unknownAgent.status, 404);
+    assert.equal((await environments.listEnvironments(db, accountId, inProject, page)).total, 0, 'nothing is stored');
+    const { caller: stranger } = await server.prologue({ project: false });
+    const strangersAgent = await insertAgent(server, stranger.accountId);
+    assert.equal(
+      (await problemOf(environments.createEnvironment(db, accountId, inProject, { name: 'dev', defaultAgentId: strangersAgent })))
+        .status,
+      404,
+      "another account's agent is one the caller cannot see",
+    );
+
+    const dev = await environments.createEnvironment(db, accountId, inProject, { name: 'dev', defaultAgentId: agentId });
+    assert.equal(dev.defaultAgentId, agentId);
+    assert.match(dev.defaultAgentName ?? '', /^agent /);
+    assert.equal(dev.description, undefined, 'an absent description is left out, not null');
+    assert.equal((await problemOf(environments.createEnvironment(db, accountId, inProject, { name: 'dev' }))).status, 409);
+    await environments.createEnvironment(db, accountId, inProject, { name: 'acc', description: 'acceptance' });
+    const listed = await environments.listEnvironments(db, accountId, inProject, page);
+    assert.deepEqual(
+      [listed.total, listed.results.map((environment) => [environment.name, environment.defaultAgentName ?? null])],
+      [
+        2,
+        [
+          ['acc', null],
+          ['dev', dev.defaultAgentName],
+        ],
+      ],
+    );
+    assert.equal((await problemOf(environments.listEnvironments(db, stranger.accountId, inProject, page))).status, 404);
+
+    const found = await environments.requireEnvironment(db, inProject, 'dev');
+    assert.deepEqual([found.defaultAgentId, found.warehouse], [agentId, null]);
+    assert.equal(await environments.requireEnvironmentId(db, inProject, 'dev'), found.id);
+    assert.equal((await problemOf(environments.requireEnvironmentId(db, projectId, 'acc'))).status, 404, 'of another project');
+    await environments.deleteEnvironment(db, inProject, 'dev');
+    assert.equal((await problemOf(environments.requireEnvironment(db, inProject, 'dev'))).status, 404);
+    assert.equal((await problemOf(environments.deleteEnvironment(db, inProject, 'dev'))).status, 404);
+  });
+
+  test('variables: values fit their type, unique names, the counted total, overrides of the project environments only, a type change that would misfit refused', async () => {
+    const db = server.db;
+    const { accountId } = caller;
+    const inProject = await projects.createProject(db, accountId, caller.clientId, { name: `variables ${randomUUID()}` });
+    for (const name of ['dev', 'prod']) await environments.createEnvironment(db, accountId, inProject, { name });
+    const page = { page: 0, size: 25 };
+    const total = async () => (await variables.listVariables(db, accountId, inProject, page)).total;
+
+    assert.deepEqual(
+      [variables.valueOfType('NUMBER', '-2.5e1'), variables.valueOfType('NUMBER', '1.'), variables.valueOfType('TEXT', 3)],
+      [-25, undefined, undefined],
+    );
+    const misfit = await problemOf(
+      variables.createVariable(db, inProject, { name: 'limit', type: 'NUMBER', behaviour: 'SHARED', value: 'many' }),
+    );
+    assert.deepEqual([misfit.status, misfit.options.violations], [422, ['body.value: must be a number for a NUMBER variable']]);
+    const limit = await variables.createVariable(db, inProject, {
+      name: 'limit',
+      type: 'NUMBER',
+      behaviour: 'SHARED',
+      value: '1e3',
+    });
+    assert.equal(limit.value, 1000, 'a numeric string is kept as the number');
+    const duplicate = variables.createVariable(db, inProject, { name: 'limit', type: 'TEXT', behaviour: 'COPIED' });
+    assert.equal((await problemOf(duplicate)).status, 409);
+    assert.equal(await total(), 1, 'a refused create does not move the counter');
+
+    const repeated = await problemOf(
+      variables.writeOverrides(db, inProject, 'limit', [
+        { environmentName: 'dev', value: 1 },
+        { environmentName: 'dev', value: 2 },
+      ]),
+    );
+    assert.deepEqual(
+      [repeated.status, repeated.options.violations],
+      [400, ['body.1.environmentName: "dev" is listed more than once']],
+    );
+    const written = await variables.writeOverrides(db, inProject, 'limit', [
+      { environmentName: 'prod', value: '5' },
+      { environmentName: 'dev', value: 'x' },
+      { environmentName: 'qa', value: 1 },
+    ]);
+    assert.deepEqual(written.overrides, [{ environmentName: 'prod', value: 5 }]);
+    assert.deepEqual(
+      written.failedOverride.map((failed) => failed.environmentName),
+      ['dev', 'qa'],
+      'a misfit and an unknown environment are answered, not written',
+    );
+    const one = await variables.readOverrides(db, accountId, inProject, 'limit', 'prod');
+    assert.deepEqual(one, { environmentName: 'prod', value: 5 });
+    assert.equal((await problemOf(variables.readOverrides(db, accountId, inProject, 'limit', 'dev'))).status, 404);
+    const { caller: stranger } = await server.prologue({ project: false });
+    assert.equal((await problemOf(variables.readOverrides(db, stranger.accountId, inProject, 'limit', undefined))).status, 404);
+
+    const retyped = await problemOf(variables.updateVariable(db, inProject, 'limit', { type: 'TEXT', behaviour: 'SHARED' }));
+    assert.equal(retyped.status, 422);
+    assert.deepEqual(retyped.options.violations, [
+      'body.value: the current value must be a string for a TEXT variable; send a new value with the type',
+      'environmentName: the override of "prod" must be a string for a TEXT variable',
+    ]);
+    const all = await variables.readOverrides(db, accountId, inProject, 'limit', undefined);
+    assert.ok('overrides' in all && all.type === 'NUMBER' && all.value === 1000, 'a refused update changes nothing');
+    const updated = await variables.updateVariable(db, inProject, 'limit', { type: 'NUMBER', behaviour: 'COPIED', value: 7 });
+    assert.deepEqual([updated.behaviour, updated.value], ['COPIED', 7]);
+
+    assert.equal((await problemOf(variables.deleteOverride(db, inProject, 'limit', 'dev'))).status, 404, 'no override there');
+    assert.equal((await problemOf(variables.deleteOverride(db, inProject, 'limit', 'qa'))).status, 404, 'no such environment');
+    await variables.deleteOverride(db, inProject, 'limit', 'prod');
+    assert.equal((await problemOf(variables.deleteOverride(db, inProject, 'limit', 'prod'))).status, 404);
+    await variables.deleteVariable(db, inProject, 'limit');
+    assert.equal(await total(), 0);
+    assert.equal((await problemOf(variables.deleteVariable(db, inProject, 'limit'))).status, 404);
+    assert.equal(await total(), 0, 'a refused delete does not move the counter');
   });
 });

@@ -6,8 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, readVersion, sql, type Executor, type Store } from '../../src/core/db/database.ts';
 import { createAccount } from '../../src/core/auth/accounts.ts';
-import { createProject } from '../../src/areas/projects/repository.ts';
-import { createEnvironment, listEnvironments } from '../../src/areas/environments/repository.ts';
+import { createProject } from '../../src/areas/projects/service.ts';
+import { createEnvironment, listEnvironments } from '../../src/areas/environments/service.ts';
 import { rememberedRead, serializingKeptAnswersOnce } from '../../src/core/db/remembered.ts';
 import { describeEachStore, describeOnPostgres, scratchStore, TestServer, type Caller } from '../helpers/harness.ts';
 
@@ -260,7 +260,7 @@ describe('remembered reads: every change by this connection is a change [sqlite]
     await migrate(store);
     ({ accountId } = await createAccount(store.db, 'ddl'));
     projectId = await createProject(store.db, accountId, 'someone', { name: 'p' });
-    for (const name of ['kept', 'gone']) await createEnvironment(store.db, projectId, { name } as never);
+    for (const name of ['kept', 'gone']) await createEnvironment(store.db, accountId, projectId, { name } as never);
   });
   after(async () => {
     await store.close();

@@ -1,29 +1,19 @@
-import { randomUUID } from 'node:crypto';
+/**
+ * The environments' SQL: rows of `environments` and nothing else (the default agent's name through the agents
+ * area's face). The rules (unique names, 404s, how an environment is shown) are the service's (service.ts).
+ */
 import type { Executor } from '../../core/db/database.ts';
-import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
 import { agentNameWhere } from '../agents/index.ts';
-import { accountOfProject, projectList } from '../projects/index.ts';
+import { accountOfProject, type ProjectListQueries } from '../projects/index.ts';
 import type { EnvironmentTable } from './tables.ts';
-import type { CreateEnvironmentRequest, Environment, WarehouseSettings } from './schemas.ts';
 
-type EnvironmentRow = Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'warehouse' | 'createdAt'> & {
+/** An environment's columns that the API shows, with the name of its default agent. */
+export type EnvironmentRow = Pick<EnvironmentTable, 'name' | 'description' | 'defaultAgentId' | 'warehouse' | 'createdAt'> & {
   defaultAgentName: string | null;
 };
 
-function toEnvironment(row: EnvironmentRow): Environment {
-  return {
-    name: row.name,
-    ...(row.description !== null && { description: row.description }),
-    ...(row.defaultAgentId !== null && { defaultAgentId: row.defaultAgentId }),
-    ...(row.defaultAgentName !== null && { defaultAgentName: row.defaultAgentName }),
-    ...(row.warehouse !== null && { warehouse: JSON.parse(row.warehouse) as WarehouseSettings }),
-    createdAt: row.createdAt,
-  };
-}
-
 /** The name of agent `agentId` when it is one of the account's that owns the project (else null). */
-async function agentNameOf(db: Executor, projectId: string, agentId: string | null): Promise<string | null> {
+export async function agentNameOf(db: Executor, projectId: string, agentId: string | null): Promise<string | null> {
   if (agentId === null) return null;
   const row = await db
     .selectNoFrom((eb) => agentNameWhere(eb, eb.val(agentId), accountOfProject(eb, projectId)).as('name'))
@@ -31,31 +21,13 @@ async function agentNameOf(db: Executor, projectId: string, agentId: string | nu
   return row?.name ?? null;
 }
 
-export async function createEnvironment(
-  db: Executor,
-  projectId: string,
-  request: CreateEnvironmentRequest,
-): Promise<Environment> {
-  const row = {
-    id: randomUUID(),
-    projectId,
-    name: request.name,
-    description: request.description ?? null,
-    defaultAgentId: request.defaultAgentId ?? null,
-    warehouse: request.warehouse === undefined ? null : JSON.stringify(request.warehouse),
-    createdAt: now(),
-  };
-  try {
-    await db.insertInto('environments').values(row).execute();
-  } catch (error) {
-    if (isUniqueViolation(error)) throw conflict(`An environment named "${request.name}" already exists in this project.`);
-    throw error;
-  }
-  return toEnvironment({ ...row, defaultAgentName: await agentNameOf(db, projectId, row.defaultAgentId) });
+/** Inserts an environment. A name taken in the project is a unique violation. */
+export async function insertEnvironment(db: Executor, row: EnvironmentTable): Promise<void> {
+  await db.insertInto('environments').values(row).execute();
 }
 
-/** A page of the project's environments in name order, if the project is the caller's. */
-export const listEnvironments = projectList({
+/** The queries of a paged list of the project's environments in name order (with the default agent's name). */
+export const environmentListQueries: ProjectListQueries<EnvironmentRow> = {
   total: (eb, projectId) =>
     eb.selectFrom('environments').select(eb.fn.countAll().as('count')).where('projectId', '=', projectId).$asScalar(),
   page: (db, { projectId, limit, offset }, descending) =>
@@ -74,41 +46,36 @@ export const listEnvironments = projectList({
       .orderBy('environments.name', descending ? 'desc' : 'asc')
       .limit(limit)
       .offset(offset),
-  toItem: toEnvironment,
-});
+};
 
-/** The id of environment `name` of the project, or a 404. */
-export async function requireEnvironmentId(db: Executor, projectId: string, name: string): Promise<string> {
-  const row = await db
+/** The id of environment `name` of the project, if there is one. */
+export function findEnvironmentId(db: Executor, projectId: string, name: string) {
+  return db
     .selectFrom('environments')
     .select('id')
     .where('projectId', '=', projectId)
     .where('name', '=', name)
     .executeTakeFirst();
-  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
-  return row.id;
 }
 
-/** Removes environment `name`; what is set per environment goes with it (foreign keys cascade). */
-export async function deleteEnvironment(db: Executor, projectId: string, name: string): Promise<void> {
+/** Deletes environment `name` of the project (foreign keys cascade); whether there was one. */
+export async function deleteEnvironmentRow(db: Executor, projectId: string, name: string): Promise<boolean> {
   const result = await db
     .deleteFrom('environments')
     .where('projectId', '=', projectId)
     .where('name', '=', name)
     .executeTakeFirst();
-  if (result.numDeletedRows === 0n) throw notFound(`Environment "${name}" does not exist in this project.`);
+  return result.numDeletedRows > 0n;
 }
 
-/** Environment `name` of the project with its default agent, or a 404. */
-export async function requireEnvironment(db: Executor, projectId: string, name: string) {
-  const row = await db
+/** Environment `name` of the project with its default agent and warehouse (as stored), if there is one. */
+export function findEnvironment(db: Executor, projectId: string, name: string) {
+  return db
     .selectFrom('environments')
     .select(['id', 'name', 'defaultAgentId', 'warehouse'])
     .where('projectId', '=', projectId)
     .where('name', '=', name)
     .executeTakeFirst();
-  if (!row) throw notFound(`Environment "${name}" does not exist in this project.`);
-  return { ...row, warehouse: row.warehouse === null ? null : (JSON.parse(row.warehouse) as WarehouseSettings) };
 }
 
 /** The names of environments by id (ids that name no environment are absent). */

@@ -4,10 +4,9 @@ import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { ProjectParams, writeInProject } from '../projects/index.ts';
-import { requireAgent } from '../agents/index.ts';
 import { Type } from 'typebox';
 import { CreateEnvironmentRequest, Environment, EnvironmentName } from './schemas.ts';
-import { createEnvironment, deleteEnvironment, listEnvironments } from './repository.ts';
+import { createEnvironment, deleteEnvironment, listEnvironments } from './service.ts';
 
 const EnvironmentParams = Type.Object({ projectId: ProjectParams.properties.projectId, environmentName: EnvironmentName });
 
@@ -31,9 +30,7 @@ export async function environmentRoutes(fastify: FastifyInstance): Promise<void>
       const { projectId } = request.params;
       const { accountId } = request.principal;
       const environment = await writeInProject(app.store.db, accountId, projectId, async (trx) => {
-        // The default agent must be one of the caller's account (404 otherwise, as for any agent it cannot see).
-        if (request.body.defaultAgentId !== undefined) await requireAgent(trx, accountId, request.body.defaultAgentId);
-        const created = await createEnvironment(trx, projectId, request.body);
+        const created = await createEnvironment(trx, accountId, projectId, request.body);
         // Named in the transaction, whose commit writes the write's outbox event.
         request.auditIds.environmentName = created.name;
         return created;

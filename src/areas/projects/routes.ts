@@ -4,7 +4,7 @@ import { sendCreated } from '../../core/created.ts';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { problems } from '../../core/openapi.ts';
 import { CreateProjectRequest, CreateProjectResponse, Project, ProjectParams } from './schemas.ts';
-import { createProject, deleteProject, listProjects, requireProject } from './repository.ts';
+import { createProject, deleteProject, listProjects, requireProject } from './service.ts';
 
 const tags = ['Projects'];
 

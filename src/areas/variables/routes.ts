@@ -4,8 +4,7 @@ import { sendCreated } from '../../core/created.ts';
 import { Type } from 'typebox';
 import { Page, PageQuery } from '../../core/paging.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { notFound } from '../../core/problems.ts';
-import { ProjectParams, requireProject, writeInProject } from '../projects/index.ts';
+import { ProjectParams, writeInProject } from '../projects/index.ts';
 import {
   CreateVariableRequest,
   OverrideParams,
@@ -23,12 +22,10 @@ import {
   deleteOverride,
   deleteVariable,
   listVariables,
-  overridesOf,
-  requireVariable,
+  readOverrides,
   updateVariable,
-  variableWithOverrides,
   writeOverrides,
-} from './repository.ts';
+} from './service.ts';
 
 const tags = ['Project Variables'];
 
@@ -129,13 +126,7 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { projectId, variableName } = request.params;
-      const { environmentName } = request.query;
-      await requireProject(app.store.db, request.principal.accountId, projectId);
-      const variable = await requireVariable(app.store.db, projectId, variableName);
-      const overrides = await overridesOf(app.store.db, variable.id, environmentName);
-      if (environmentName === undefined) return variableWithOverrides(variable, overrides);
-      if (overrides.length === 0) throw notFound(`The variable has no override in environment "${environmentName}".`);
-      return overrides[0];
+      return readOverrides(app.store.db, request.principal.accountId, projectId, variableName, request.query.environmentName);
     },
   );
 
@@ -153,10 +144,9 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request) => {
       const { projectId, variableName } = request.params;
-      return writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
-        const variable = await requireVariable(trx, projectId, variableName);
-        return writeOverrides(trx, projectId, variable, request.body);
-      });
+      return writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        writeOverrides(trx, projectId, variableName, request.body),
+      );
     },
   );
 
@@ -172,10 +162,9 @@ export async function variableRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { projectId, variableName, environmentName } = request.params;
-      await writeInProject(app.store.db, request.principal.accountId, projectId, async (trx) => {
-        const variable = await requireVariable(trx, projectId, variableName);
-        await deleteOverride(trx, projectId, variable.id, environmentName);
-      });
+      await writeInProject(app.store.db, request.principal.accountId, projectId, (trx) =>
+        deleteOverride(trx, projectId, variableName, environmentName),
+      );
       return reply.code(204).send(null);
     },
   );

@@ -1,45 +1,17 @@
+/**
+ * The webhooks' SQL: rows of `webhooks` and `webhookDeliveries` and nothing else. The rules (URLs, secrets,
+ * 404s and 409s, fan-out and tries, how a webhook is shown) are the service's (service.ts).
+ */
 import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import { now, type Executor } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
-import { notFound } from '../../core/problems.ts';
 import type { WebhookDeliveryTable, WebhookTable } from './tables.ts';
-import type { Webhook, WebhookDelivery } from './schemas.ts';
 
 export type WebhookRow = Selectable<WebhookTable>;
 export type DeliveryRow = Selectable<WebhookDeliveryTable>;
 
-export function toWebhook(row: WebhookRow): Webhook {
-  return {
-    webhookId: row.id,
-    url: row.url,
-    ...(row.description !== null && { description: row.description }),
-    eventTypes: JSON.parse(row.eventTypes) as string[],
-    ...(row.projectId !== null && { projectId: row.projectId }),
-    enabled: row.enabled === 1,
-    ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
-    consecutiveFailures: row.consecutiveFailures,
-    createdAt: row.createdAt,
-    updatedAt: row.updatedAt,
-  };
-}
-
-export function toDelivery(row: DeliveryRow): WebhookDelivery {
-  return {
-    deliveryId: row.id,
-    eventId: Number(row.eventId),
-    eventType: row.eventType,
-    status: row.status,
-    attempts: row.attempts,
-    ...(row.nextAttemptAt !== null && { nextAttemptAt: row.nextAttemptAt }),
-    ...(row.lastAttemptAt !== null && { lastAttemptAt: row.lastAttemptAt }),
-    ...(row.lastStatusCode !== null && { lastStatusCode: row.lastStatusCode }),
-    ...(row.lastResponse !== null && { lastResponse: row.lastResponse }),
-    ...(row.lastError !== null && { lastError: row.lastError }),
-    createdAt: row.createdAt,
-  };
-}
-
+/** Inserts a webhook with a new id, created and updated now; the row as stored. */
 export async function insertWebhook(trx: Executor, row: Omit<WebhookRow, 'id' | 'createdAt' | 'updatedAt'>): Promise<WebhookRow> {
   const at = now();
   const full = { ...row, id: randomUUID(), createdAt: at, updatedAt: at };
@@ -47,18 +19,13 @@ export async function insertWebhook(trx: Executor, row: Omit<WebhookRow, 'id' | 
   return full;
 }
 
-export async function requireWebhook(db: Executor, accountId: string, webhookId: string): Promise<WebhookRow> {
-  const row = await db
-    .selectFrom('webhooks')
-    .selectAll()
-    .where('id', '=', webhookId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
-  if (!row) throw notFound(`Webhook ${webhookId} does not exist in this account.`);
-  return row;
+/** Webhook `webhookId` of the account, if there is one. */
+export function findWebhook(db: Executor, accountId: string, webhookId: string): Promise<WebhookRow | undefined> {
+  return db.selectFrom('webhooks').selectAll().where('id', '=', webhookId).where('accountId', '=', accountId).executeTakeFirst();
 }
 
-export async function listWebhooks(db: Executor, accountId: string, query: PageQuery) {
+/** A page of the account's webhooks, oldest first, and how many it has. */
+export async function listWebhookRows(db: Executor, accountId: string, query: PageQuery) {
   const base = db.selectFrom('webhooks').where('accountId', '=', accountId);
   const [rows, total] = await Promise.all([
     base.selectAll().orderBy('createdAt').orderBy('id').limit(query.size).offset(offsetOf(query)).execute(),
@@ -67,6 +34,7 @@ export async function listWebhooks(db: Executor, accountId: string, query: PageQ
   return { rows, total };
 }
 
+/** Writes an update's changes to webhook `id`, updated now. */
 export async function updateWebhookRow(trx: Executor, id: string, changes: Partial<WebhookRow>): Promise<void> {
   await trx
     .updateTable('webhooks')
@@ -75,6 +43,7 @@ export async function updateWebhookRow(trx: Executor, id: string, changes: Parti
     .execute();
 }
 
+/** Deletes the account's webhook (its deliveries cascade); whether there was one. */
 export async function deleteWebhookRow(trx: Executor, accountId: string, id: string): Promise<boolean> {
   const result = await trx.deleteFrom('webhooks').where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
   return result.numDeletedRows > 0n;
@@ -99,6 +68,7 @@ export async function advanceCursor(trx: Executor, id: string, from: number, to:
   return result.numUpdatedRows > 0n;
 }
 
+/** Inserts a PENDING delivery due now, never tried; its id. One per webhook and event (unique). */
 export async function insertDelivery(
   trx: Executor,
   delivery: Pick<DeliveryRow, 'webhookId' | 'accountId' | 'eventId' | 'eventType' | 'body'>,
@@ -148,7 +118,8 @@ export async function recordAttempt(
   return result.numUpdatedRows > 0n;
 }
 
-export async function listDeliveries(db: Executor, webhookId: string, query: PageQuery & { status?: string }) {
+/** A page of the webhook's deliveries (of `status` when given), newest event first, and how many there are. */
+export async function listDeliveryRows(db: Executor, webhookId: string, query: PageQuery & { status?: string }) {
   let base = db.selectFrom('webhookDeliveries').where('webhookId', '=', webhookId);
   if (query.status) base = base.where('status', '=', query.status);
   const [rows, total] = await Promise.all([
@@ -158,15 +129,14 @@ export async function listDeliveries(db: Executor, webhookId: string, query: Pag
   return { rows, total };
 }
 
-export async function requireDelivery(db: Executor, webhookId: string, deliveryId: string): Promise<DeliveryRow> {
-  const row = await db
+/** Delivery `deliveryId` of the webhook, if there is one. */
+export function findDelivery(db: Executor, webhookId: string, deliveryId: string): Promise<DeliveryRow | undefined> {
+  return db
     .selectFrom('webhookDeliveries')
     .selectAll()
     .where('id', '=', deliveryId)
     .where('webhookId', '=', webhookId)
     .executeTakeFirst();
-  if (!row) throw notFound(`Delivery ${deliveryId} does not exist for this webhook.`);
-  return row;
 }
 
 /** Makes a finished delivery PENDING again (a manual redelivery); false when it is pending already. */
@@ -180,6 +150,7 @@ export async function reopenDelivery(trx: Executor, id: string): Promise<boolean
   return result.numUpdatedRows > 0n;
 }
 
+/** The webhook's PENDING deliveries: ids and tries made. */
 export function pendingDeliveries(db: Executor, webhookId: string) {
   return db
     .selectFrom('webhookDeliveries')
@@ -189,7 +160,22 @@ export function pendingDeliveries(db: Executor, webhookId: string) {
     .execute();
 }
 
-/** Deletes finished deliveries made before `before`. */
+/** Clears the webhook's count of deliveries in a row that failed. */
+export async function clearFailures(trx: Executor, id: string): Promise<void> {
+  await trx.updateTable('webhooks').set({ consecutiveFailures: 0 }).where('id', '=', id).execute();
+}
+
+/** Counts one more delivery in a row that failed; the new count and whether the webhook is enabled (undefined when gone). */
+export function countFailure(trx: Executor, id: string) {
+  return trx
+    .updateTable('webhooks')
+    .set((eb) => ({ consecutiveFailures: eb('consecutiveFailures', '+', 1) }))
+    .where('id', '=', id)
+    .returning(['consecutiveFailures', 'enabled'])
+    .executeTakeFirst();
+}
+
+/** Deletes finished deliveries made before `before`; how many. */
 export async function pruneDeliveries(db: Executor, before: string): Promise<number> {
   const result = await db
     .deleteFrom('webhookDeliveries')

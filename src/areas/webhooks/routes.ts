@@ -2,10 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { noContent, problems } from '../../core/openapi.ts';
-import { Page, PageQuery, pageOf } from '../../core/paging.ts';
-import { notFound } from '../../core/problems.ts';
+import { Page, PageQuery } from '../../core/paging.ts';
 import { runPeriodically } from '../../core/ticker.ts';
-import { listDeliveries, listWebhooks, pruneDeliveries, requireWebhook, toDelivery, toWebhook } from './repository.ts';
 import {
   CreatedWebhook,
   CreateWebhookRequest,
@@ -28,9 +26,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const service = new WebhookService(app);
   if (app.config.runJobs) service.start();
-  runPeriodically(app, 'webhook delivery retention', HOUR_MS, () =>
-    pruneDeliveries(app.store.db, new Date(Date.now() - app.config.eventsRetentionDays * 24 * HOUR_MS).toISOString()),
-  );
+  runPeriodically(app, 'webhook delivery retention', HOUR_MS, () => service.prune());
 
   app.post(
     '/webhooks',
@@ -46,16 +42,11 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
-      const { row, secret } = await service.create(
-        request.principal.accountId,
-        request.principal.clientId,
-        request.body,
-        (id) => {
-          // Named in the transaction, whose commit writes the write's outbox event.
-          request.auditIds.webhookId = id;
-        },
-      );
-      return sendCreated(request, reply, { segment: row.id }, { ...toWebhook(row), signingSecret: secret });
+      const created = await service.create(request.principal.accountId, request.principal.clientId, request.body, (id) => {
+        // Named in the transaction, whose commit writes the write's outbox event.
+        request.auditIds.webhookId = id;
+      });
+      return sendCreated(request, reply, { segment: created.webhookId }, created);
     },
   );
 
@@ -65,16 +56,13 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       config: admin,
       schema: { summary: "List the account's webhooks", tags, querystring: PageQuery, response: { 200: Page(Webhook) } },
     },
-    async (request) => {
-      const { rows, total } = await listWebhooks(app.store.db, request.principal.accountId, request.query);
-      return pageOf(request.query, rows.map(toWebhook), total);
-    },
+    async (request) => service.list(request.principal.accountId, request.query),
   );
 
   app.get(
     '/webhooks/:webhookId',
     { config: admin, schema: { summary: 'Read a webhook', tags, params: WebhookParams, response: { 200: Webhook } } },
-    async (request) => toWebhook(await requireWebhook(app.store.db, request.principal.accountId, request.params.webhookId)),
+    async (request) => service.read(request.principal.accountId, request.params.webhookId),
   );
 
   app.patch(
@@ -89,7 +77,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Webhook, ...problems(422) },
       },
     },
-    async (request) => toWebhook(await service.update(request.principal.accountId, request.params.webhookId, request.body)),
+    async (request) => service.update(request.principal.accountId, request.params.webhookId, request.body),
   );
 
   app.delete(
@@ -99,9 +87,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       schema: { summary: 'Delete a webhook and its delivery log', tags, params: WebhookParams, response: noContent('Deleted.') },
     },
     async (request, reply) => {
-      if (!(await service.delete(request.principal.accountId, request.params.webhookId))) {
-        throw notFound(`Webhook ${request.params.webhookId} does not exist in this account.`);
-      }
+      await service.delete(request.principal.accountId, request.params.webhookId);
       return reply.code(204).send();
     },
   );
@@ -133,11 +119,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: Page(WebhookDelivery) },
       },
     },
-    async (request) => {
-      await requireWebhook(app.store.db, request.principal.accountId, request.params.webhookId);
-      const { rows, total } = await listDeliveries(app.store.db, request.params.webhookId, request.query);
-      return pageOf(request.query, rows.map(toDelivery), total);
-    },
+    async (request) => service.deliveries(request.principal.accountId, request.params.webhookId, request.query),
   );
 
   app.post(
@@ -155,8 +137,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { webhookId, deliveryId } = request.params;
-      const delivery = await service.redeliver(request.principal.accountId, webhookId, deliveryId);
-      return reply.code(202).send(toDelivery(delivery));
+      return reply.code(202).send(await service.redeliver(request.principal.accountId, webhookId, deliveryId));
     },
   );
 }

@@ -3,25 +3,31 @@ import type { FastifyInstance } from 'fastify';
 import { now, type Executor } from '../../core/db/database.ts';
 import { emit, eventsAfter, lastEventId, matches, type StoredEvent } from '../../core/outbox.ts';
 import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
-import { conflict, unprocessable } from '../../core/problems.ts';
+import { conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { pageOf, type PageQuery } from '../../core/paging.ts';
 import { runPeriodically } from '../../core/ticker.ts';
 import {
   advanceCursor,
+  clearFailures,
+  countFailure,
   deleteWebhookRow,
   deliveryWithWebhook,
   enabledWebhooks,
+  findDelivery,
+  findWebhook,
   insertDelivery,
   insertWebhook,
+  listDeliveryRows,
+  listWebhookRows,
   pendingDeliveries,
+  pruneDeliveries,
   recordAttempt,
   reopenDelivery,
-  requireDelivery,
-  requireWebhook,
   updateWebhookRow,
   type DeliveryRow,
   type WebhookRow,
 } from './repository.ts';
-import type { CreateWebhookRequest, UpdateWebhookRequest } from './schemas.ts';
+import type { CreateWebhookRequest, UpdateWebhookRequest, Webhook, WebhookDelivery } from './schemas.ts';
 
 export const DELIVERY_JOB = 'webhook-delivery';
 /** Events fanned out to one webhook per transaction. */
@@ -63,6 +69,53 @@ export function deliveryBody(event: StoredEvent): string {
     subject: event.subject,
     data: event.data,
   });
+}
+
+/** How a webhook is shown (never its secret). */
+function toWebhook(row: WebhookRow): Webhook {
+  return {
+    webhookId: row.id,
+    url: row.url,
+    ...(row.description !== null && { description: row.description }),
+    eventTypes: JSON.parse(row.eventTypes) as string[],
+    ...(row.projectId !== null && { projectId: row.projectId }),
+    enabled: row.enabled === 1,
+    ...(row.disabledReason !== null && { disabledReason: row.disabledReason }),
+    consecutiveFailures: row.consecutiveFailures,
+    createdAt: row.createdAt,
+    updatedAt: row.updatedAt,
+  };
+}
+
+/** How a delivery is shown. */
+function toDelivery(row: DeliveryRow): WebhookDelivery {
+  return {
+    deliveryId: row.id,
+    eventId: Number(row.eventId),
+    eventType: row.eventType,
+    status: row.status,
+    attempts: row.attempts,
+    ...(row.nextAttemptAt !== null && { nextAttemptAt: row.nextAttemptAt }),
+    ...(row.lastAttemptAt !== null && { lastAttemptAt: row.lastAttemptAt }),
+    ...(row.lastStatusCode !== null && { lastStatusCode: row.lastStatusCode }),
+    ...(row.lastResponse !== null && { lastResponse: row.lastResponse }),
+    ...(row.lastError !== null && { lastError: row.lastError }),
+    createdAt: row.createdAt,
+  };
+}
+
+/** Webhook `webhookId` of the account, or a 404. */
+async function requireWebhook(db: Executor, accountId: string, webhookId: string): Promise<WebhookRow> {
+  const row = await findWebhook(db, accountId, webhookId);
+  if (!row) throw notFound(`Webhook ${webhookId} does not exist in this account.`);
+  return row;
+}
+
+/** Delivery `deliveryId` of the webhook, or a 404. */
+async function requireDelivery(db: Executor, webhookId: string, deliveryId: string): Promise<DeliveryRow> {
+  const row = await findDelivery(db, webhookId, deliveryId);
+  if (!row) throw notFound(`Delivery ${deliveryId} does not exist for this webhook.`);
+  return row;
 }
 
 /**
@@ -123,8 +176,16 @@ export class WebhookService {
     }
   }
 
-  /** `named` is told the new webhook's id in the creating transaction. */
-  async create(accountId: string, clientId: string, body: CreateWebhookRequest, named?: (webhookId: string) => void) {
+  /**
+   * Creates a webhook (its URL checked: 422) with a new signing secret, shown in the answer this once.
+   * `named` is told the new webhook's id in the creating transaction.
+   */
+  async create(
+    accountId: string,
+    clientId: string,
+    body: CreateWebhookRequest,
+    named?: (webhookId: string) => void,
+  ): Promise<Webhook & { signingSecret: string }> {
     await this.checkUrl(body.url);
     const secret = newSigningSecret();
     const row = await this.app.store.db.transaction().execute(async (trx) => {
@@ -147,10 +208,38 @@ export class WebhookService {
       named?.(created.id);
       return { ...created, sealedSecret };
     });
-    return { row, secret };
+    return { ...toWebhook(row), signingSecret: secret };
   }
 
-  async update(accountId: string, webhookId: string, body: UpdateWebhookRequest): Promise<WebhookRow> {
+  /** A page of the account's webhooks, oldest first. */
+  async list(accountId: string, query: PageQuery) {
+    const { rows, total } = await listWebhookRows(this.app.store.db, accountId, query);
+    return pageOf(query, rows.map(toWebhook), total);
+  }
+
+  /** Webhook `webhookId` of the account, or a 404. */
+  async read(accountId: string, webhookId: string): Promise<Webhook> {
+    return toWebhook(await requireWebhook(this.app.store.db, accountId, webhookId));
+  }
+
+  /** A page of the deliveries of the account's webhook `webhookId` (a 404 when there is none), newest event first. */
+  async deliveries(accountId: string, webhookId: string, query: PageQuery & { status?: string }) {
+    await requireWebhook(this.app.store.db, accountId, webhookId);
+    const { rows, total } = await listDeliveryRows(this.app.store.db, webhookId, query);
+    return pageOf(query, rows.map(toDelivery), total);
+  }
+
+  /** Deletes finished deliveries older than the events' retention; how many. */
+  prune(): Promise<number> {
+    const retentionMs = this.app.config.eventsRetentionDays * 24 * 3_600_000;
+    return pruneDeliveries(this.app.store.db, new Date(Date.now() - retentionMs).toISOString());
+  }
+
+  /**
+   * Changes the account's webhook (a 404 when there is none; a new URL checked: 422). Enabling it again
+   * clears its failures and sends on the deliveries left pending while it was disabled.
+   */
+  async update(accountId: string, webhookId: string, body: UpdateWebhookRequest): Promise<Webhook> {
     if (body.url !== undefined) await this.checkUrl(body.url);
     return this.app.store.db.transaction().execute(async (trx) => {
       const row = await requireWebhook(trx, accountId, webhookId);
@@ -172,14 +261,18 @@ export class WebhookService {
           } satisfies DeliveryJob);
         }
       }
-      return { ...row, ...changes };
+      return toWebhook({ ...row, ...changes });
     });
   }
 
-  async delete(accountId: string, webhookId: string): Promise<boolean> {
-    return this.app.store.db.transaction().execute((trx) => deleteWebhookRow(trx, accountId, webhookId));
+  /** Deletes the account's webhook and its delivery log; a 404 when there is none. */
+  async delete(accountId: string, webhookId: string): Promise<void> {
+    if (!(await this.app.store.db.transaction().execute((trx) => deleteWebhookRow(trx, accountId, webhookId)))) {
+      throw notFound(`Webhook ${webhookId} does not exist in this account.`);
+    }
   }
 
+  /** Replaces the signing secret of the account's webhook (a 404 when there is none); the new one. */
   async rotateSecret(accountId: string, webhookId: string): Promise<string> {
     const secret = newSigningSecret();
     await this.app.store.db.transaction().execute(async (trx) => {
@@ -189,7 +282,8 @@ export class WebhookService {
     return secret;
   }
 
-  async redeliver(accountId: string, webhookId: string, deliveryId: string): Promise<DeliveryRow> {
+  /** Tries a finished delivery once more, soon: a 404 when the webhook or delivery is missing, a 409 when it is pending. */
+  async redeliver(accountId: string, webhookId: string, deliveryId: string): Promise<WebhookDelivery> {
     return this.app.store.db.transaction().execute(async (trx) => {
       await requireWebhook(trx, accountId, webhookId);
       const delivery = await requireDelivery(trx, webhookId, deliveryId);
@@ -199,7 +293,7 @@ export class WebhookService {
         attempts: delivery.attempts,
         manual: true,
       } satisfies DeliveryJob);
-      return { ...delivery, status: 'PENDING', nextAttemptAt: now() };
+      return toDelivery({ ...delivery, status: 'PENDING', nextAttemptAt: now() });
     });
   }
 
@@ -322,15 +416,10 @@ export class WebhookService {
   /** Counts a delivery that ended: a success clears the failures, a failure may disable the webhook. */
   private async settleFailures(trx: Executor, webhook: WebhookRow, succeeded: boolean): Promise<void> {
     if (succeeded) {
-      await trx.updateTable('webhooks').set({ consecutiveFailures: 0 }).where('id', '=', webhook.id).execute();
+      await clearFailures(trx, webhook.id);
       return;
     }
-    const row = await trx
-      .updateTable('webhooks')
-      .set((eb) => ({ consecutiveFailures: eb('consecutiveFailures', '+', 1) }))
-      .where('id', '=', webhook.id)
-      .returning(['consecutiveFailures', 'enabled'])
-      .executeTakeFirst();
+    const row = await countFailure(trx, webhook.id);
     if (!row || row.enabled !== 1 || row.consecutiveFailures < this.app.config.webhookDisableAfter) return;
     const reason = `Disabled after ${row.consecutiveFailures} deliveries in a row failed every try.`;
     await updateWebhookRow(trx, webhook.id, { enabled: 0, disabledReason: reason });
