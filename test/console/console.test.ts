@@ -271,6 +271,8 @@ describe('the web console', () => {
       await page.getByRole('link', { name: 'Projects' }).click();
       await page.getByRole('link', { name: 'Sales' }).click();
       await page.getByRole('heading', { name: 'Environment dev' }).waitFor();
+      // The environment's published versions, the newest first.
+      await page.getByRole('cell', { name: '1.0.0', exact: true }).waitFor();
       await accessible(page, 'project');
       await screenshot(page, 'project');
       await page.getByRole('link', { name: 'pipelines/quick.orch.yaml' }).click();

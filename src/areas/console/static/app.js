@@ -112,7 +112,10 @@ async function projectView(projectId) {
   const environments = await allPages(`/projects/${projectId}/environments`);
   const sections = [];
   for (const env of environments) {
-    const published = await api('GET', `/projects/${projectId}/published-pipelines?environmentName=${enc(env.name)}&size=100`);
+    const [published, versions] = await Promise.all([
+      api('GET', `/projects/${projectId}/published-pipelines?environmentName=${enc(env.name)}&size=100`),
+      api('GET', `/projects/${projectId}/artifacts?environmentName=${enc(env.name)}&size=20`),
+    ]);
     sections.push(
       h('h2', {}, `Environment ${env.name}`),
       h('p', { className: 'muted' }, `Default agent: ${env.defaultAgentName ?? env.defaultAgentId ?? 'platform-hosted'}`),
@@ -128,6 +131,20 @@ async function projectView(projectId) {
             ]),
           )
         : h('p', {}, 'No published version.'),
+      versions.results.length
+        ? table(
+            ['Version', 'Deployed', 'How', 'Branch', 'Commit', 'Runnable'],
+            versions.results.map((v) => [
+              v.versionName,
+              when(v.deployedAt),
+              v.provider,
+              v.branch ?? '',
+              v.commitHash ? v.commitHash.slice(0, 12) : '',
+              v.enabled ? 'yes' : 'disabled',
+            ]),
+            `Published versions of ${env.name}, the most recently deployed first${versions.total > 20 ? ` (20 of ${versions.total})` : ''}`,
+          )
+        : '',
     );
   }
   show(`Project ${projectName(list, projectId)}`, ...sections);
