@@ -36,10 +36,12 @@ export interface Step {
   childPipeline?: string;
   /** The datasets the step read and wrote, when it ran SQL the parser could read (reported when it ends). */
   lineage?: StepLineage;
+  /** Rows the step's SQL wrote, where the warehouse tells (RunResult.rowsWritten); absent when not known. */
+  rowsWritten?: number;
 }
 
-/** What a component's work answers: its step's message, and the datasets it read and wrote. */
-type WorkAnswer = string | undefined | { message?: string; lineage?: StepLineage };
+/** What a component's work answers: its step's message, the datasets it read and wrote, the rows it wrote. */
+type WorkAnswer = string | undefined | { message?: string; lineage?: StepLineage; rowsWritten?: number };
 
 export type RunStatus = 'SUCCESS' | 'FAILED' | 'CANCELLED';
 
@@ -316,6 +318,7 @@ class Run {
         const message = typeof answer === 'object' ? answer.message : answer;
         if (message !== undefined) step.message = message;
         if (typeof answer === 'object' && answer.lineage) step.lineage = answer.lineage;
+        if (typeof answer === 'object' && answer.rowsWritten !== undefined) step.rowsWritten = answer.rowsWritten;
       } catch (error) {
         if (this.signal.aborted) {
           step.status = 'CANCELLED';
@@ -421,7 +424,7 @@ class Run {
     pipeline: Pipeline,
     scope: Scope,
     childPipeline: string | undefined,
-  ): Promise<string | undefined | { message: string; branch?: boolean; lineage?: StepLineage }> {
+  ): Promise<string | undefined | { message: string; branch?: boolean; lineage?: StepLineage; rowsWritten?: number }> {
     const p = component.parameters;
     const text = (name: string) => substitute(p[name], scope.values());
     const signal = this.signal;
@@ -475,8 +478,8 @@ class Run {
         const script = text('sqlScript');
         if (script.trim() === '') throw new Error('sql-executor needs "sqlScript".');
         const warehouse = await this.warehouse();
-        await warehouse.run(script, signal);
-        return { message: 'The SQL ran.', lineage: this.lineageOf(warehouse, script) };
+        const { rowsWritten } = await warehouse.run(script, signal);
+        return { message: 'The SQL ran.', lineage: this.lineageOf(warehouse, script), rowsWritten };
       }
       case 'query-to-scalar': {
         const query = text('query');
@@ -683,6 +686,7 @@ class Run {
           return {
             message: `iteration ${index + 1} (${described})${said ? `: ${said}` : ''}`,
             lineage: typeof answer === 'object' ? answer.lineage : undefined,
+            rowsWritten: typeof answer === 'object' ? answer.rowsWritten : undefined,
           };
         });
         if (step.status === 'FAILED') {
@@ -781,10 +785,11 @@ class Run {
         // One script: where the warehouse runs a script as one transaction (PostgreSQL), a truncate or
         // drop and the write that follows it happen together or not at all.
         const script = output.statements.join(';\n');
-        await warehouse.run(script, this.signal);
+        const { rowsWritten } = await warehouse.run(script, this.signal);
         return {
           message: `${output.type} wrote ${output.statements.length} statement(s).`,
           lineage: this.transformationLineage(warehouse, script, output),
+          rowsWritten,
         };
       });
       if (step.status === 'CANCELLED') this.signal.throwIfAborted();

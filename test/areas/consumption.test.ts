@@ -123,10 +123,10 @@ describeEachStore('consumption', (kind) => {
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(answer.body.creditsPerHour, { default: 1, CUSTOMER_HOSTED: 1, PLATFORM_HOSTED: 2, streaming: 1 });
     assert.deepEqual(answer.body.results, [
-      { date: '2026-03-01', runs: 3, failedRuns: 1, runSeconds: 9000, credits: 3 },
-      { date: '2026-03-02', runs: 1, failedRuns: 0, runSeconds: 900, credits: 0.5 },
+      { date: '2026-03-01', runs: 3, failedRuns: 1, runSeconds: 9000, credits: 3, rowsWritten: null },
+      { date: '2026-03-02', runs: 1, failedRuns: 0, runSeconds: 900, credits: 0.5, rowsWritten: null },
     ]);
-    assert.deepEqual(answer.body.totals, { runs: 4, failedRuns: 1, runSeconds: 9900, credits: 3.5 });
+    assert.deepEqual(answer.body.totals, { runs: 4, failedRuns: 1, runSeconds: 9900, credits: 3.5, rowsWritten: null });
     assert.deepEqual(answer.body.groupBy, []);
   });
 
@@ -149,6 +149,7 @@ describeEachStore('consumption', (kind) => {
       failedRuns: 1,
       runSeconds: 7200,
       credits: 2,
+      rowsWritten: null,
     });
     assert.equal(typeof byEnvironment.dev.projectName, 'string');
     assert.equal(byEnvironment.prod.agentType, 'PLATFORM_HOSTED');
@@ -180,6 +181,7 @@ describeEachStore('consumption', (kind) => {
       failedRuns: 0,
       runSeconds: 3600,
       credits: 1,
+      rowsWritten: null,
     });
 
     const rates = loadConfig({ DPC_CREDITS_PER_HOUR: 'PLATFORM_HOSTED=3.5, default=0' }).creditsPerHour;
@@ -194,7 +196,7 @@ describeEachStore('consumption', (kind) => {
     const answer = await api('GET', '/consumption?from=2026-03-01&to=2026-03-02', other.token);
     assert.equal(answer.status, 200, answer.text);
     assert.deepEqual(answer.body.results, []);
-    assert.deepEqual(answer.body.totals, { runs: 0, failedRuns: 0, runSeconds: 0, credits: 0 });
+    assert.deepEqual(answer.body.totals, { runs: 0, failedRuns: 0, runSeconds: 0, credits: 0, rowsWritten: null });
   });
 
   test('bad windows and groups are 400 naming the parameter; defaults are the last 30 days', async () => {

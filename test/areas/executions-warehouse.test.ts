@@ -133,6 +133,12 @@ describeEachStore('pipelines on an environment PostgreSQL warehouse', (kind) => 
     } finally {
       await client.end();
     }
+    // The rows each step's statements wrote, as PostgreSQL counted them (consumption's rowsWritten): the mart's 200 among them.
+    const written = await server.db.selectFrom('executionSteps').select('rowsWritten').where('executionId', '=', id).execute();
+    assert.ok(
+      written.some((step) => step.rowsWritten !== null && Number(step.rowsWritten) === 200),
+      JSON.stringify(written),
+    );
     // The password went to the agent sealed for it (E15); the server keeps it nowhere in plain text.
     const work = await server.db.selectFrom('agentWork').select('payload').execute();
     assert.ok(work.length > 0);

@@ -147,6 +147,31 @@ describeEachStore('lineage events', (kind) => {
     await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
   });
 
+  test("a step's rowsWritten that is not a count is refused naming the field (consumption's rows written)", async () => {
+    const { executionId, workId } = await startRun();
+    for (const rowsWritten of [-1, 1.5, '7']) {
+      const bad = await agentCall('POST', `/work/${workId}/reports`, {
+        type: 'progress',
+        body: { step: { index: 0, name: 'Load', status: 'SUCCESS', startedAt: new Date().toISOString(), rowsWritten } },
+      });
+      assert.deepEqual(expectProblem(bad, 400).violations, ['body.step.rowsWritten: must be a whole number of rows, 0 or more']);
+    }
+    const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.deepEqual(steps.body.results, [], 'the step of a refused report is not recorded');
+    const good = await agentCall('POST', `/work/${workId}/reports`, {
+      type: 'progress',
+      body: { step: { index: 0, name: 'Load', status: 'SUCCESS', startedAt: new Date().toISOString(), rowsWritten: 7 } },
+    });
+    assert.equal(good.status, 200, good.text);
+    const row = await server.db
+      .selectFrom('executionSteps')
+      .select('rowsWritten')
+      .where('executionId', '=', executionId)
+      .executeTakeFirstOrThrow();
+    assert.equal(Number(row.rowsWritten), 7);
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+  });
+
   test("windows: at most 31 days, in order, paged; another account's events are never shown", async () => {
     const from = new Date(Date.now() - 3_600_000).toISOString();
     const mine = await api('GET', `/lineage/events?generatedFrom=${from}&size=1&page=0`);

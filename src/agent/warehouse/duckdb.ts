@@ -5,9 +5,17 @@
  */
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { DuckDBInstance, type DuckDBConnection } from '@duckdb/node-api';
+import { DuckDBInstance, StatementType, type DuckDBConnection } from '@duckdb/node-api';
 import { DUCKDB_DIALECT, qualifiedName, type TableName } from '../../contract/sql-dialect.ts';
-import { rowsOf, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
+import { rowsOf, WarehouseError, type Column, type QueryResult, type RunResult, type Warehouse } from './warehouse.ts';
+
+/** The statements whose count of rows changed DuckDB tells (its CREATE TABLE AS answers 0). */
+const WRITES = new Set<StatementType>([
+  StatementType.INSERT,
+  StatementType.UPDATE,
+  StatementType.DELETE,
+  StatementType.MERGE_INTO,
+]);
 
 /** Names safe as a file name: the ids are UUIDs, anything else is reduced to word characters. */
 function fileSafe(name: string): string {
@@ -97,9 +105,17 @@ export class DuckDbWarehouse implements Warehouse {
     }
   }
 
-  async run(sql: string, signal: AbortSignal): Promise<void> {
-    await this.withConnection(signal, async (connection) => {
-      await connection.run(sql);
+  async run(sql: string, signal: AbortSignal): Promise<RunResult> {
+    return this.withConnection(signal, async (connection) => {
+      // Statement by statement (as DuckDB runs a script anyway, each in its own autocommit), so that each
+      // one's count of rows changed is read; a script's result would tell the last statement's only.
+      const statements = await connection.extractStatements(sql);
+      let rowsWritten: number | undefined;
+      for (let i = 0; i < statements.count; i += 1) {
+        const result = await (await statements.prepare(i)).run();
+        if (WRITES.has(result.statementType)) rowsWritten = (rowsWritten ?? 0) + result.rowsChanged;
+      }
+      return rowsWritten === undefined ? {} : { rowsWritten };
     });
   }
 

@@ -6,7 +6,10 @@
  */
 import pg from 'pg';
 import { POSTGRES_DIALECT, type TableName } from '../../contract/sql-dialect.ts';
-import { rowsOf, WarehouseError, type Column, type QueryResult, type Warehouse } from './warehouse.ts';
+import { rowsOf, WarehouseError, type Column, type QueryResult, type RunResult, type Warehouse } from './warehouse.ts';
+
+/** The commands whose count is the rows they wrote. */
+const WRITE_COMMANDS = new Set(['INSERT', 'UPDATE', 'DELETE', 'MERGE']);
 
 export interface PostgresWarehouseOptions {
   host?: string;
@@ -131,9 +134,18 @@ export class PostgresWarehouse implements Warehouse {
     }
   }
 
-  async run(sql: string, signal: AbortSignal): Promise<void> {
+  async run(sql: string, signal: AbortSignal): Promise<RunResult> {
     // The simple protocol: a script of several statements runs as one implicit transaction.
-    await this.withClient(signal, (client) => client.query(sql));
+    const answer = await this.withClient(signal, (client) => client.query(sql));
+    // One result per statement for a script, one for a single statement.
+    const results = (Array.isArray(answer) ? answer : [answer]) as pg.QueryResult[];
+    let rowsWritten: number | undefined;
+    for (const result of results) {
+      // A SELECT with no columns is CREATE TABLE AS or SELECT INTO (its count is the rows it wrote).
+      const writes = WRITE_COMMANDS.has(result.command) || (result.command === 'SELECT' && result.fields.length === 0);
+      if (writes && typeof result.rowCount === 'number') rowsWritten = (rowsWritten ?? 0) + result.rowCount;
+    }
+    return rowsWritten === undefined ? {} : { rowsWritten };
   }
 
   async query(sql: string, signal: AbortSignal): Promise<QueryResult> {

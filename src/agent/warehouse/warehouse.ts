@@ -12,6 +12,16 @@ export interface QueryResult {
   rows: Row[];
 }
 
+/** What running a script did, as far as the warehouse says. */
+export interface RunResult {
+  /**
+   * Rows the script's INSERT, UPDATE, DELETE and MERGE statements (and, on PostgreSQL, CREATE TABLE AS
+   * and SELECT INTO) wrote, summed; undefined when none of its statements is one whose count the
+   * warehouse tells (DDL alone, or DuckDB's CREATE TABLE AS, which answers no count).
+   */
+  rowsWritten?: number;
+}
+
 export interface Column {
   name: string;
   type: string;
@@ -28,7 +38,7 @@ export interface Warehouse {
    * Runs one or more statements (a script separated by `;`). `signal` cancels them in the warehouse
    * (the adapter interrupts or cancels the statement in flight; the promise rejects).
    */
-  run(sql: string, signal: AbortSignal): Promise<void>;
+  run(sql: string, signal: AbortSignal): Promise<RunResult>;
   /** Runs one query and answers its rows; numbers beyond a double's precision come back as strings. */
   query(sql: string, signal: AbortSignal): Promise<QueryResult>;
   quoteIdentifier(name: string): string;

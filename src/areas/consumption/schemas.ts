@@ -28,6 +28,10 @@ const Usage = {
     minimum: 0,
     description: "run-hours priced by the rate of each run's agent type (creditsPerHour), rounded to 6 places",
   }),
+  rowsWritten: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+    description:
+      "rows the runs' steps wrote (INSERT, UPDATE, DELETE, MERGE and, on PostgreSQL, CREATE TABLE AS), summed over the steps whose agent knew the count; null: no step of these runs told (not known, not zero)",
+  }),
 };
 
 export const ConsumptionRow = Type.Object({
@@ -70,9 +74,10 @@ export const Consumption = Type.Object(
             failedRuns: 1,
             runSeconds: 1800,
             credits: 0.5,
+            rowsWritten: 120000,
           },
         ],
-        totals: { runs: 12, failedRuns: 1, runSeconds: 1800, credits: 0.5 },
+        totals: { runs: 12, failedRuns: 1, runSeconds: 1800, credits: 0.5, rowsWritten: 120000 },
       },
     ],
   },

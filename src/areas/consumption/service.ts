@@ -37,6 +37,9 @@ function groupsOf(query: ConsumptionQuery): UsageGroup[] {
 
 const round = (value: number) => Math.round(value * 1e6) / 1e6;
 
+/** A sum of counts some of which may not be known (null): the known ones summed; null when none is. */
+const addKnown = (sum: number | null, value: number | null) => (value === null ? sum : (sum ?? 0) + value);
+
 /**
  * The account's consumption per day (and per project, environment, agent or pipeline as asked): finished
  * runs, their run-seconds and credits, each run priced by the rate of its agent's type.
@@ -73,19 +76,29 @@ export async function consumption(
     const key = JSON.stringify([row.day, ...groups.map((group) => keyOf(row, group))]);
     let result = rolled.get(key);
     if (!result) {
-      result = { date: row.day, ...labelsOf(row, groups, projects, agents), runs: 0, failedRuns: 0, runSeconds: 0, credits: 0 };
+      result = {
+        date: row.day,
+        ...labelsOf(row, groups, projects, agents),
+        runs: 0,
+        failedRuns: 0,
+        runSeconds: 0,
+        credits: 0,
+        rowsWritten: null,
+      };
       rolled.set(key, result);
     }
     result.runs += row.runs;
     result.failedRuns += row.failedRuns;
     result.runSeconds += row.runSeconds;
     result.credits += (row.runSeconds / 3600) * rateOf(row.agentId);
+    result.rowsWritten = addKnown(result.rowsWritten, row.rowsWritten);
   }
   const results = [...rolled.values()]
     .map((result) => ({ ...result, runSeconds: round(result.runSeconds), credits: round(result.credits) }))
     .sort((a, b) => a.date.localeCompare(b.date) || JSON.stringify(a).localeCompare(JSON.stringify(b)));
-  const totals = { runs: 0, failedRuns: 0, runSeconds: 0, credits: 0 };
+  const totals = { runs: 0, failedRuns: 0, runSeconds: 0, credits: 0, rowsWritten: null as number | null };
   for (const result of rolled.values()) {
+    totals.rowsWritten = addKnown(totals.rowsWritten, result.rowsWritten);
     totals.runs += result.runs;
     totals.failedRuns += result.failedRuns;
     totals.runSeconds += result.runSeconds;

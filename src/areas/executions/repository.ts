@@ -85,6 +85,7 @@ export async function upsertStep(db: Executor, row: Insertable<ExecutionStepTabl
         finishedAt: row.finishedAt,
         message: row.message,
         childPipeline: row.childPipeline,
+        rowsWritten: row.rowsWritten,
       }),
     )
     .execute();

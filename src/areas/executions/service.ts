@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
-import { conflict, notFound } from '../../core/problems.ts';
+import { badRequest, conflict, notFound } from '../../core/problems.ts';
 import type { PageQuery } from '../../core/paging.ts';
 import { keyOf, tokenPageOf } from '../../core/token-paging.ts';
 import { emit } from '../../core/outbox.ts';
@@ -244,11 +244,22 @@ export interface ReportedStep {
   finishedAt?: string;
   message?: string;
   childPipeline?: string;
+  /** Rows the step's SQL wrote, where the agent's warehouse told it. */
+  rowsWritten?: unknown;
+}
+
+/** The rows a step reports it wrote: a count, or nothing (not known); 400 naming the field otherwise. */
+function rowsWrittenOf(value: unknown): number | null {
+  if (value === undefined || value === null) return null;
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  throw badRequest('The step is not valid.', ['body.step.rowsWritten: must be a whole number of rows, 0 or more']);
 }
 
 /** Records a step the agent reported; a repeated report of a step updates it. */
 export async function recordStep(db: Executor, executionId: string, step: ReportedStep): Promise<void> {
+  const rowsWritten = rowsWrittenOf(step.rowsWritten);
   await upsertStep(db, {
+    rowsWritten,
     executionId,
     position: step.index,
     name: step.name,

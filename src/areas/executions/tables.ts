@@ -44,6 +44,8 @@ export interface ExecutionStepTable {
   finishedAt: string | null;
   message: string | null;
   childPipeline: string | null;
+  /** Rows the step's SQL wrote, as the agent's warehouse told it; null where not known. */
+  rowsWritten: number | null;
 }
 
 export interface ExecutionTables {

@@ -18,6 +18,8 @@ export interface UsageRow {
   failedRuns: number;
   /** Seconds from each run's start to its end, summed. */
   runSeconds: number;
+  /** Rows the runs' steps wrote where the agent knew it, summed; null when no step of them told. */
+  rowsWritten: number | null;
 }
 
 /**
@@ -37,8 +39,16 @@ export async function usageByDay(
       ? sql<number>`extract(epoch from (finished_at::timestamptz - started_at::timestamptz))`
       : sql<number>`(julianday(finished_at) - julianday(started_at)) * 86400.0`;
   const pipeline = sql<string>`coalesce(pipeline_name, test_name, '(tests)')`;
+  // Each run's steps' rows written, summed per run first (a run is one row of the grouping below).
+  const written = db
+    .selectFrom('executionSteps')
+    .select(['executionId', sql<string | null>`sum(rows_written)`.as('rowsWritten')])
+    .where('rowsWritten', 'is not', null)
+    .groupBy('executionId')
+    .as('written');
   const rows = await db
     .selectFrom('executions')
+    .leftJoin(written, 'written.executionId', 'executions.id')
     .select([
       day.as('day'),
       'projectId',
@@ -48,6 +58,7 @@ export async function usageByDay(
       sql<string>`count(*)`.as('runs'),
       sql<string>`sum(case when status = 'FAILED' then 1 else 0 end)`.as('failedRuns'),
       sql<string>`sum(${seconds})`.as('runSeconds'),
+      sql<string | null>`sum(written.rows_written)`.as('rowsWritten'),
     ])
     .where('accountId', '=', accountId)
     .where('startedAt', '>=', fromDay)
@@ -67,5 +78,6 @@ export async function usageByDay(
     failedRuns: Number(row.failedRuns),
     // Times are kept to the millisecond; SQLite's julianday arithmetic is not exact below that.
     runSeconds: Math.max(0, Math.round(Number(row.runSeconds) * 1000) / 1000),
+    rowsWritten: row.rowsWritten === null ? null : Number(row.rowsWritten),
   }));
 }

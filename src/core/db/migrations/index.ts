@@ -21,6 +21,8 @@ import { idempotency } from './0033_idempotency.ts';
 import { agentPresence } from './0033_agent_presence.ts';
 import { lineage } from './0034_lineage.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
+import { lineageWriteCost } from './0037_lineage_write_cost.ts';
+import { stepRowsWritten } from './0037_step_rows_written.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -44,6 +46,8 @@ const steps: Record<string, PortableMigration> = {
   '0033_agent_presence': agentPresence,
   '0034_lineage': lineage,
   '0036_agent_report_sequence': agentReportSequence,
+  '0037_lineage_write_cost': lineageWriteCost,
+  '0037_step_rows_written': stepRowsWritten,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
