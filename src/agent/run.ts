@@ -5,6 +5,7 @@
  */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { WORK_KINDS } from '../contract/work.ts';
 import { workHandler } from './handlers.ts';
 import type { DeliveredWork, WorkContext } from './work-context.ts';
 import { loadOrCreateIdentity } from './identity.ts';
@@ -23,6 +24,8 @@ export interface AgentOptions {
   hosted?: boolean;
   /** PostgreSQL for runs whose environment names no warehouse (the platform-hosted agents on PostgreSQL deployments). */
   defaultWarehouseUrl?: string;
+  /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there. */
+  objectStore?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -108,6 +111,8 @@ interface Held {
   /** How long a lease lasts, and when (on this agent's clock) the current one ends unless renewed. */
   leaseMs: number;
   leaseEndsAt: number;
+  /** A streaming pipeline's run: held for as long as the pipeline runs, so not counted against MAX_CONCURRENT_WORK. */
+  lasting: boolean;
 }
 
 /** A poll's answer. */
@@ -195,7 +200,14 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       work.leaseSeconds !== undefined
         ? work.leaseSeconds * 1000
         : Math.max(0, Date.parse(work.leaseExpiresAt ?? '') - receivedAt) || 60_000;
-    const held: Held = { controller, delivery: work.delivery, sequence: 0, leaseMs, leaseEndsAt: receivedAt + leaseMs };
+    const held: Held = {
+      controller,
+      delivery: work.delivery,
+      sequence: 0,
+      leaseMs,
+      leaseEndsAt: receivedAt + leaseMs,
+      lasting: work.kind === WORK_KINDS.startStreamingPipeline,
+    };
     inHand.set(work.workId, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
     const context: WorkContext = {
@@ -208,6 +220,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       sandboxed: options.hosted === true,
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
       ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
+      ...(options.objectStore && { objectStore: options.objectStore }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };
@@ -257,7 +270,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     return heartbeatSeconds * 1000;
   });
   const polls = loop('poll', async () => {
-    if (inHand.size >= MAX_CONCURRENT_WORK) return 100;
+    if ([...inHand.values()].filter((held) => !held.lasting).length >= MAX_CONCURRENT_WORK) return 100;
     const answer = await client.call<PolledWork>('GET', `/work?waitSeconds=${POLL_WAIT_SECONDS}`, undefined, stopping.signal);
     if (answer.status === 200) void perform(answer.body, Date.now());
     return 0;

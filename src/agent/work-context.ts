@@ -33,6 +33,8 @@ export interface WorkContext {
   sandboxed: boolean;
   /** A PostgreSQL URL for runs whose environment names no warehouse (a schema per account and environment); else DuckDB. */
   defaultWarehouseUrl?: string;
+  /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there (absent: none). */
+  objectStore?: string;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

@@ -19,6 +19,7 @@ import { idempotency } from './0033_idempotency.ts';
 import { agentPresence } from './0033_agent_presence.ts';
 import { lineage } from './0034_lineage.ts';
 import { agentReportSequence } from './0036_agent_report_sequence.ts';
+import { streamingProgress } from './0037_streaming_progress.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -40,6 +41,7 @@ const steps: Record<string, PortableMigration> = {
   '0033_agent_presence': agentPresence,
   '0034_lineage': lineage,
   '0036_agent_report_sequence': agentReportSequence,
+  '0037_streaming_progress': streamingProgress,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
