@@ -79,7 +79,7 @@ function folderOf(prefix: string, schema: string, table: string): string {
   return `${base ? `${base}/` : ''}${schema}/${table}/`;
 }
 
-const SNAPSHOT_FILE = /^snapshot-([0-9A-F]{16})-(\d+)\.jsonl$/;
+const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
 const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
 
 function lines(events: ChangeEvent[]): string {
@@ -173,7 +173,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
           after: row,
         }));
         part += 1;
-        await target.put(`${folder}snapshot-${lsnKey(lsn)}-${String(part).padStart(6, '0')}.jsonl`, lines(events));
+        await target.put(`${folder}${lsnKey(lsn)}-snapshot-${String(part).padStart(6, '0')}.jsonl`, lines(events));
         const key = tableKey(schema, table);
         state!.rowsPerTable[key] = (state!.rowsPerTable[key] ?? 0) + rows.length;
         settings.report(progress('snapshot', 0));
