@@ -121,7 +121,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
     // No position (a first start, or a snapshot a crash cut short): begin again from a new slot.
     if (await source.slotExists(slot)) {
       settings.log('dropping a replication slot without a usable position', { slot });
-      await source.dropSlot(slot, `${publication}_none`);
+      await source.dropSlot(slot, undefined);
     }
     for (const { schema, table } of tables) {
       const folder = folderOf(prefix, schema, table);

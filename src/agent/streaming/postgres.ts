@@ -121,9 +121,9 @@ export class PostgresSource {
 
   /**
    * Drops the slot (waiting up to `waitMs` for a connection that still uses it to go, e.g. that of an agent
-   * killed a moment ago) and the publication. Answers whether there was a slot.
+   * killed a moment ago) and the publication, when named. Answers whether there was a slot.
    */
-  async dropSlot(slot: string, publication: string, waitMs = 15_000): Promise<boolean> {
+  async dropSlot(slot: string, publication: string | undefined, waitMs = 15_000): Promise<boolean> {
     return this.withClient(async (client) => {
       const deadline = Date.now() + waitMs;
       let dropped = false;
@@ -142,7 +142,7 @@ export class PostgresSource {
         if (Date.now() > deadline) throw new Error(`the replication slot ${slot} is in use by process ${current.active_pid}`);
         await new Promise((resolve) => setTimeout(resolve, 250));
       }
-      await client.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(publication)}`);
+      if (publication !== undefined) await client.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(publication)}`);
       return dropped;
     });
   }
