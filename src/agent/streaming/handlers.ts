@@ -82,11 +82,11 @@ function requireSupportedSource(source: SourceDefinition): void {
   }
 }
 
-function targetStoreOf(target: TargetDefinition, ctx: WorkContext) {
+async function targetStoreOf(target: TargetDefinition, ctx: WorkContext) {
   if (target.type !== 's3') {
     throw new WorkFailure(`target type ${target.type} is not supported by this agent`, FAILURE_CODES.notSupported);
   }
-  const store = objectStoreFor(ctx.objectStore, target.bucket ?? '');
+  const store = await objectStoreFor(ctx.objectStore, target.bucket ?? '');
   if (!store) {
     throw new WorkFailure(
       'this agent has no object store for s3 targets: start it with --object-store (or DPC_AGENT_OBJECT_STORE)',
@@ -105,7 +105,7 @@ export const startStreamingPipeline: WorkHandler = async (work, ctx) => {
   const target = definition.streamingTarget as TargetDefinition;
   for (const reference of secretReferencesIn([source, target])) await readSecret(ctx.vault, reference);
   requireSupportedSource(source);
-  const store = targetStoreOf(target, ctx);
+  const store = await targetStoreOf(target, ctx);
   const earlier = runs.get(streamingPipelineId);
   if (earlier) {
     earlier.stop.abort();

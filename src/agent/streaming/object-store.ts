@@ -1,7 +1,7 @@
 /**
  * Where change-event files go. An `s3` target names a bucket and a prefix; the agent's object store setting
  * (`--object-store`, DPC_AGENT_OBJECT_STORE) says what serves it: `file:///folder` keeps each bucket as a
- * folder under that folder. Every write replaces a whole object, so writing the same key twice is harmless.
+ * folder under that folder; `http(s)://host:port` or `s3://` is an S3 store (s3-store.ts). Every write replaces a whole object, so writing the same key twice is harmless.
  */
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
@@ -56,11 +56,19 @@ export class FolderStore implements ObjectStore {
 /** A bucket name as the S3 rules allow it (so that it is also a safe folder name). */
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
-/** The store for an `s3` target's bucket, by the agent's object store setting; undefined when the agent has none. */
-export function objectStoreFor(setting: string | undefined, bucket: string): ObjectStore | undefined {
+/**
+ * The store for an `s3` target's bucket, by the agent's object store setting: `file:///folder` (a folder per
+ * bucket), `http(s)://host:port` (an S3-compatible service), `s3://` (AWS S3). Undefined when the agent has none.
+ */
+export async function objectStoreFor(setting: string | undefined, bucket: string): Promise<ObjectStore | undefined> {
   if (!setting) return undefined;
   if (!BUCKET.test(bucket) || bucket.includes('..')) throw new Error(`"${bucket}" is not a valid bucket name`);
   const url = new URL(setting);
   if (url.protocol === 'file:') return new FolderStore(path.join(fileURLToPath(url), bucket));
-  throw new Error(`object store ${url.protocol}// is not supported by this agent (file:// is)`);
+  if (url.protocol === 'http:' || url.protocol === 'https:' || url.protocol === 's3:') {
+    // Loaded here: the S3 client stays out of the start of agents that never write to S3.
+    const { S3Store } = await import('./s3-store.ts');
+    return new S3Store(bucket, url.protocol === 's3:' ? undefined : url.origin);
+  }
+  throw new Error(`object store ${url.protocol}// is not supported by this agent (file://, http(s):// and s3:// are)`);
 }

@@ -209,8 +209,17 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
     let writing: Promise<void> = Promise.resolve();
     let lastReport = 0;
 
-    const report = (force = false) => {
-      if (!force && Date.now() - lastReport < 1000) return;
+    // At most one report a second; one held back is sent when its second is up, so the last state is always told.
+    let trailing: NodeJS.Timeout | undefined;
+    const report = () => {
+      const wait = lastReport + 1000 - Date.now();
+      if (wait > 0) {
+        trailing ??= setTimeout(() => {
+          trailing = undefined;
+          report();
+        }, wait);
+        return;
+      }
       lastReport = Date.now();
       settings.report(progress('streaming', lagSeconds));
     };
@@ -363,6 +372,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
       }
     } finally {
       clearInterval(timer);
+      clearTimeout(trailing);
       signal.removeEventListener('abort', onAbort);
       await stream.stop().catch(() => undefined);
     }
