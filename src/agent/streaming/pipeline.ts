@@ -19,7 +19,7 @@ import {
   type StreamingProgress,
   type StreamingRunEnd,
 } from '../../contract/streaming.ts';
-import { compareLsn, lsnKey, lsnToBigInt } from './lsn.ts';
+import { bigIntToLsn, compareLsn, lsnKey, lsnToBigInt } from './lsn.ts';
 import type { ObjectStore } from './object-store.ts';
 import { PostgresSource, type TableName } from './postgres.ts';
 import { loadState, saveState, type StreamingState } from './state.ts';
@@ -312,7 +312,8 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
           const transaction = open;
           open = undefined;
           if (!transaction) return;
-          const end = message.commitEndLsn ?? lsn;
+          // pgoutput's own LSNs come zero-padded (00000000/0156A970): positions are kept in PostgreSQL's form.
+          const end = bigIntToLsn(lsnToBigInt(message.commitEndLsn ?? lsn));
           // Already written before a restart: the slot hands it again until its acknowledgement arrived.
           if (compareLsn(end, committed.position) <= 0) return;
           transaction.commitLsn = end;
