@@ -38,7 +38,7 @@ export type SnapshotMode = (typeof SNAPSHOT_MODES)[number];
 export const DEFAULT_SNAPSHOT_MODE: SnapshotMode = 'initial';
 
 /** Source types the reference agent moves data from; the others are accepted definitions whose start fails. */
-export const SUPPORTED_STREAMING_SOURCES = ['postgres'] as const;
+export const SUPPORTED_STREAMING_SOURCES = ['postgres', 'mysql'] as const;
 
 /** A progress report on a running streaming pipeline (the body of a `progress` report on its start work). */
 export interface StreamingProgress {

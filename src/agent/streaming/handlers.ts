@@ -5,6 +5,7 @@
 import {
   SUPPORTED_STREAMING_SOURCES,
   type StreamingPipelinePayload,
+  type StreamingProgress,
   type StreamingSecretReference,
   type StreamingSlotDropped,
 } from '../../contract/streaming.ts';
@@ -12,6 +13,7 @@ import { FAILURE_CODES } from '../../contract/work.ts';
 import type { SecretValue, VaultBackend } from '../vault.ts';
 import { WorkFailure, type WorkContext, type WorkHandler } from '../work-context.ts';
 import { objectStoreFor } from './object-store.ts';
+import { runMysqlPipeline } from './mysql.ts';
 import { runPostgresPipeline, slotNameOf } from './pipeline.ts';
 import { PostgresSource, SourceNotReady, type TableName } from './postgres.ts';
 import { removeState } from './state.ts';
@@ -56,15 +58,19 @@ interface TargetDefinition {
   prefix?: string;
 }
 
+async function passwordOf(source: SourceDefinition, vault: VaultBackend): Promise<string | undefined> {
+  const { connection } = source;
+  if (!connection.password) return undefined;
+  const value = await readSecret(vault, connection.password);
+  const password = typeof value === 'string' ? value : value.password;
+  if (password === undefined)
+    throw new WorkFailure(`secret ${connection.password.secretName} holds no password`, FAILURE_CODES.secretMissing);
+  return password;
+}
+
 async function postgresSourceOf(source: SourceDefinition, vault: VaultBackend): Promise<PostgresSource> {
   const { connection } = source;
-  let password: string | undefined;
-  if (connection.password) {
-    const value = await readSecret(vault, connection.password);
-    password = typeof value === 'string' ? value : value.password;
-    if (password === undefined)
-      throw new WorkFailure(`secret ${connection.password.secretName} holds no password`, FAILURE_CODES.secretMissing);
-  }
+  const password = await passwordOf(source, vault);
   const sslmode = connection.jdbcProperties?.sslmode ?? connection.jdbcProperties?.ssl;
   return new PostgresSource({
     host: connection.host,
@@ -113,20 +119,32 @@ export const startStreamingPipeline: WorkHandler = async (work, ctx) => {
   }
   const stop = new AbortController();
   const signal = AbortSignal.any([stop.signal, ctx.signal]);
+  const common = {
+    pipelineId: streamingPipelineId,
+    tables: source.tables,
+    advancedProperties: definition.advancedProperties ?? {},
+    prefix: target.prefix ?? '',
+    stateDir: ctx.stateDir,
+    target: store,
+    signal,
+    report: (progress: StreamingProgress) => void ctx.report(progress).catch(() => undefined),
+    log: (message: string, fields?: Record<string, unknown>) => ctx.log(message, { streamingPipelineId, ...fields }),
+  };
   const ended = (async () => {
     try {
-      return await runPostgresPipeline({
-        pipelineId: streamingPipelineId,
-        tables: source.tables,
-        advancedProperties: definition.advancedProperties ?? {},
-        prefix: target.prefix ?? '',
-        stateDir: ctx.stateDir,
-        source: await postgresSourceOf(source, ctx.vault),
-        target: store,
-        signal,
-        report: (progress) => void ctx.report(progress).catch(() => undefined),
-        log: (message, fields) => ctx.log(message, { streamingPipelineId, ...fields }),
-      });
+      if (source.type === 'mysql') {
+        const { connection } = source;
+        return await runMysqlPipeline({
+          ...common,
+          connection: {
+            host: connection.host,
+            port: connection.port,
+            user: connection.username,
+            password: await passwordOf(source, ctx.vault),
+          },
+        });
+      }
+      return await runPostgresPipeline({ ...common, source: await postgresSourceOf(source, ctx.vault) });
     } catch (error) {
       if (error instanceof SourceNotReady) throw new WorkFailure(error.message, FAILURE_CODES.sourceNotReady);
       throw error;
@@ -158,6 +176,11 @@ export const dropStreamingSlot: WorkHandler = async (work, ctx): Promise<Streami
   const { streamingPipelineId, definition } = work.payload as StreamingPipelinePayload;
   const source = definition.streamingSource as SourceDefinition;
   requireSupportedSource(source);
+  if (source.type === 'mysql') {
+    // A binlog reader holds nothing at the source: only the position in the state folder goes.
+    await removeState(ctx.stateDir, streamingPipelineId);
+    return { slot: '', dropped: false, publication: '' };
+  }
   const slot = slotNameOf(streamingPipelineId);
   const dropped = await (await postgresSourceOf(source, ctx.vault)).dropSlot(slot, slot);
   await removeState(ctx.stateDir, streamingPipelineId);

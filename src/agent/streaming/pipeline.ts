@@ -72,17 +72,17 @@ export function snapshotModeOf(properties: Record<string, string>): SnapshotMode
   return value as SnapshotMode;
 }
 
-const tableKey = (schema: string, table: string) => `${schema}.${table}`;
+export const tableKey = (schema: string, table: string) => `${schema}.${table}`;
 
-function folderOf(prefix: string, schema: string, table: string): string {
+export function folderOf(prefix: string, schema: string, table: string): string {
   const base = prefix.replace(/^\/+/, '').replace(/\/*$/, '');
   return `${base ? `${base}/` : ''}${schema}/${table}/`;
 }
 
-const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
-const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
+export const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
+export const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
 
-function lines(events: ChangeEvent[]): string {
+export function lines(events: ChangeEvent[]): string {
   return events.map((event) => JSON.stringify(event)).join('\n') + '\n';
 }
 
