@@ -5,9 +5,9 @@
  * profile, an instance or task role; AWS_REGION, else us-east-1), never from the server.
  */
 import { DeleteObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import type { ObjectStore } from './object-store.ts';
 
-export class S3Store implements ObjectStore {
+/** An ObjectStore (object-store.ts, which loads this module when asked for S3). */
+export class S3Store {
   private readonly client: S3Client;
 
   constructor(
