@@ -126,3 +126,28 @@ test('a crash between the target write and the position commit: the next run rem
   };
   assert.ok(value(slot.rows[0]!.confirmed_flush_lsn) <= value(state.position) + 1n, 'acknowledged no further than committed');
 });
+
+test('a table without a replica identity is refused before it is published (its updates would fail at the source)', async () => {
+  await sql.query('CREATE TABLE unkeyed (id integer, label text)');
+  const run = runPostgresPipeline({
+    ...settings(new FolderStore(lakeDir), new AbortController().signal, [], []),
+    pipelineId: '6f1c2b3a-0000-4000-8000-00000000d1e2',
+    tables: [{ schema: 'public', table: 'unkeyed' }],
+  });
+  await assert.rejects(
+    run,
+    /the table public\.unkeyed has no replica identity \(no primary key\); add one or set REPLICA IDENTITY FULL/,
+  );
+  await sql.query("UPDATE unkeyed SET label = 'still works'");
+  await sql.query('ALTER TABLE unkeyed REPLICA IDENTITY FULL');
+  const stop = new AbortController();
+  const progress: StreamingProgress[] = [];
+  const accepted = runPostgresPipeline({
+    ...settings(new FolderStore(lakeDir), stop.signal, progress, []),
+    pipelineId: '6f1c2b3a-0000-4000-8000-00000000d1e2',
+    tables: [{ schema: 'public', table: 'unkeyed' }],
+  });
+  await until('it streams with REPLICA IDENTITY FULL', () => progress.some((report) => report.phase === 'streaming'));
+  stop.abort();
+  assert.equal((await accepted).state, 'STOPPED');
+});

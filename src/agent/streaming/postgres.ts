@@ -76,6 +76,19 @@ export class PostgresSource {
           table,
         ]);
         if (found.rowCount === 0) throw new SourceNotReady(`the source has no table ${schema}.${table}`);
+        // In a publication, a table without a replica identity refuses UPDATE and DELETE at the source: refuse it first.
+        const identity = await client.query<{ relreplident: string; keyed: boolean }>(
+          `SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS keyed
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = $1 AND c.relname = $2`,
+          [schema, table],
+        );
+        const { relreplident, keyed } = identity.rows[0]!;
+        if (relreplident === 'n' || (relreplident === 'd' && !keyed)) {
+          throw new SourceNotReady(
+            `the table ${schema}.${table} has no replica identity (no primary key); add one or set REPLICA IDENTITY FULL, else its updates and deletes would fail at the source once published`,
+          );
+        }
       }
     });
   }
