@@ -189,4 +189,18 @@ test('change files reach an S3-compatible bucket; after a kill -9 and a restart,
   );
   const shown = (await api('GET', `${pipeline}/status`)).body;
   assert.deepEqual(shown.rowsPerTable, { 'public.orders': 305 });
+
+  // SIGTERM with a pipeline running: the agent ends the run cleanly and exits 0; the pipeline stays RUNNING,
+  // to be resumed by the next agent (its work is delivered again once the lease lapses).
+  agent!.child.kill('SIGTERM');
+  assert.equal(await agent!.exited, 0, agent!.logs());
+  assert.equal((await api('GET', `${pipeline}/status`)).body.status, 'RUNNING');
+  await sql.query("INSERT INTO orders VALUES (1000, 'after the restart')");
+  await startAgent();
+  const resumed = await until('the change made while the agent was down arrives', async () => {
+    const current = await eventsOf('orders');
+    return current.length >= 306 && current;
+  });
+  assert.equal(resumed.length, 306);
+  assert.deepEqual(resumed.at(-1)!.after, { id: 1000, item: 'after the restart' });
 });
