@@ -207,7 +207,8 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
   const finished = new Promise<void>((resolve) => (finish = resolve));
 
   async function flush(): Promise<void> {
-    if (batch.length === 0) return;
+    // After a failed write nothing more is written or committed: the next start replays from the committed position.
+    if (batch.length === 0 || failure) return;
     const transactions = batch;
     batch = [];
     batchSize = 0;
@@ -323,7 +324,7 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
     }
   });
   zongji.on('error', (error: Error) => {
-    failure ??= error;
+    if (!signal.aborted) failure ??= error;
     finish();
   });
   zongji.start({

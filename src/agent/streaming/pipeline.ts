@@ -226,7 +226,8 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
 
     /** Writes the batch's files, commits the position, acknowledges the slot: in that order. */
     async function flush(): Promise<void> {
-      if (batch.length === 0) return;
+      // After a failed write nothing more is written or committed: the next start replays from the committed position.
+      if (batch.length === 0 || failure) return;
       const transactions = batch;
       batch = [];
       batchSize = 0;
@@ -257,11 +258,17 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
       report();
     }
 
+    /** Batches written or waiting to be: the stream reads on while one is written, and waits when a second is due. */
+    let pending = 0;
     function scheduleFlush(): void {
-      writing = writing.then(flush).catch((error: Error) => {
-        failure ??= error;
-        finish();
-      });
+      pending += 1;
+      writing = writing
+        .then(flush)
+        .catch((error: Error) => {
+          failure ??= error;
+          finish();
+        })
+        .finally(() => (pending -= 1));
     }
 
     function onMessage(lsn: string, message: Pgoutput.Message): Promise<void> | void {
@@ -323,7 +330,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
           batchSize += transaction.events.length;
           if (batchSize >= batchChanges || Date.now() - batchStarted >= batchMs) {
             scheduleFlush();
-            return writing;
+            return pending > 1 ? writing : undefined;
           }
           return;
         }
@@ -344,14 +351,15 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
         if (shouldRespond) void stream.acknowledge(committed.position).catch(() => undefined);
       },
       onError(error) {
-        failure ??= error;
+        // A stop while the stream connects ends its connection mid-handshake: that is the stop, not a failure.
+        if (!signal.aborted) failure ??= error;
         finish();
       },
     });
     stream.started.then(
       () => finish(),
       (error: Error) => {
-        failure ??= error;
+        if (!signal.aborted) failure ??= error;
         finish();
       },
     );
