@@ -352,6 +352,8 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
   );
   const onAbort = () => finish();
   signal.addEventListener('abort', onAbort, { once: true });
+  // A stop that came while the run was getting ready.
+  if (signal.aborted) finish();
   try {
     await finished;
     if (!failure) {

@@ -372,6 +372,8 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
     );
     const onAbort = () => finish();
     signal.addEventListener('abort', onAbort, { once: true });
+    // A stop that came while the run was getting ready.
+    if (signal.aborted) finish();
     try {
       await finished;
       if (!failure) {
