@@ -20,6 +20,7 @@ export const agentRunCommand: Command = {
     'allow-scripts': { type: 'boolean' },
     'statement-timeout': { type: 'string' },
     hosted: { type: 'boolean' },
+    'object-store': { type: 'string' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
@@ -28,6 +29,8 @@ export const agentRunCommand: Command = {
     'state-dir': 'where the key, certificate, vault and embedded warehouse are kept (default ./agent-state)',
     'allow-scripts': 'let pipelines run python-script and bash-script components (off by default)',
     'statement-timeout': 'seconds one warehouse statement may run before it is cancelled (default 3600; 0: no bound)',
+    'object-store':
+      'what serves s3 streaming targets: file:///folder keeps each bucket as a folder there (or DPC_AGENT_OBJECT_STORE)',
     hosted: 'run as a platform-hosted agent: no scripts, the embedded warehouse without file system or network access',
   },
   async run({ values, out }) {
@@ -37,6 +40,9 @@ export const agentRunCommand: Command = {
     const timeout = values['statement-timeout'] === undefined ? 3600 : Number(values['statement-timeout']);
     if (!Number.isInteger(timeout) || timeout < 0)
       throw new CliError('--statement-timeout must be a whole number of seconds', EXIT.usage);
+    const objectStore = (values['object-store'] as string | undefined) || process.env.DPC_AGENT_OBJECT_STORE;
+    if (objectStore && !URL.canParse(objectStore))
+      throw new CliError('--object-store must be a URL such as file:///var/lib/cdc', EXIT.usage);
     const clientSecret = (values['client-secret'] as string | undefined) || process.env.DPC_AGENT_CLIENT_SECRET;
     if (!clientSecret) throw new CliError('--client-secret (or DPC_AGENT_CLIENT_SECRET) is required', EXIT.usage);
     const log = (level: string, msg: string, fields?: Record<string, unknown>) =>
@@ -54,6 +60,7 @@ export const agentRunCommand: Command = {
       // Read from the environment only: it may hold a password, which a command line would show to `ps`.
       defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,
       warehouseRoleKey: process.env.DPC_AGENT_WAREHOUSE_ROLE_KEY || undefined,
+      objectStore: objectStore || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

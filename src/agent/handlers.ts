@@ -7,6 +7,7 @@ import { compactDecrypt } from 'jose';
 import { FAILURE_CODES, WORK_KINDS, type WorkKind, type WriteSecretPayload } from '../contract/work.ts';
 import type { SecretValue } from './vault.ts';
 import { executePipeline, executeTests } from './execution-handlers.ts';
+import { dropStreamingSlot, startStreamingPipeline, stopStreamingPipeline } from './streaming/handlers.ts';
 import { WorkFailure, type WorkHandler } from './work-context.ts';
 
 /** Decrypts a secret sent by the server with the agent's private key and writes it to the vault. */
@@ -27,59 +28,13 @@ const writeSecret: WorkHandler = async (work, ctx) => {
   return written;
 };
 
-/** A secret reference of a streaming definition, in the specification's form or the vendor's ({secretType, secretName, key}). */
-interface SecretReference {
-  secretName: string;
-  secretKey?: string;
-  key?: string;
-}
-
-interface StreamingPipelinePayload {
-  streamingPipelineId: string;
-  definition: { streamingSource: unknown; streamingTarget: unknown };
-}
-
-/** Every secret reference in a definition, wherever its source or target type keeps one (password, accountKey, privateKey, ...). */
-function secretReferencesIn(value: unknown): SecretReference[] {
-  if (Array.isArray(value)) return value.flatMap(secretReferencesIn);
-  if (!value || typeof value !== 'object') return [];
-  if (typeof (value as SecretReference).secretName === 'string') return [value as SecretReference];
-  return Object.values(value).flatMap(secretReferencesIn);
-}
-
-/**
- * Streaming pipelines this agent process runs. The reference agent does not move data: starting checks
- * that every secret the definition refers to is in the vault and records the pipeline as running here.
- */
-const runningPipelines = new Set<string>();
-
-const startStreamingPipeline: WorkHandler = async (work, ctx) => {
-  const { streamingPipelineId, definition } = work.payload as StreamingPipelinePayload;
-  const references = secretReferencesIn([definition.streamingSource, definition.streamingTarget]);
-  for (const reference of references) {
-    const key = reference.secretKey ?? reference.key ?? 'value';
-    if ((await ctx.vault.read(reference.secretName, key)) === undefined) {
-      throw new WorkFailure(`secret ${reference.secretName} (key ${key}) is not in the vault`, FAILURE_CODES.secretMissing);
-    }
-  }
-  runningPipelines.add(streamingPipelineId);
-  ctx.log('streaming pipeline started', { streamingPipelineId });
-  return { state: 'RUNNING' };
-};
-
-const stopStreamingPipeline: WorkHandler = async (work, ctx) => {
-  const { streamingPipelineId } = work.payload as StreamingPipelinePayload;
-  runningPipelines.delete(streamingPipelineId);
-  ctx.log('streaming pipeline stopped', { streamingPipelineId });
-  return { state: 'STOPPED' };
-};
-
 /** One handler for every kind of work in the contract: a kind the contract adds fails to compile here until handled. */
 const handlers = new Map<string, WorkHandler>(
   Object.entries({
     [WORK_KINDS.writeSecret]: writeSecret,
     [WORK_KINDS.startStreamingPipeline]: startStreamingPipeline,
     [WORK_KINDS.stopStreamingPipeline]: stopStreamingPipeline,
+    [WORK_KINDS.dropStreamingSlot]: dropStreamingSlot,
     [WORK_KINDS.executePipeline]: executePipeline,
     [WORK_KINDS.executeTests]: executeTests,
   } satisfies Record<WorkKind, WorkHandler>),

@@ -5,6 +5,7 @@
  */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { WORK_KINDS } from '../contract/work.ts';
 import { workHandler } from './handlers.ts';
 import type { DeliveredWork, WorkContext } from './work-context.ts';
 import { loadOrCreateIdentity } from './identity.ts';
@@ -25,6 +26,8 @@ export interface AgentOptions {
   defaultWarehouseUrl?: string;
   /** With defaultWarehouseUrl: each account's environment runs as a role of its own, its password derived from this key. */
   warehouseRoleKey?: string;
+  /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there. */
+  objectStore?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -116,6 +119,8 @@ interface Held {
    * recorded for a repeat). Concurrent branches and iterations report at once.
    */
   sending: Promise<unknown>;
+  /** A streaming pipeline's run: held for as long as the pipeline runs, so not counted against MAX_CONCURRENT_WORK. */
+  lasting: boolean;
 }
 
 /** A poll's answer. */
@@ -224,6 +229,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       leaseMs,
       leaseEndsAt: receivedAt + leaseMs,
       sending: Promise.resolve(),
+      lasting: work.kind === WORK_KINDS.startStreamingPipeline,
     };
     inHand.set(work.workId, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
@@ -238,6 +244,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       statementTimeoutMs: (options.statementTimeoutSeconds ?? 3600) * 1000,
       ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
       ...(options.warehouseRoleKey && { warehouseRoleKey: options.warehouseRoleKey }),
+      ...(options.objectStore && { objectStore: options.objectStore }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };
@@ -288,7 +295,8 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     return heartbeatSeconds * 1000;
   });
   const polls = loop('poll', async () => {
-    if (inHand.size >= MAX_CONCURRENT_WORK) {
+    // A streaming pipeline's run lasts as long as the pipeline: it takes no slot.
+    if ([...inHand.values()].filter((held) => !held.lasting).length >= MAX_CONCURRENT_WORK) {
       // Polls again as soon as a piece of work in hand ends (or the agent stops).
       await new Promise<void>((resolve) => {
         const stop = () => resolve();

@@ -35,6 +35,8 @@ export interface WorkContext {
   defaultWarehouseUrl?: string;
   /** With defaultWarehouseUrl: a role per account and environment, its password derived from this key (warehouse/roles.ts). */
   warehouseRoleKey?: string;
+  /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there (absent: none). */
+  objectStore?: string;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

@@ -11,6 +11,8 @@ export const WORK_KINDS = {
   writeSecret: 'write-secret',
   startStreamingPipeline: 'streaming-pipeline-start',
   stopStreamingPipeline: 'streaming-pipeline-stop',
+  /** Drops a deleted streaming pipeline's replication slot and publication at its source (DELETE ...?dropSlot=true). */
+  dropStreamingSlot: 'streaming-pipeline-drop-slot',
 } as const;
 
 export type WorkKind = (typeof WORK_KINDS)[keyof typeof WORK_KINDS];
@@ -31,6 +33,10 @@ export const FAILURE_CODES = {
   secretExists: 'secret-exists',
   /** streaming-pipeline-start: a secret the definition refers to is not in the vault. */
   secretMissing: 'secret-missing',
+  /** streaming-pipeline-start: the agent does not move data from this source or to this target type. */
+  notSupported: 'not-supported',
+  /** streaming-pipeline-start: the source is not set up for change capture (the message names the setting, e.g. wal_level). */
+  sourceNotReady: 'source-not-ready',
 } as const;
 
 export type FailureCode = (typeof FAILURE_CODES)[keyof typeof FAILURE_CODES];

@@ -166,7 +166,7 @@ describeEachStore('the reference agent, end to end', (kind) => {
         assert.ok(!readFileSync(path.join(file.parentPath, file.name)).includes(plaintext), `not in ${file.name}`);
       }
 
-      // A streaming pipeline on this agent starts once the secrets it refers to are in the vault.
+      // A streaming pipeline on this agent starts only once the secrets it refers to are in the vault.
       const projectId = (await call('POST', '/projects', first.token, { name: 'streams' })).body.projectId;
       const secretsOf = {
         password: { secretName: 'orders-db', secretKey: 'password' },
@@ -192,10 +192,11 @@ describeEachStore('the reference agent, end to end', (kind) => {
         secret: { name: 'orders-db', key: 'password', type: 'PASSWORD', value: `${plaintext}-db` },
       });
       assert.equal(stored.status, 200, stored.text);
+      // With its secrets in the vault the start gets past them, to what this agent cannot do: write to Azure Blob
+      // (pipelines that run and move data: test/agent/streaming-cdc.test.ts).
       assert.equal((await call('POST', `${pipelinePath}/start`, first.token)).status, 202);
-      await until('the pipeline runs', async () => (await pipelineStatus()).status === 'RUNNING');
-      assert.equal((await call('POST', `${pipelinePath}/stop`, first.token)).status, 202);
-      await until('the pipeline stopped', async () => (await pipelineStatus()).status === 'STOPPED');
+      await until('the start failed again', async () => (await pipelineStatus()).status === 'FAILED');
+      assert.equal((await pipelineStatus()).message, 'target type abs is not supported by this agent');
     } finally {
       agent.child.kill('SIGTERM');
       assert.equal(await agent.exited, 0, agent.logs());

@@ -5,6 +5,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { countOf, offsetOf } from '../../core/paging.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
+import { isStreamingProgress, type StreamingProgress } from '../../contract/streaming.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import type { StreamingPipelineTable } from './tables.ts';
 import { readStoredDefinition } from './stored-definitions.ts';
@@ -23,6 +24,7 @@ type Definition = Pick<StreamingPipelineRequest, 'advancedProperties' | 'streami
 
 export const START_WORK = WORK_KINDS.startStreamingPipeline;
 export const STOP_WORK = WORK_KINDS.stopStreamingPipeline;
+export const DROP_SLOT_WORK = WORK_KINDS.dropStreamingSlot;
 
 /** Free-form properties whose names say they hold a credential: those belong in a secret reference. */
 const CREDENTIAL_NAME = /pass(word)?|pwd|secret|token|credential|account.?key|private.?key/i;
@@ -119,11 +121,19 @@ function toPipeline(row: PipelineRow): StreamingPipeline {
 }
 
 export function statusOf(row: PipelineRow) {
+  const progress = row.progress === null ? undefined : (JSON.parse(row.progress) as StreamingProgress);
   return {
     streamingPipelineId: row.id,
     status: row.status as StreamingPipelineStatus,
     ...(row.statusMessage !== null && { message: row.statusMessage }),
     changedAt: row.statusChangedAt,
+    ...(progress && {
+      phase: progress.phase,
+      position: progress.position,
+      lagSeconds: progress.lagSeconds,
+      rowsPerTable: progress.rowsPerTable,
+      reportedAt: progress.reportedAt,
+    }),
   };
 }
 
@@ -180,6 +190,7 @@ export async function createPipeline(
     statusMessage: null,
     statusChangedAt: at,
     createdAt: at,
+    progress: null,
   };
   try {
     await db.insertInto('streamingPipelines').values(row).execute();
@@ -238,10 +249,34 @@ export async function replacePipeline(
   return toPipeline(next);
 }
 
-export async function deletePipeline(db: Executor, projectId: string, pipelineId: string): Promise<void> {
-  requireIdle(await requirePipeline(db, projectId, pipelineId), 'delete');
+/**
+ * Deletes an idle pipeline. With `dropSlot`, its agent is told to drop the replication slot and
+ * publication it made at the source (the work carries the definition, for the connection and its secret
+ * references); without, they stay.
+ */
+export async function deletePipeline(
+  db: Executor,
+  accountId: string,
+  projectId: string,
+  pipelineId: string,
+  dropSlot = false,
+): Promise<void> {
+  const row = await requirePipeline(db, projectId, pipelineId);
+  requireIdle(row, 'delete');
+  if (dropSlot) {
+    const { definition } = readStoredDefinition(row.definition);
+    await enqueueAgentWork(db, {
+      accountId,
+      agentId: row.agentId,
+      kind: DROP_SLOT_WORK,
+      payload: { streamingPipelineId: pipelineId, projectId, name: row.name, definition },
+    });
+  }
   await db.deleteFrom('streamingPipelines').where('id', '=', pipelineId).execute();
 }
+
+/** The agent's report on dropping a deleted pipeline's slot: the work keeps its result; the pipeline is gone. */
+export const onDropSlotReport: AgentWorkReportHandler = async () => undefined;
 
 async function moveStatus(db: Executor, pipelineId: string, status: StreamingPipelineStatus, message: string | null) {
   const moved = await db
@@ -297,7 +332,12 @@ export async function requestRun(
   // other waits for the row lock, then finds the status changed), so the agent gets one run, not two.
   const moved = await db
     .updateTable('streamingPipelines')
-    .set({ status: action === 'start' ? 'STARTING' : 'STOPPING', statusMessage: null, statusChangedAt: now() })
+    .set({
+      status: action === 'start' ? 'STARTING' : 'STOPPING',
+      statusMessage: null,
+      statusChangedAt: now(),
+      ...(action === 'start' && { progress: null }),
+    })
     .where('id', '=', pipelineId)
     .where('status', 'in', action === 'start' ? IDLE : ['RUNNING'])
     .executeTakeFirst();
@@ -306,6 +346,9 @@ export async function requestRun(
     if (action === 'start') requireIdle(current, 'start');
     throw conflict(`The streaming pipeline is ${current.status}; only a RUNNING one can be stopped.`);
   }
+  // The run is the start work, which the agent holds while the pipeline runs: a stop cancels it (so that it
+  // is not delivered again should the agent vanish) and tells the agent to end it and report when it has.
+  if (action === 'stop') await cancelRunsOf(db, row, [START_WORK]);
   await enqueueAgentWork(db, {
     accountId,
     agentId: row.agentId,
@@ -325,12 +368,17 @@ async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typ
   if (IDLE.includes(row.status as StreamingPipelineStatus)) {
     throw conflict(`The streaming pipeline is ${row.status} already.`);
   }
-  for (const work of await unfinishedWorkOf(db, row.agentId, [START_WORK, STOP_WORK])) {
+  await cancelRunsOf(db, row, [START_WORK, STOP_WORK]);
+  await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');
+  return statusOf(await requirePipeline(db, row.projectId, row.id));
+}
+
+/** Cancels the pipeline's unfinished work of `kinds`. */
+async function cancelRunsOf(db: Executor, row: PipelineRow, kinds: string[]): Promise<void> {
+  for (const work of await unfinishedWorkOf(db, row.agentId, kinds)) {
     const payload = work.payload as { streamingPipelineId?: string } | null;
     if (payload?.streamingPipelineId === row.id) await cancelAgentWork(db, work.id);
   }
-  await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');
-  return statusOf(await requirePipeline(db, row.projectId, row.id));
 }
 
 function failureMessage(body: unknown): string {
@@ -338,23 +386,58 @@ function failureMessage(body: unknown): string {
   return typeof message === 'string' ? message.slice(0, 4000) : 'the agent reported a failure without a reason';
 }
 
-/** The agent's final report on a start (RUNNING, or FAILED with its reason) or on a stop (STOPPED, or FAILED). */
+/**
+ * The agent's reports on a run and on a stop.
+ *
+ * Start (the run): a progress report (StreamingProgress) is kept for the status, and its RUNNING moves
+ * STARTING to RUNNING; `done` ends the run: STOPPED (`{state: "STOPPED"}`: it ended by itself), or RUNNING
+ * from STARTING for an agent that runs the pipeline outside the work; `failed` moves STARTING or RUNNING to
+ * FAILED with the reason. Stop: `done` moves STOPPING to STOPPED, `failed` to FAILED.
+ */
 export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
   return async (db, { work, report }) => {
-    if (report.type === 'progress') return;
-    // Cancelled work (a forced stop) no longer carries its payload, and moves nothing.
+    // Cancelled work (a stop, a forced stop) no longer carries its payload, and moves nothing.
     const streamingPipelineId = (work.payload as { streamingPipelineId?: string } | null)?.streamingPipelineId;
     if (!streamingPipelineId) return;
-    // Only the run in progress moves the status: a late report on work whose run was stopped by force does not.
-    const expected = action === 'start' ? 'STARTING' : 'STOPPING';
     const current = await db
       .selectFrom('streamingPipelines')
       .select('status')
       .where('id', '=', streamingPipelineId)
       .executeTakeFirst();
-    if (current?.status !== expected) return;
-    const [status, message] =
-      report.type === 'done' ? [action === 'start' ? 'RUNNING' : 'STOPPED', null] : ['FAILED', failureMessage(report.body)];
-    await moveStatus(db, streamingPipelineId, status as StreamingPipelineStatus, message);
+    const status = current?.status as StreamingPipelineStatus | undefined;
+    if (action === 'start') {
+      // Only the run in progress moves the status: a late report on a run stopped by force does not.
+      if (status !== 'STARTING' && status !== 'RUNNING') return;
+      if (report.type === 'progress') {
+        if (!isStreamingProgress(report.body)) return;
+        const progress = report.body;
+        const kept: StreamingProgress = {
+          state: progress.state,
+          phase: progress.phase === 'snapshot' ? 'snapshot' : 'streaming',
+          position: progress.position,
+          lagSeconds: progress.lagSeconds,
+          rowsPerTable: progress.rowsPerTable,
+          reportedAt: typeof progress.reportedAt === 'string' ? progress.reportedAt : now(),
+        };
+        await db
+          .updateTable('streamingPipelines')
+          .set({ progress: JSON.stringify(kept) })
+          .where('id', '=', streamingPipelineId)
+          .execute();
+        if (status === 'STARTING' && progress.state === 'RUNNING') await moveStatus(db, streamingPipelineId, 'RUNNING', null);
+        return;
+      }
+      if (report.type === 'failed') {
+        await moveStatus(db, streamingPipelineId, 'FAILED', failureMessage(report.body));
+        return;
+      }
+      const ended = (report.body as { state?: unknown } | null)?.state === 'STOPPED';
+      if (ended) await moveStatus(db, streamingPipelineId, 'STOPPED', 'the run ended');
+      else if (status === 'STARTING') await moveStatus(db, streamingPipelineId, 'RUNNING', null);
+      return;
+    }
+    if (report.type === 'progress' || status !== 'STOPPING') return;
+    const [next, message] = report.type === 'done' ? ['STOPPED', null] : ['FAILED', failureMessage(report.body)];
+    await moveStatus(db, streamingPipelineId, next as StreamingPipelineStatus, message);
   };
 }

@@ -12,10 +12,13 @@ import {
   StreamingPipelineRequest,
   StreamingPipelineStatusAnswer,
   StopQuery,
+  DeleteQuery,
 } from './schemas.ts';
 import {
+  DROP_SLOT_WORK,
   START_WORK,
   STOP_WORK,
+  onDropSlotReport,
   createPipeline,
   deletePipeline,
   listPipelines,
@@ -37,6 +40,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
   const db = app.store.db;
   app.agentWorkReports.on(START_WORK, onRunReport('start'));
   app.agentWorkReports.on(STOP_WORK, onRunReport('stop'));
+  app.agentWorkReports.on(DROP_SLOT_WORK, onDropSlotReport);
   // An agent that a streaming pipeline runs on cannot be deleted.
   app.agentDeletion.refuseWhen(refuseAgentDeletion);
 
@@ -121,16 +125,19 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
       schema: {
-        summary: 'Delete a streaming pipeline definition (while it is STOPPED or FAILED)',
+        summary:
+          'Delete a streaming pipeline definition (while it is STOPPED or FAILED); with dropSlot=true its agent also drops its replication slot',
         tags,
         params: StreamingPipelineParams,
+        querystring: DeleteQuery,
         response: { ...noContent('The definition is deleted.'), ...problems(409) },
       },
     },
     async (request, reply) => {
       const { projectId, streamingPipelineId } = request.params;
-      await writeInProject(db, request.principal.accountId, projectId, (trx) =>
-        deletePipeline(trx, projectId, streamingPipelineId),
+      const { accountId } = request.principal;
+      await writeInProject(db, accountId, projectId, (trx) =>
+        deletePipeline(trx, accountId, projectId, streamingPipelineId, request.query.dropSlot),
       );
       return reply.code(204).send(null);
     },

@@ -230,10 +230,46 @@ export const StreamingPipelineStatusAnswer = Type.Object(
     }),
     message: Type.Optional(Type.String({ description: 'why it failed, as the agent reported' })),
     changedAt: Type.String({ format: 'date-time' }),
+    phase: Type.Optional(
+      Type.Enum(['snapshot', 'streaming'], {
+        description: "what the run does: copying the tables' rows (snapshot) or reading the change stream",
+      }),
+    ),
+    position: Type.Optional(
+      Type.Union([Type.String(), Type.Null()], {
+        description:
+          'the last source position written to the target and committed by the agent (a PostgreSQL LSN such as 0/16B3748); null before any',
+      }),
+    ),
+    lagSeconds: Type.Optional(
+      Type.Number({
+        minimum: 0,
+        description: "seconds between the source's commit of the newest change written and its write; 0 when caught up",
+      }),
+    ),
+    rowsPerTable: Type.Optional(
+      Type.Record(Type.String(), Type.Integer({ minimum: 0 }), {
+        description: "rows written to the target since the pipeline's first start, by schema.table (snapshot rows and changes)",
+      }),
+    ),
+    reportedAt: Type.Optional(
+      Type.String({ format: 'date-time', description: 'when the agent made the report the fields above come from' }),
+    ),
   },
   {
+    description:
+      "The status, and from the agent's last progress report on the run (present once it made one): phase, position, lag and rows per table.",
     examples: [
-      { streamingPipelineId: '7d1c6b8e-2f4a-4c3e-9b5d-1a2b3c4d5e6f', status: 'RUNNING', changedAt: '2026-01-01T00:00:00.000Z' },
+      {
+        streamingPipelineId: '7d1c6b8e-2f4a-4c3e-9b5d-1a2b3c4d5e6f',
+        status: 'RUNNING',
+        changedAt: '2026-01-01T00:00:00.000Z',
+        phase: 'streaming',
+        position: '0/16B3748',
+        lagSeconds: 0.4,
+        rowsPerTable: { 'public.orders': 1200 },
+        reportedAt: '2026-01-01T00:05:00.000Z',
+      },
     ],
   },
 );
@@ -256,6 +292,14 @@ export const StopQuery = Type.Object({
     default: false,
     description:
       'stop at once, from STARTING, RUNNING or STOPPING, without waiting for the agent (use when the agent is gone): its outstanding start/stop work is cancelled and the pipeline is STOPPED',
+  }),
+});
+
+export const DeleteQuery = Type.Object({
+  dropSlot: Type.Boolean({
+    default: false,
+    description:
+      "also drop the pipeline's replication slot and publication at the source, through its agent (asynchronous: the agent does it when it next takes work; the slot is named dpc_ and the pipeline id without dashes). Without it the slot and publication stay at the source, and the slot keeps the source's WAL until it is dropped by hand",
   }),
 });
 

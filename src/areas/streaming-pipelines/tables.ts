@@ -10,6 +10,8 @@ export interface StreamingPipelineTable {
   statusMessage: string | null;
   statusChangedAt: string;
   createdAt: string;
+  /** JSON of the agent's last StreamingProgress report on the current run (src/contract/streaming.ts), or null. */
+  progress: string | null;
 }
 
 export interface StreamingPipelineTables {
