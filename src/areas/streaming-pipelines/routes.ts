@@ -29,8 +29,8 @@ import {
   requestRun,
   requirePipeline,
   statusOf,
-} from './repository.ts';
-import { checkNoCredentials } from './service.ts';
+  checkNoCredentials,
+} from './service.ts';
 
 const tags = ['Streaming Pipelines'];
 
