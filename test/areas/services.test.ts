@@ -123,6 +123,47 @@ describeEachStore('services, called directly', (kind) => {
     assert.equal((await problemOf(protocol.heartbeat(agent, []))).status, 401);
   });
 
+  test('agent protocol: two reports of one delivery at once keep the higher sequence; the lower one is a repeat', async () => {
+    const app = server.server.app;
+    const protocol = new AgentProtocol(
+      server.db,
+      app.store.dialect,
+      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
+      app.agentWorkReports,
+      () => false,
+      { subscribe: () => () => undefined },
+    );
+    const agent = await insertAgent(server, caller.accountId);
+    const workId = await server.db
+      .transaction()
+      .execute((trx) =>
+        enqueueAgentWork(trx, { accountId: caller.accountId, agentId: agent, kind: 'write-secret', payload: { n: 1 } }),
+      );
+    assert.equal((await protocol.poll(agent, 0, () => false))?.workId, workId);
+    const progress = (sequence: number) => protocol.report(agent, workId, { type: 'progress', body: {}, delivery: 1, sequence });
+    const sequenceNow = async () =>
+      Number(
+        (await server.db.selectFrom('agentWork').select('reportSequence').where('id', '=', workId).executeTakeFirstOrThrow())
+          .reportSequence,
+      );
+    // A writer holds the row while report 5 and then report 4 arrive: both read sequence 0 before either writes.
+    let reports: Promise<unknown>[] = [];
+    await server.db.transaction().execute(async (trx) => {
+      await trx.updateTable('agentWork').set({ reportSequence: 0 }).where('id', '=', workId).execute();
+      reports.push(progress(5));
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      reports.push(progress(4));
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    });
+    await Promise.all(reports);
+    assert.equal(await sequenceNow(), 5, 'the later report was overwritten by the earlier one');
+    reports = [];
+    assert.deepEqual(await protocol.report(agent, workId, { type: 'done', body: {}, delivery: 1, sequence: 6 }), {
+      workId,
+      state: 'done',
+    });
+  });
+
   test('agents: placement and unique names, sealed credentials read back until rotated, the hosted agent registered once', async () => {
     const { accountId } = caller;
     const db = server.db;
