@@ -147,7 +147,7 @@ describeEachStore('services, called directly', (kind) => {
           .reportSequence,
       );
     // A writer holds the row while report 5 and then report 4 arrive: both read sequence 0 before either writes.
-    let reports: Promise<unknown>[] = [];
+    const reports: Promise<unknown>[] = [];
     await server.db.transaction().execute(async (trx) => {
       await trx.updateTable('agentWork').set({ reportSequence: 0 }).where('id', '=', workId).execute();
       reports.push(progress(5));
@@ -157,7 +157,6 @@ describeEachStore('services, called directly', (kind) => {
     });
     await Promise.all(reports);
     assert.equal(await sequenceNow(), 5, 'the later report was overwritten by the earlier one');
-    reports = [];
     assert.deepEqual(await protocol.report(agent, workId, { type: 'done', body: {}, delivery: 1, sequence: 6 }), {
       workId,
       state: 'done',
