@@ -42,23 +42,30 @@ function missing(value: unknown): boolean {
   return value === undefined || value === null || value === '' || (Array.isArray(value) && value.length === 0);
 }
 
-function findFile(files: Record<string, string>, name: string, suffix: string): string | undefined {
+/** The child's file: its name as given, or with the kind's suffix, when the version has that path. */
+function findFile(has: (path: string) => boolean, name: string, suffix: string): string | undefined {
   const stripped = name.replace(/^\/+/, '');
-  return [stripped, `${stripped}${suffix}`].find((candidate) => Object.hasOwn(files, candidate));
+  return [stripped, `${stripped}${suffix}`].find(has);
+}
+
+/** The parameter naming the child pipeline a component type runs, and the suffix of that child's file. */
+const CHILDREN: Record<string, { parameter: string; suffix: string }> = {
+  'run-orchestration': { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration },
+  'run-transformation': { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation },
+};
+
+/** Whether the component names its child pipeline through a variable (resolved when the run gets there). */
+function childThroughVariables(component: Component): boolean {
+  const named = Object.hasOwn(CHILDREN, component.type) && component.parameters[CHILDREN[component.type].parameter];
+  return typeof named === 'string' && named.includes('${');
 }
 
 /** The child pipeline a component runs: the parameter naming it, the name, and its file when the version has it. */
-function childOf(component: Component, files: Record<string, string>) {
-  const child =
-    component.type === 'run-orchestration'
-      ? { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration }
-      : component.type === 'run-transformation'
-        ? { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation }
-        : undefined;
+function childOf(component: Component, has: (path: string) => boolean) {
+  const child = Object.hasOwn(CHILDREN, component.type) ? CHILDREN[component.type] : undefined;
   const named = child && component.parameters[child.parameter];
-  // A name made of variables is resolved when the run gets there.
-  if (!child || typeof named !== 'string' || named === '' || named.includes('${')) return undefined;
-  return { parameter: child.parameter, named, target: findFile(files, named, child.suffix) };
+  if (!child || typeof named !== 'string' || named === '' || childThroughVariables(component)) return undefined;
+  return { parameter: child.parameter, named, target: findFile(has, named, child.suffix) };
 }
 
 /**
@@ -79,11 +86,33 @@ export function pipelinesRunBy(file: string, files: Record<string, string>): str
       continue;
     }
     for (const component of pipeline.components.values()) {
-      const child = component.skipped ? undefined : childOf(component, files);
+      const child = component.skipped ? undefined : childOf(component, (path) => Object.hasOwn(files, path));
       if (child?.target !== undefined) waiting.push(child.target);
     }
   }
   return [...seen];
+}
+
+/**
+ * The child pipelines the pipeline in `text` runs, as paths among `paths`, and whether it names one through
+ * a variable (then the run may reach any pipeline of the version). A file that cannot be read runs none.
+ */
+export function childPipelines(text: string, paths: ReadonlySet<string>): { paths: string[]; throughVariables: boolean } {
+  let pipeline: Pipeline;
+  try {
+    pipeline = parsePipelineFile(text);
+  } catch {
+    return { paths: [], throughVariables: false };
+  }
+  const children: string[] = [];
+  let throughVariables = false;
+  for (const component of pipeline.components.values()) {
+    if (component.skipped) continue;
+    if (childThroughVariables(component)) throughVariables = true;
+    const child = childOf(component, (path) => paths.has(path));
+    if (child?.target !== undefined) children.push(child.target);
+  }
+  return { paths: children, throughVariables };
 }
 
 /** Files parsed once by path: the pipeline, or why it cannot be read. */
@@ -199,7 +228,7 @@ function walkPipelines(
           message: 'required: the component it runs',
         });
       }
-      const child = childOf(component, files);
+      const child = childOf(component, (path) => Object.hasOwn(files, path));
       if (!child) continue;
       const { named, target } = child;
       const step = { file: path, component: component.name, parameter: child.parameter };
