@@ -8,6 +8,7 @@ import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { FolderStore, type ObjectStore } from '../../src/agent/streaming/object-store.ts';
 import { runPostgresPipeline, type RunSettings } from '../../src/agent/streaming/pipeline.ts';
 import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
+import { FileTarget } from '../../src/agent/streaming/target.ts';
 import { loadState } from '../../src/agent/streaming/state.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 
@@ -44,7 +45,6 @@ function settings(target: ObjectStore, signal: AbortSignal, progress: StreamingP
     pipelineId: PIPELINE,
     tables: [{ schema: 'public', table: 'items' }],
     advancedProperties: { 'snapshot.mode': 'never' },
-    prefix: 'cdc',
     stateDir,
     source: new PostgresSource({
       host: cluster.host,
@@ -53,7 +53,7 @@ function settings(target: ObjectStore, signal: AbortSignal, progress: StreamingP
       user: cluster.user,
       password: cluster.password,
     }),
-    target,
+    target: new FileTarget(target, 'cdc'),
     signal,
     report: (report) => progress.push(report),
     log: (message) => logs.push(message),
