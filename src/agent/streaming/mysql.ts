@@ -12,8 +12,7 @@ import { Batcher } from './batcher.ts';
 import { snapshotModeOf } from './pipeline.ts';
 import { SourceNotReady, type TableName } from './postgres.ts';
 import { loadState, saveState, type StreamingState } from './state.ts';
-import { tableKey, type ChangeEvent, type ChangeTarget, type Transaction } from './target.ts';
-import type { SourceColumn } from './warehouse-target.ts';
+import { tableKey, type ChangeEvent, type ChangeTarget, type SourceColumn, type Transaction } from './target.ts';
 
 export interface MysqlConnection {
   host: string;

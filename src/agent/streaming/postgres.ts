@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { LogicalReplicationService, PgoutputPlugin, type Pgoutput } from 'pg-logical-replication';
-import type { SourceColumn } from './warehouse-target.ts';
+import type { SourceColumn, TableName } from './target.ts';
 
 export interface PostgresConnection {
   host: string;
@@ -17,10 +17,7 @@ export interface PostgresConnection {
   ssl?: boolean;
 }
 
-export interface TableName {
-  schema: string;
-  table: string;
-}
+export type { TableName } from './target.ts';
 
 /** A double-quoted identifier. */
 export function quoteIdent(name: string): string {

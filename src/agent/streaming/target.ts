@@ -6,7 +6,19 @@
  * transaction) answers it on recovery, so the run never writes a batch twice.
  */
 import type { ObjectStore } from './object-store.ts';
-import type { TableName } from './postgres.ts';
+
+export interface TableName {
+  schema: string;
+  table: string;
+}
+
+/** A source column as the source's catalog (information_schema.columns) describes it. */
+export interface SourceColumn {
+  name: string;
+  dataType: string;
+  precision: number | null;
+  scale: number | null;
+}
 
 /** A change event: one line of a change file, one row of a change table. */
 export interface ChangeEvent {

@@ -16,8 +16,15 @@
  * A column new at the source is added to both tables (with its type read from the source's catalog).
  */
 import type { Warehouse } from '../warehouse/warehouse.ts';
-import type { TableName } from './postgres.ts';
-import { tableKey, type Batch, type ChangeEvent, type ChangeTarget, type TargetPosition } from './target.ts';
+import {
+  tableKey,
+  type Batch,
+  type ChangeEvent,
+  type ChangeTarget,
+  type SourceColumn,
+  type TableName,
+  type TargetPosition,
+} from './target.ts';
 
 /** A target definition this agent cannot honour (named in the message): the start fails with it. */
 export class TargetRefused extends Error {}
@@ -28,14 +35,6 @@ export const TEMPORAL_MAPPINGS = ['native', 'epoch'] as const;
 export type TemporalMapping = (typeof TEMPORAL_MAPPINGS)[number];
 export const TABLE_PREFIX_TYPES = ['prefix', 'source_database_and_schema', 'none'] as const;
 export type TablePrefixType = (typeof TABLE_PREFIX_TYPES)[number];
-
-/** A source column as the source's catalog (information_schema.columns) describes it. */
-export interface SourceColumn {
-  name: string;
-  dataType: string;
-  precision: number | null;
-  scale: number | null;
-}
 
 /** What the target asks the source: a table's columns, and its key (primary key columns; empty: none). */
 export interface SourceCatalog {
