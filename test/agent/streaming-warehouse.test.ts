@@ -6,12 +6,14 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { startStreamingPipeline } from '../../src/agent/streaming/handlers.ts';
+import { describeMysqlTable, runMysqlPipeline } from '../../src/agent/streaming/mysql.ts';
 import { runPostgresPipeline } from '../../src/agent/streaming/pipeline.ts';
 import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
 import { loadState } from '../../src/agent/streaming/state.ts';
 import { WarehouseTarget, type TemporalMapping, type TransformationType } from '../../src/agent/streaming/warehouse-target.ts';
 import { DuckDbWarehouse, type Warehouse } from '../../src/agent/warehouse/index.ts';
 import type { WorkContext } from '../../src/agent/work-context.ts';
+import { startPrivateMariadb } from '../helpers/private-mariadb.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 
 /**
@@ -335,4 +337,81 @@ test('change_log keeps the change table only; a value the agent does not know is
   await assert.rejects(startStreamingPipeline(work({ temporalMapping: 'julian' }), ctx), {
     message: 'streamingTarget.temporalMapping is julian; this agent knows native, epoch',
   });
+});
+
+test("MariaDB to warehouse tables: the binlog's inserts, updates, deletes, a new column and a truncate reach the change table and the applied copy", async () => {
+  const mariadb = await startPrivateMariadb(['--log-bin=binlog', '--binlog-format=ROW']);
+  const root = await mariadb.root();
+  try {
+    await root.query('CREATE DATABASE shop');
+    await root.query('CREATE TABLE shop.orders (id int PRIMARY KEY, item varchar(50) NOT NULL, placed datetime NULL)');
+    await root.query("INSERT INTO shop.orders VALUES (1, 'apple', '2026-01-02 03:04:05'), (2, 'bread', NULL)");
+    const warehouse = await duckdb('mariadb');
+    const pipelineId = '6f1c2b3a-0000-4000-8000-0000000000b1';
+    const connection = { host: mariadb.host, port: mariadb.port, user: mariadb.user, password: mariadb.password };
+    const stop = new AbortController();
+    const progress: StreamingProgress[] = [];
+    const running = runMysqlPipeline({
+      pipelineId,
+      tables: [{ schema: 'shop', table: 'orders' }],
+      advancedProperties: {},
+      stateDir: path.join(dir, 'state'),
+      connection,
+      target: new WarehouseTarget({
+        warehouse,
+        pipelineId,
+        schema: 'cdc',
+        tablePrefixType: 'source_database_and_schema',
+        transformationType: 'copy_table',
+        temporalMapping: 'native',
+        catalog: { describe: (table) => describeMysqlTable(connection, table) },
+      }),
+      signal: stop.signal,
+      report: (report) => progress.push(report),
+      log: () => undefined,
+      batchChanges: 1,
+    });
+    await until('it streams', () => progress.some((report) => report.phase === 'streaming'));
+    await root.query("INSERT INTO shop.orders VALUES (3, 'cheese', NULL)");
+    await root.query("UPDATE shop.orders SET item = 'apples' WHERE id = 1");
+    await root.query('DELETE FROM shop.orders WHERE id = 2');
+    await root.query('ALTER TABLE shop.orders ADD COLUMN note varchar(50) NULL');
+    await root.query("INSERT INTO shop.orders VALUES (4, 'fig', NULL, 'a new column')");
+    const changes = async () => rows(warehouse, 'SELECT * FROM cdc.shop_orders_changes ORDER BY _dpc_position_key, _dpc_seq');
+    await until('every change is in the change table', async () => (await changes()).length >= 6);
+    assert.deepEqual(
+      (await changes()).map((row) => [row._dpc_op, row.id]),
+      [
+        ['snapshot', 1],
+        ['snapshot', 2],
+        ['insert', 3],
+        ['update', 1],
+        ['delete', 2],
+        ['insert', 4],
+      ],
+    );
+    assert.deepEqual(
+      (await rows(warehouse, 'SELECT id, item, note FROM cdc.shop_orders ORDER BY id')).map((row) => [
+        row.id,
+        row.item,
+        row.note,
+      ]),
+      [
+        [1, 'apples', null],
+        [3, 'cheese', null],
+        [4, 'fig', 'a new column'],
+      ],
+    );
+    await root.query('TRUNCATE shop.orders');
+    await until(
+      'the truncate empties the applied copy',
+      async () => (await rows(warehouse, 'SELECT * FROM cdc.shop_orders')).length === 0,
+    );
+    stop.abort();
+    const end = await running;
+    assert.deepEqual(end.rowsPerTable, { 'shop.orders': 7 });
+  } finally {
+    await root.end().catch(() => undefined);
+    await mariadb.stop();
+  }
 });
