@@ -185,6 +185,41 @@ test('copy_table: a change table with every change, an applied copy by key; a ne
   assert.equal(position[0]!.position, end.position, 'the warehouse holds the position it committed with the changes');
 });
 
+test('an update that leaves a large (TOASTed) value unchanged keeps it in the applied copy', async () => {
+  await sql.query('CREATE TABLE docs (id integer PRIMARY KEY, title text, body text)');
+  // Incompressible, so PostgreSQL keeps it out of line (TOAST), and pgoutput leaves it out of updates that do not change it.
+  const body = (await sql.query<{ body: string }>("SELECT string_agg(md5(i::text), '') AS body FROM generate_series(1, 400) i"))
+    .rows[0]!.body;
+  await sql.query('INSERT INTO docs VALUES (1, $1, $2), (2, $1, $2)', ['first', body]);
+  const warehouse = await duckdb('toast');
+  const stop = new AbortController();
+  const progress: StreamingProgress[] = [];
+  const running = run('6f1c2b3a-0000-4000-8000-0000000000a6', 'docs', warehouse, {
+    transformationType: 'copy_table',
+    stop: stop.signal,
+    progress,
+  });
+  await until('it streams', () => progress.some((report) => report.phase === 'streaming'));
+  await sql.query("UPDATE docs SET title = 'second' WHERE id = 1");
+  // In one transaction (one batch): an insert, then an update leaving the value out.
+  await sql.query('BEGIN');
+  await sql.query("INSERT INTO docs VALUES (3, 'third', $1)", [body]);
+  await sql.query("UPDATE docs SET title = 'third, again' WHERE id = 3");
+  await sql.query('COMMIT');
+  const applied = async () => rows(warehouse, 'SELECT id, title, body FROM cdc.docs ORDER BY id');
+  await until('the updates are applied', async () => (await applied()).length === 3 && (await applied())[0]!.title === 'second');
+  stop.abort();
+  await running;
+  assert.deepEqual(
+    (await applied()).map((row) => [row.id, row.title, row.body === body]),
+    [
+      [1, 'second', true],
+      [2, 'first', true],
+      [3, 'third, again', true],
+    ],
+  );
+});
+
 test('a crash after the warehouse committed a batch but before the state folder did: the next run resumes from the warehouse, each change once', async () => {
   await sql.query('CREATE TABLE crashes (id integer PRIMARY KEY, label text)');
   const pipelineId = '6f1c2b3a-0000-4000-8000-0000000000a2';

@@ -99,6 +99,17 @@ interface Column {
   sqlType: string;
 }
 
+/** A key's last state in a batch: its row (deleted: the last row known, or the key alone) and the change that left it. */
+interface Applied {
+  row: Record<string, unknown>;
+  deleted: boolean;
+  event: ChangeEvent;
+  /** The row is whole (written by this batch), not just a key. */
+  known: boolean;
+  /** An update that left values out (unchanged TOAST): only its given values are set. */
+  patch?: boolean;
+}
+
 interface TableInfo {
   source: TableName;
   changes: string;
@@ -418,7 +429,7 @@ export class WarehouseTarget implements ChangeTarget {
     const temporal = this.settings.temporalMapping === 'epoch';
     const keyText = (row: Record<string, unknown>) => JSON.stringify(this.keyOf(info).map((name) => textOf(row[name] ?? null)));
     /** Per key: the row it ends as (deleted: the last row known, or the key alone when none is) and the change that left it. */
-    const last = new Map<string, { row: Record<string, unknown>; deleted: boolean; event: ChangeEvent; known: boolean }>();
+    const last = new Map<string, Applied>();
     const statements: string[] = [];
     for (const event of events) {
       if (event.op === 'truncate') {
@@ -440,7 +451,7 @@ export class WarehouseTarget implements ChangeTarget {
           row: earlier?.row ?? before,
           deleted: true,
           event,
-          known: earlier !== undefined && !earlier.deleted ? true : (earlier?.known ?? false),
+          known: earlier ? (earlier.deleted ? earlier.known : !earlier.patch) : false,
         });
         continue;
       }
@@ -455,17 +466,25 @@ export class WarehouseTarget implements ChangeTarget {
           known: earlier?.known ?? false,
         });
       }
+      // pgoutput leaves out a TOASTed value an update did not change (undefined here): taken from this batch's
+      // earlier row of the key, else only the values given are set on the row the copy holds.
+      const unchanged = Object.keys(after).filter((column) => after[column] === undefined);
+      if (unchanged.length > 0) {
+        const earlier = last.get(keyText(after));
+        if (earlier && !earlier.deleted && earlier.known && !earlier.patch) {
+          const row = { ...after };
+          for (const column of unchanged) row[column] = earlier.row[column];
+          last.set(keyText(after), { row, deleted: false, event, known: true });
+        } else last.set(keyText(after), { row: after, deleted: false, event, known: true, patch: true });
+        continue;
+      }
       last.set(keyText(after), { row: after, deleted: false, event, known: true });
     }
     statements.push(...this.flushApplied(info, [...last.values()], commitMs));
     return statements;
   }
 
-  private flushApplied(
-    info: TableInfo,
-    entries: { row: Record<string, unknown>; deleted: boolean; event: ChangeEvent; known: boolean }[],
-    commitMs: (event: ChangeEvent) => number,
-  ): string[] {
+  private flushApplied(info: TableInfo, entries: Applied[], commitMs: (event: ChangeEvent) => number): string[] {
     if (entries.length === 0) return [];
     const soft = this.settings.transformationType === 'copy_table_soft_delete';
     const table = this.qualified(info.applied!);
@@ -476,7 +495,20 @@ export class WarehouseTarget implements ChangeTarget {
       const chunk = entries.slice(start, start + 1000);
       // A soft delete of a row this batch did not write marks the row the copy holds.
       const markOnly = soft ? chunk.filter((entry) => entry.deleted && !entry.known) : [];
-      const replace = chunk.filter((entry) => !markOnly.includes(entry));
+      const patches = chunk.filter((entry) => entry.patch);
+      const replace = chunk.filter((entry) => !markOnly.includes(entry) && !entry.patch);
+      for (const entry of patches) {
+        const commitTime = temporal ? String(commitMs(entry.event)) : quoteString(entry.event.commitTime);
+        const set = [
+          `_dpc_position = ${quoteString(entry.event.commitLsn)}`,
+          `_dpc_commit_time = ${commitTime}`,
+          ...(soft ? ['_dpc_deleted = FALSE'] : []),
+          ...columns
+            .filter((column) => entry.row[column.name] !== undefined)
+            .map((column) => `${this.q(column.name)} = ${this.literal(entry.row[column.name], column.category)}`),
+        ];
+        statements.push(`UPDATE ${table} SET ${set.join(', ')} WHERE ${this.keyCondition(info, [entry.row])}`);
+      }
       if (markOnly.length > 0) {
         for (const entry of markOnly) {
           const commitTime = temporal ? String(commitMs(entry.event)) : quoteString(entry.event.commitTime);
