@@ -66,6 +66,10 @@ interface TargetDefinition {
   type: string;
   bucket?: string;
   prefix?: string;
+  /** abs */
+  accountName?: string;
+  accountKey?: StreamingSecretReference;
+  container?: string;
   /** snowflake */
   tableSchema?: string;
   tablePrefixType?: string;
@@ -118,7 +122,7 @@ function oneOf<T extends string>(field: string, value: string | undefined, known
 /**
  * The change target of a definition: files in the agent's object store for `s3`; for `snowflake`, tables in
  * the agent's own warehouse (the one its pipelines run on when their environment names none), standing in
- * for Snowflake. `abs` is refused.
+ * for Snowflake; for `abs`, files in an Azure Blob container.
  */
 async function changeTargetOf(
   target: TargetDefinition,
@@ -152,6 +156,25 @@ async function changeTargetOf(
       temporalMapping,
       catalog,
     });
+  }
+  if (target.type === 'abs') {
+    if (!target.accountName || !target.container || !target.accountKey) {
+      throw new WorkFailure('streamingTarget needs accountName, accountKey and container', FAILURE_CODES.notSupported);
+    }
+    const value = await readSecret(ctx.vault, target.accountKey);
+    const accountKey = typeof value === 'string' ? value : value.password;
+    if (!accountKey) {
+      throw new WorkFailure(`secret ${target.accountKey.secretName} holds no account key`, FAILURE_CODES.secretMissing);
+    }
+    // Loaded here: the Azure client stays out of the start of agents that never write to Azure.
+    const { AzureBlobStore } = await import('./abs-store.ts');
+    const store = new AzureBlobStore({
+      accountName: target.accountName,
+      accountKey,
+      container: target.container,
+      endpoint: ctx.blobEndpoint,
+    });
+    return new FileTarget(store, target.prefix ?? '');
   }
   if (target.type !== 's3') {
     throw new WorkFailure(`target type ${target.type} is not supported by this agent`, FAILURE_CODES.notSupported);
