@@ -1,12 +1,14 @@
 /**
- * One streaming pipeline's run on this agent: PostgreSQL change data capture into change-event files.
+ * One streaming pipeline's run on this agent: PostgreSQL change data capture into a change target
+ * (target.ts: files in an object store, or warehouse tables).
  *
  * - First start: a publication for the tables and a replication slot; with `snapshot.mode` initial (the
  *   default) the tables' rows as of the slot's creation are written first (op `snapshot`).
- * - Then the change stream, in batches of whole transactions: each batch is written to the target (one file
- *   per table, named by the batch's first and last commit LSN), then the position is committed to the state
- *   folder (fsync'd), then the slot is acknowledged. A crash anywhere replays from the committed position;
- *   files written after it are removed before the replay writes them again, so the target holds each change once.
+ * - Then the change stream, in batches of whole transactions (batcher.ts): each batch is written to the
+ *   target, then the position is committed to the state folder (fsync'd), then the slot is acknowledged. A
+ *   crash anywhere replays from the committed position; what the target holds after it is removed first (or,
+ *   for a target that commits its own position, the run resumes from that), so the target holds each change once.
+ * - While nothing is in hand, keepalives are acknowledged too: the slot moves on when only other tables change.
  * - Stop ends the stream after the batch in hand; the slot stays (DELETE ...?dropSlot=true drops it).
  */
 import type pg from 'pg';

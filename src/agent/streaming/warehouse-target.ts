@@ -254,7 +254,12 @@ export class WarehouseTarget implements ChangeTarget {
 
   private async ensureSchema(): Promise<void> {
     if (this.schemaReady) return;
-    await this.settings.warehouse.run(`CREATE SCHEMA IF NOT EXISTS ${this.q(this.settings.schema)}`, this.signal);
+    // Made only when missing: PostgreSQL checks the right to create before it looks whether the schema exists.
+    const { rows } = await this.settings.warehouse.query(
+      `SELECT 1 AS found FROM information_schema.schemata WHERE schema_name = ${quoteString(this.settings.schema)}`,
+      this.signal,
+    );
+    if (rows.length === 0) await this.settings.warehouse.run(`CREATE SCHEMA ${this.q(this.settings.schema)}`, this.signal);
     await this.settings.warehouse.run(
       `CREATE TABLE IF NOT EXISTS ${this.qualified(POSITIONS)} (pipeline_id VARCHAR NOT NULL, position VARCHAR NOT NULL, position_key VARCHAR NOT NULL, rows_per_table VARCHAR NOT NULL, updated_at TIMESTAMPTZ NOT NULL)`,
       this.signal,
