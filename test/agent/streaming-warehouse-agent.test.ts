@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
+import { environmentSchema } from '../../src/agent/warehouse/roles.ts';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
 import { spawnAgent } from '../helpers/processes.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
@@ -46,8 +47,8 @@ describeEachStore(
       assert.fail(`timed out waiting until ${what}; the agent's last lines:\n${agent?.logs().split('\n').slice(-15).join('\n')}`);
     }
 
-    const startAgent = async () => {
-      agent = await spawnAgent({ url: server.url, ...credentials, stateDir }, { DPC_AGENT_WAREHOUSE_URL: warehouseUrl });
+    const startAgent = async (env: Record<string, string> = {}) => {
+      agent = await spawnAgent({ url: server.url, ...credentials, stateDir }, { DPC_AGENT_WAREHOUSE_URL: warehouseUrl, ...env });
     };
 
     const rows = async (query: string) => {
@@ -58,6 +59,27 @@ describeEachStore(
         throw error;
       }
     };
+
+    const snowflakeTarget = (tableSchema: string) => ({
+      type: 'snowflake',
+      connection: {
+        accountName: 'acme-eu1',
+        username: 'STREAMING',
+        authentication: {
+          type: 'key-pair',
+          privateKey: { secretName: 'snowflake-key', key: 'password', secretType: 'PASSWORD' },
+        },
+      },
+      role: 'STREAMING_ROLE',
+      warehouse: 'STREAMING_WH',
+      database: 'RAW',
+      stageSchema: 'STAGE',
+      stageName: 'CDC_STAGE',
+      tableSchema,
+      tablePrefixType: 'none',
+      transformationType: 'copy_table',
+      temporalMapping: 'native',
+    });
 
     async function command(id: string, verb: 'START' | 'STOP') {
       const answer = await api('POST', `${pipelines()}/${id}/commands`, { command: verb });
@@ -127,26 +149,7 @@ describeEachStore(
           },
           tables: ['orders', 'notes'].map((table) => ({ schema: 'public', table })),
         },
-        streamingTarget: {
-          type: 'snowflake',
-          connection: {
-            accountName: 'acme-eu1',
-            username: 'STREAMING',
-            authentication: {
-              type: 'key-pair',
-              privateKey: { secretName: 'snowflake-key', key: 'password', secretType: 'PASSWORD' },
-            },
-          },
-          role: 'STREAMING_ROLE',
-          warehouse: 'STREAMING_WH',
-          database: 'RAW',
-          stageSchema: 'STAGE',
-          stageName: 'CDC_STAGE',
-          tableSchema: 'raw_cdc',
-          tablePrefixType: 'none',
-          transformationType: 'copy_table',
-          temporalMapping: 'native',
-        },
+        streamingTarget: snowflakeTarget('raw_cdc'),
       });
       assert.equal(created.status, 201, created.text);
       pipelineId = created.body.streamingPipelineId;
@@ -254,6 +257,58 @@ describeEachStore(
         return current.rowsPerTable?.['public.notes'] === total + updates && current;
       });
       assert.equal(shown.status, 'RUNNING');
+    });
+
+    test('an agent whose warehouse roles own only their schema (DPC_AGENT_WAREHOUSE_ROLE_KEY) writes there, and names the refusal elsewhere', async () => {
+      await command(pipelineId, 'STOP');
+      await until('stopped', async () => (await status()).status === 'STOPPED');
+      agent!.child.kill('SIGKILL');
+      await agent!.exited;
+      await startAgent({ DPC_AGENT_WAREHOUSE_ROLE_KEY: Buffer.from('a role key for the test only').toString('base64') });
+      const own = environmentSchema(caller.accountId, 'default');
+      const definition = (name: string, tableSchema: string) => ({
+        name,
+        agentId,
+        advancedProperties: { 'snapshot.mode': 'initial' },
+        streamingSource: {
+          type: 'postgres',
+          connection: {
+            host: source.host,
+            port: source.port,
+            database: 'postgres',
+            username: source.user,
+            password: { secretName: 'cdc-source', secretKey: 'password', secretType: 'PASSWORD' },
+          },
+          tables: [{ schema: 'public', table: 'notes' }],
+        },
+        streamingTarget: snowflakeTarget(tableSchema),
+      });
+      const elsewhere = await api('POST', pipelines(), definition('notes-elsewhere', 'not_its_schema'));
+      assert.equal(elsewhere.status, 201, elsewhere.text);
+      await command(elsewhere.body.streamingPipelineId, 'START');
+      const refused = await until('the start elsewhere fails', async () => {
+        const current = await status(elsewhere.body.streamingPipelineId);
+        return current.status === 'FAILED' && current;
+      });
+      assert.match(refused.message, /permission denied/);
+
+      const created = await api('POST', pipelines(), definition('notes-own-schema', own));
+      assert.equal(created.status, 201, created.text);
+      await command(created.body.streamingPipelineId, 'START');
+      await until('the pipeline streams', async () => {
+        const current = await status(created.body.streamingPipelineId);
+        assert.notEqual(current.status, 'FAILED', current.message);
+        return current.status === 'RUNNING' && current.phase === 'streaming';
+      });
+      await sql.query("INSERT INTO notes VALUES (100000, 'into the role schema')");
+      await until(
+        "the change is in the role's schema",
+        async () => (await rows(`SELECT body FROM ${own}.notes WHERE id = 100000`)).length === 1,
+      );
+      const owner = await rows(`SELECT tableowner FROM pg_tables WHERE schemaname = '${own}' AND tablename = 'notes_changes'`);
+      assert.equal(owner[0]?.tableowner, own, "the tables belong to the environment's role");
+      await command(created.body.streamingPipelineId, 'STOP');
+      await until('stopped', async () => (await status(created.body.streamingPipelineId)).status === 'STOPPED');
     });
   },
 );
