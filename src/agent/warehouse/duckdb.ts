@@ -3,6 +3,7 @@
  * under the agent's state folder. Nothing to install or configure. Each statement gets a connection of
  * its own, so concurrent iterations run side by side and a cancel interrupts exactly what is in flight.
  */
+import { SQL_GRAMMARS } from '../../contract/sql-grammar.ts';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { DuckDBInstance, StatementType, type DuckDBConnection } from '@duckdb/node-api';
@@ -43,6 +44,7 @@ export class DuckDbWarehouse implements Warehouse {
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
   readonly lineageNamespace: string;
+  readonly sqlGrammar = SQL_GRAMMARS.duckdb;
   private readonly active = new Set<DuckDBConnection>();
 
   private readonly statementTimeoutMs: number;
