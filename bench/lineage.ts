@@ -68,6 +68,7 @@ async function seedEvents(store: Store, accountId: string, projectId: string): P
         generatedAt,
         eventTime: generatedAt,
         jobName: 'marts/orders.orch.yaml',
+        jobKind: 'PIPELINE' as const,
         stepIndex: n % STEPS,
         stepName: `step ${n % STEPS}`,
         stepStatus: 'SUCCESS',

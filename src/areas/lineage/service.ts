@@ -234,6 +234,7 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
       generatedAt,
       eventTime: at.step.finishedAt ?? generatedAt,
       jobName: at.pipelineName,
+      jobKind: 'PIPELINE',
       stepIndex: at.step.index,
       stepName: at.step.name,
       stepStatus: at.step.status,
@@ -243,8 +244,71 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
   );
 }
 
-/** The OpenLineage RunEvent of a recorded step and its datasets. */
+export interface StreamingLineage {
+  accountId: string;
+  projectId: string;
+  /** The run: the id of the agent work that runs it (a UUID). */
+  runId: string;
+  /** The streaming pipeline's name. */
+  jobName: string;
+  eventType: 'START' | 'RUNNING' | 'COMPLETE' | 'FAIL';
+  /** The source tables and the target datasets they are written to, as the server names them from the definition. */
+  inputs: LineageDataset[];
+  outputs: LineageDataset[];
+}
+
+/**
+ * Records an OpenLineage event of a streaming pipeline's run: source tables → target files or tables. The
+ * datasets are the server's (named from the pipeline's definition), never an agent's word.
+ */
+export async function recordStreamingLineage(db: Executor, at: StreamingLineage): Promise<void> {
+  if (at.inputs.length === 0 && at.outputs.length === 0) return;
+  const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
+  const generatedAt = now();
+  await insertLineageStep(
+    db,
+    {
+      accountId: at.accountId,
+      projectId: at.projectId,
+      executionId: at.runId,
+      generatedAt,
+      eventTime: generatedAt,
+      jobName: at.jobName,
+      jobKind: 'STREAMING',
+      stepIndex: 0,
+      stepName: '',
+      stepStatus: at.eventType,
+      bodyHash: hashOf(body),
+    },
+    body,
+  );
+}
+
+/** The OpenLineage RunEvent of a recorded step (or streaming run) and its datasets. */
 export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLineage) {
+  if (step.jobKind === 'STREAMING') {
+    return {
+      eventType: step.stepStatus,
+      eventTime: step.eventTime,
+      producer: PRODUCER,
+      schemaURL: SCHEMA_URL,
+      run: { runId: step.executionId },
+      job: {
+        namespace: jobNamespace(step.accountId, step.projectId),
+        name: step.jobName,
+        facets: {
+          jobType: {
+            ...FACET('JobTypeJobFacet'),
+            processingType: 'STREAMING',
+            integration: 'DPC',
+            jobType: 'STREAMING_PIPELINE',
+          },
+        },
+      },
+      inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
+      outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
+    };
+  }
   return {
     eventType: step.stepStatus === 'SUCCESS' ? 'COMPLETE' : step.stepStatus === 'RUNNING' ? 'RUNNING' : 'FAIL',
     eventTime: step.eventTime,

@@ -10,8 +10,10 @@ export interface LineageStepTable {
   generatedAt: string;
   /** The event's time: when the step finished, else when it was recorded. */
   eventTime: string;
-  /** The pipeline's path (the job's name). */
+  /** The pipeline's path, or the streaming pipeline's name (the job's name). */
   jobName: string;
+  /** PIPELINE: a step of a run (its status in stepStatus); STREAMING: a streaming pipeline's run (its event type in stepStatus). */
+  jobKind: 'PIPELINE' | 'STREAMING';
   stepIndex: number;
   stepName: string;
   stepStatus: string;

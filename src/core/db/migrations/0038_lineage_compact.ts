@@ -30,6 +30,7 @@ export const lineageCompact: PortableMigration = {
       .addColumn('generated_at', 'text', (c) => c.notNull())
       .addColumn('event_time', 'text', (c) => c.notNull())
       .addColumn('job_name', 'text', (c) => c.notNull())
+      .addColumn('job_kind', 'text', (c) => c.notNull())
       .addColumn('step_index', 'integer', (c) => c.notNull())
       .addColumn('step_name', 'text', (c) => c.notNull())
       .addColumn('step_status', 'text', (c) => c.notNull())
@@ -107,6 +108,7 @@ async function moveEvents(db: Kysely<any>): Promise<void> {
         generatedAt: row.generatedAt,
         eventTime: event.eventTime ?? row.generatedAt,
         jobName: event.job?.name ?? '',
+        jobKind: 'PIPELINE',
         stepIndex: Number(step.index ?? 0),
         stepName: String(step.name ?? ''),
         stepStatus: String(step.status ?? (event.eventType === 'COMPLETE' ? 'SUCCESS' : 'FAILED')),
