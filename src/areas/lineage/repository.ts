@@ -29,7 +29,9 @@ const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof Lineage
 );
 
 /** SQLite: the step (after its body; SQLite has no writable WITH, and a statement there is a call, not a round trip). */
-const insertStep = preparedQuery((db, step: LineageStepRow) => db.insertInto('lineageSteps').values(stepValues(step)));
+const insertStep = preparedQuery((db, step: LineageStepRow) =>
+  db.insertInto('lineageSteps').values(stepValues(step)).returning('id'),
+);
 
 /** PostgreSQL: the body (unless the project has it) and the step in one statement, one round trip. */
 const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: string }) =>
@@ -41,17 +43,30 @@ const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: strin
         .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
     )
     .insertInto('lineageSteps')
-    .values(stepValues(row)),
+    .values(stepValues(row))
+    .returning('id'),
 );
 
-/** Records a step's lineage: its row, and its body unless the project has that body already. */
-export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<void> {
+/** Records a step's lineage: its row, and its body unless the project has that body already; answers the row's id. */
+export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<number> {
   if (statementsAreRoundTrips(db)) {
-    await insertBodyAndStep(db, { ...step, body });
-  } else {
-    await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
-    await insertStep(db, step);
+    const [row] = await insertBodyAndStep(db, { ...step, body });
+    return Number(row.id);
   }
+  await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
+  const [row] = await insertStep(db, step);
+  return Number(row.id);
+}
+
+/** A recorded step with its body, by id. */
+export function lineageStepById(db: Executor, id: number) {
+  return db
+    .selectFrom('lineageSteps as s')
+    .innerJoin('lineageBodies as b', (join) => join.onRef('b.projectId', '=', 's.projectId').onRef('b.hash', '=', 's.bodyHash'))
+    .selectAll('s')
+    .select('b.body')
+    .where('s.id', '=', id)
+    .executeTakeFirst();
 }
 
 /** A project's lineage, deleted with it (the rows hold the project without a foreign key). */

@@ -5,6 +5,7 @@ import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
 import { LINEAGE_LIMITS, type LineageDataset, type StepLineage } from '../../contract/lineage.ts';
 import { insertLineageStep, pageLineageSteps, type LineageStepRow } from './repository.ts';
+import { queuePush } from './push.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
@@ -225,7 +226,7 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
   const { json: body, datasets } = writtenLineage(reported);
   if (datasets === 0) return;
   const generatedAt = now();
-  await insertLineageStep(
+  const id = await insertLineageStep(
     db,
     {
       accountId: at.accountId,
@@ -242,6 +243,7 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
     },
     body,
   );
+  await queuePush(db, id);
 }
 
 export interface StreamingLineage {
@@ -265,7 +267,7 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
   if (at.inputs.length === 0 && at.outputs.length === 0) return;
   const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
   const generatedAt = now();
-  await insertLineageStep(
+  const id = await insertLineageStep(
     db,
     {
       accountId: at.accountId,
@@ -282,6 +284,7 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
     },
     body,
   );
+  await queuePush(db, id);
 }
 
 /** The OpenLineage RunEvent of a recorded step (or streaming run) and its datasets. */
