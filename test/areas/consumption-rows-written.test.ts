@@ -141,4 +141,42 @@ ${sqlStep('Create', undefined, 'CREATE TABLE IF NOT EXISTS other (n INTEGER)')}`
     assert.equal(again.body.results[0].rowsWritten, 16 + 22);
     assert.equal(again.body.results[0].runs, 3);
   });
+
+  test("another account's runs are not read, and sums past 2^63 answer (not a 500)", async () => {
+    // Account B's run, with 1,100 steps each reporting the largest row count a step may (2^53 - 1).
+    const other = await server.newAccount();
+    const model = await server.db
+      .selectFrom('executions')
+      .selectAll()
+      .where('accountId', '=', caller.accountId)
+      .executeTakeFirstOrThrow();
+    const runId = crypto.randomUUID();
+    await server.db
+      .insertInto('executions')
+      .values({ ...model, id: runId, accountId: other.accountId, executionTag: null })
+      .execute();
+    const steps = Array.from({ length: 1100 }, (_, position) => ({
+      executionId: runId,
+      position,
+      name: `step ${position}`,
+      status: 'SUCCESS',
+      startedAt: model.startedAt,
+      finishedAt: model.finishedAt,
+      message: null,
+      childPipeline: null,
+      rowsWritten: Number.MAX_SAFE_INTEGER,
+    }));
+    for (let i = 0; i < steps.length; i += 100)
+      await server.db
+        .insertInto('executionSteps')
+        .values(steps.slice(i, i + 100))
+        .execute();
+    const day = model.startedAt.slice(0, 10);
+    const mine = await server.api('GET', `/consumption?from=${day}&to=${day}`, { token: caller.token });
+    assert.equal(mine.status, 200, mine.text);
+    assert.equal(mine.body.totals.rowsWritten, 20, "another account's rows were counted");
+    const theirs = await server.api('GET', `/consumption?from=${day}&to=${day}`, { token: other.token });
+    assert.equal(theirs.status, 200, theirs.text);
+    assert.ok(theirs.body.totals.rowsWritten > 2 ** 63, String(theirs.body.totals.rowsWritten));
+  });
 });

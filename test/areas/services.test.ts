@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
 import { preparePipelineRun } from '../../src/areas/executions/run-start.ts';
 import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
 import * as agents from '../../src/areas/agents/service.ts';
@@ -95,6 +95,36 @@ describeEachStore('services, called directly', (kind) => {
     ]);
   });
 
+  test('run start: the agent is sent the pipelines the run can reach, all of them when a child is named through a variable', async () => {
+    const runs = (child: string, variables = '') =>
+      orchestration(
+        `    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "${child}"
+`,
+        variables,
+      );
+    const files = {
+      'pipelines/main.orch.yaml': runs('pipelines/child'),
+      'pipelines/child.orch.yaml': CHECKING,
+      'pipelines/unused.orch.yaml': CHECKING,
+      'pipelines/dynamic.orch.yaml': runs(
+        'pipelines/${which}',
+        '  variables:\n    which:\n      metadata:\n        type: "TEXT"\n      defaultValue: "child"\n',
+      ),
+    };
+    await uploadVersion(server, caller, projectId, 'prod', 'v2', files);
+    const reached = async (pipelineName: string) =>
+      Object.keys((await run({ pipelineName, versionName: 'v2' })).pipelines).sort();
+    assert.deepEqual(await reached('pipelines/main'), ['pipelines/child.orch.yaml', 'pipelines/main.orch.yaml']);
+    assert.deepEqual(await reached('pipelines/dynamic'), Object.keys(files).sort());
+  });
+
   test('agent protocol: a poll hands queued work once, a report finishes it, a deleted agent is answered 401', async () => {
     const app = server.server.app;
     const protocol = new AgentProtocol(
@@ -121,6 +151,46 @@ describeEachStore('services, called directly', (kind) => {
     await server.db.deleteFrom('agents').where('id', '=', agent).execute();
     assert.equal((await problemOf(protocol.poll(agent, 0, () => false))).status, 401);
     assert.equal((await problemOf(protocol.heartbeat(agent, []))).status, 401);
+  });
+
+  test('agent protocol: two reports of one delivery at once keep the higher sequence; the lower one is a repeat', async () => {
+    const app = server.server.app;
+    const protocol = new AgentProtocol(
+      server.db,
+      app.store.dialect,
+      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
+      app.agentWorkReports,
+      () => false,
+      { subscribe: () => () => undefined },
+    );
+    const agent = await insertAgent(server, caller.accountId);
+    const workId = await server.db
+      .transaction()
+      .execute((trx) =>
+        enqueueAgentWork(trx, { accountId: caller.accountId, agentId: agent, kind: 'write-secret', payload: { n: 1 } }),
+      );
+    assert.equal((await protocol.poll(agent, 0, () => false))?.workId, workId);
+    const progress = (sequence: number) => protocol.report(agent, workId, { type: 'progress', body: {}, delivery: 1, sequence });
+    const sequenceNow = async () =>
+      Number(
+        (await server.db.selectFrom('agentWork').select('reportSequence').where('id', '=', workId).executeTakeFirstOrThrow())
+          .reportSequence,
+      );
+    // A writer holds the row while report 5 and then report 4 arrive: both read sequence 0 before either writes.
+    const reports: Promise<unknown>[] = [];
+    await server.db.transaction().execute(async (trx) => {
+      await trx.updateTable('agentWork').set({ reportSequence: 0 }).where('id', '=', workId).execute();
+      reports.push(progress(5));
+      await new Promise((resolve) => setTimeout(resolve, 150));
+      reports.push(progress(4));
+      await new Promise((resolve) => setTimeout(resolve, 150));
+    });
+    await Promise.all(reports);
+    assert.equal(await sequenceNow(), 5, 'the later report was overwritten by the earlier one');
+    assert.deepEqual(await protocol.report(agent, workId, { type: 'done', body: {}, delivery: 1, sequence: 6 }), {
+      workId,
+      state: 'done',
+    });
   });
 
   test('agents: placement and unique names, sealed credentials read back until rotated, the hosted agent registered once', async () => {

@@ -266,6 +266,8 @@ export function recordAgentWorkReport(
     }
     const sequence = report.sequence ?? current.reportSequence;
     const at = now();
+    // The sequence is checked again by the update itself: two reports of one delivery read the row at once
+    // (PostgreSQL, read committed), and the one that waits for the other's row lock sees its sequence then.
     const moved =
       report.type === 'progress'
         ? await trx
@@ -274,6 +276,7 @@ export function recordAgentWorkReport(
             .where('id', '=', workId)
             .where('state', '=', 'delivered')
             .where('cancelRequested', '=', 0)
+            .$if(report.sequence !== undefined, (update) => update.where('reportSequence', '<', sequence))
             .returningAll()
             .executeTakeFirst()
         : await trx
@@ -288,9 +291,15 @@ export function recordAgentWorkReport(
             })
             .where('id', '=', workId)
             .where('state', '=', 'delivered')
+            .$if(report.sequence !== undefined, (update) => update.where('reportSequence', '<', sequence))
             .returningAll()
             .executeTakeFirst();
-    if (!moved) throw finishedProblem((await findAgentWork(trx, workId))!);
+    if (!moved) {
+      const latest = (await findAgentWork(trx, workId))!;
+      // Overtaken by a later report of the same delivery recorded meanwhile: a repeat, as above.
+      if (report.sequence !== undefined && report.sequence <= latest.reportSequence) return latest;
+      throw finishedProblem(latest);
+    }
     // The handler sees the payload as delivered, although the row no longer keeps it.
     const work = { ...toWork(moved), payload: current.payload };
     await handlers.handlerOf(work.kind)(trx, { work, report });

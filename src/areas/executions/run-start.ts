@@ -19,7 +19,7 @@ import {
   type Pipeline,
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
-import { checkPipeline, describeViolation } from '../../contract/pipeline-checks.ts';
+import { checkPipeline, childPipelines, describeViolation } from '../../contract/pipeline-checks.ts';
 import { describeFinding, errorsBeforeRun } from '../reviews/index.ts';
 import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
@@ -72,13 +72,28 @@ async function chooseAgent(
   return agentId;
 }
 
-/** Every pipeline file of an artifact (orchestration and transformation), by path: what child pipelines come from. */
-async function pipelineFiles(db: Executor, artifactId: number): Promise<Record<string, string>> {
+/**
+ * The pipeline files a run of `roots` can reach (orchestration and transformation), by path: the roots,
+ * the children they name, theirs, and so on; all of the version's when one names its child through a
+ * variable (known only when the run gets there). What the agent is sent, and what the checks read.
+ */
+async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: readonly string[]): Promise<Record<string, string>> {
+  const paths = new Set(
+    (await artifactFilePaths(db, artifactId)).filter(
+      (path) => path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation),
+    ),
+  );
   const files = Object.create(null) as Record<string, string>;
-  for (const path of await artifactFilePaths(db, artifactId)) {
-    if (path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation)) {
-      files[path] = await artifactFileText(db, artifactId, path);
-    }
+  const waiting = [...roots];
+  while (waiting.length > 0) {
+    const path = waiting.pop()!;
+    if (Object.hasOwn(files, path) || !paths.has(path)) continue;
+    files[path] = await artifactFileText(db, artifactId, path);
+    const children = childPipelines(files[path], paths);
+    if (children.throughVariables) {
+      waiting.length = 0;
+      waiting.push(...paths);
+    } else waiting.push(...children.paths);
   }
   return files;
 }
@@ -242,7 +257,7 @@ export async function preparePipelineRun(
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
   const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
   const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
-  const files = await pipelineFiles(db, artifact.id);
+  const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName]);
   const pipeline = parseOrRefuse(pipelineName, files);
   const agentId = await chooseAgent(
     db,
@@ -315,7 +330,7 @@ export async function prepareTestRun(
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines = await pipelineFiles(db, artifact.id);
+  const pipelines = await pipelineFilesRunBy(db, artifact.id, tests);
   const agentId = await chooseAgent(
     db,
     request.accountId,

@@ -346,7 +346,7 @@ export async function requestRun(
     accountId,
     agentId: row.agentId,
     kind: action === 'start' ? START_WORK : STOP_WORK,
-    payload: { streamingPipelineId: pipelineId, projectId, name: row.name, definition },
+    payload: { streamingPipelineId: pipelineId, projectId, accountId, name: row.name, definition },
   });
   await announceStatus(db, row, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));

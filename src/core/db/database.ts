@@ -50,6 +50,23 @@ export interface Store {
 // Large counts and ids come back from pg as strings; the API speaks numbers.
 pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
 
+/**
+ * The URL with `-c setting` added to its startup options, after the URL's own `options` or else PGOPTIONS
+ * (which a URL's `options` replaces): set before the connection's first query, with no query of its own
+ * racing the first one. PostgreSQL 12 and later know every setting given here.
+ */
+export function withStartupSetting(databaseUrl: string, setting: string): string {
+  let url: URL;
+  try {
+    url = new URL(databaseUrl);
+  } catch {
+    return databaseUrl; // not a URL pg reads with options (e.g. a bare key=value string): left as given
+  }
+  const options = url.searchParams.get('options') ?? process.env.PGOPTIONS ?? '';
+  url.searchParams.set('options', `${options} -c ${setting}`.trim());
+  return url.toString();
+}
+
 /** Opens the configured store: PostgreSQL when a URL is given, else SQLite under the data folder. */
 export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Partial<Pick<Config, 'rememberReads'>>): Store {
   const plugins = [new CamelCasePlugin()];
@@ -57,13 +74,11 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   const observed: Pick<Store, 'onQuery'> = {};
   const log = (event: LogEvent) => observed.onQuery?.(event.queryDurationMillis, event.level === 'error');
   if (config.databaseUrl) {
-    const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 10 });
     // Named statements (withNamedStatements) are parsed once but planned at each run: a plan made once for
     // any parameter values would be one plan for a project of ten variables and for one of a million.
-    // Set per connection, before its first query, so that PGOPTIONS and the URL's options still apply.
-    // (PostgreSQL before 12 has no plan_cache_mode and plans as it chooses; a lost connection fails its next query.)
-    pool.on('connect', (client) => {
-      client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined);
+    const pool = new pg.Pool({
+      connectionString: withStartupSetting(config.databaseUrl, 'plan_cache_mode=force_custom_plan'),
+      max: 10,
     });
     // Without a listener, a lost connection's error would be thrown and end the process.
     const lost = (error: Error) => store.onConnectionLost?.(error);
