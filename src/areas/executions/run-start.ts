@@ -20,7 +20,8 @@ import {
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
 import { checkPipeline, childPipelines, describeViolation } from '../../contract/pipeline-checks.ts';
-import { describeFinding, errorsBeforeRun, SQL_GRAMMAR } from '../reviews/index.ts';
+import { describeFinding, errorsBeforeRun } from '../reviews/index.ts';
+import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
@@ -173,8 +174,14 @@ async function resolveVariables(
  * The pipeline quality review's errors in `paths` and the pipelines they run refuse the run: a 400 naming
  * each finding's file, component, parameter and rule (warnings do not block; `POST …/reviews` lists them).
  */
-function refuseReviewErrors(paths: readonly string[], files: Record<string, string>, projectVariables: Set<string>): void {
-  const context = { projectVariables, sqlDialect: SQL_GRAMMAR };
+function refuseReviewErrors(
+  paths: readonly string[],
+  files: Record<string, string>,
+  projectVariables: Set<string>,
+  warehouse: WarehouseSettings | null,
+): void {
+  // SQL is checked in the grammar of the environment's warehouse.
+  const context = { projectVariables, sqlDialect: sqlGrammarOf(warehouse?.type) };
   const seen = new Set<string>();
   const errors = paths
     .flatMap((path) => errorsBeforeRun(path, files, context))
@@ -267,7 +274,7 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
-  refuseReviewErrors([pipelineName], files, projectVariables);
+  refuseReviewErrors([pipelineName], files, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
@@ -332,7 +339,7 @@ export async function prepareTestRun(
     request.hostedAgent === true,
   );
   const { variables, projectVariables } = await resolveVariables(db, request.projectId, environment.id, {});
-  refuseReviewErrors(tests, pipelines, projectVariables);
+  refuseReviewErrors(tests, pipelines, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
