@@ -96,51 +96,71 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     assert.equal((await server.api('DELETE', path, { token: caller.token })).status, 204);
   });
 
-  test('a write without If-Match that lands between the check and the write: the If-Match writer gets 412, no lost update', async () => {
-    const created = await server.api('POST', '/webhooks', {
-      token: caller.token,
-      body: { url: 'https://hooks.example.com/c', description: 'v1' },
-    });
-    const path = `/webhooks/${created.body.webhookId}`;
-    const v1 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
-    // The check reads the resource through the server (app.inject): another client's write, without If-Match,
-    // is made to land right after that read, before the If-Match request writes.
-    const app = server.server.app;
-    const inject = app.inject;
-    let between: 'PATCH' | 'DELETE' | undefined;
-    const interleaved: string[] = [];
-    app.inject = (async (options: { method: string; url: string }) => {
-      const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
-      if (between && options.method === 'GET' && options.url.endsWith(path)) {
-        const write = between;
-        between = undefined;
-        const theirs =
-          write === 'PATCH'
-            ? await server.api('PATCH', path, { token: caller.token, body: { description: 'theirs' } })
-            : await server.api('PATCH', path, { token: caller.token, body: { description: 'theirs again' } });
-        assert.equal(theirs.status, 200);
-        interleaved.push(write);
+  for (const resource of ['webhook', 'schedule'] as const) {
+    test(`a write without If-Match that lands between the check and the write (${resource}): the If-Match writer gets 412, no lost update`, async () => {
+      let path: string;
+      let field: 'description' | 'name';
+      if (resource === 'webhook') {
+        const created = await server.api('POST', '/webhooks', {
+          token: caller.token,
+          body: { url: 'https://hooks.example.com/c', description: 'v1' },
+        });
+        path = `/webhooks/${created.body.webhookId}`;
+        field = 'description';
+      } else {
+        const projectId = await server.newProject(caller);
+        await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+        const created = await server.api('POST', `/projects/${projectId}/schedules`, {
+          token: caller.token,
+          body: {
+            name: 'v1',
+            cronExpression: '0 3 * * *',
+            pipelineName: 'pipelines/daily-load.orch.yaml',
+            environmentName: 'dev',
+            scheduleEnabled: false,
+          },
+        });
+        assert.equal(created.status, 201, created.text);
+        path = `/projects/${projectId}/schedules/${created.body.scheduleId}`;
+        field = 'name';
       }
-      return answer;
-    }) as unknown as typeof app.inject;
-    try {
-      between = 'PATCH';
-      const mine = await server.api('PATCH', path, {
-        token: caller.token,
-        body: { description: 'mine' },
-        headers: { 'if-match': v1 },
-      });
-      expectProblem(mine, 412);
-      assert.equal((await server.api('GET', path, { token: caller.token })).body.description, 'theirs', 'their write stands');
-      const v2 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
-      between = 'DELETE';
-      expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v2 } }), 412);
-      assert.equal((await server.api('GET', path, { token: caller.token })).body.description, 'theirs again', 'not deleted');
-      assert.deepEqual(interleaved, ['PATCH', 'DELETE']);
-    } finally {
-      app.inject = inject;
-    }
-  });
+      const v1 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+      // The check reads the resource through the server (app.inject): another client's write, without If-Match,
+      // is made to land right after that read, before the If-Match request writes.
+      const app = server.server.app;
+      const inject = app.inject;
+      let between: string | undefined;
+      const interleaved: string[] = [];
+      app.inject = (async (options: { method: string; url: string }) => {
+        const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
+        if (between && options.method === 'GET' && options.url.endsWith(path)) {
+          const value = between;
+          between = undefined;
+          const theirs = await server.api('PATCH', path, { token: caller.token, body: { [field]: value } });
+          assert.equal(theirs.status, 200, theirs.text);
+          interleaved.push(value);
+        }
+        return answer;
+      }) as unknown as typeof app.inject;
+      try {
+        between = 'theirs';
+        const mine = await server.api('PATCH', path, {
+          token: caller.token,
+          body: { [field]: 'mine' },
+          headers: { 'if-match': v1 },
+        });
+        expectProblem(mine, 412);
+        assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs', 'their write stands');
+        const v2 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+        between = 'theirs again';
+        expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v2 } }), 412);
+        assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs again', 'not deleted');
+        assert.deepEqual(interleaved, ['theirs', 'theirs again']);
+      } finally {
+        app.inject = inject;
+      }
+    });
+  }
 
   test(
     'If-Match compares the version in the write itself: a write committed after the check makes it 412',

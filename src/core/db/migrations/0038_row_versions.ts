@@ -7,9 +7,11 @@ import type { PortableMigration } from './types.ts';
  */
 export const rowVersions: PortableMigration = {
   async up(db) {
-    await db.schema
-      .alterTable('webhooks')
-      .addColumn('row_version', 'integer', (column) => column.notNull().defaultTo(0))
-      .execute();
+    for (const table of ['webhooks', 'schedules']) {
+      await db.schema
+        .alterTable(table)
+        .addColumn('row_version', 'integer', (column) => column.notNull().defaultTo(0))
+        .execute();
+    }
   },
 };
