@@ -3,7 +3,7 @@
  * Each finding names its rule, severity and location (file, component, parameter); none quotes a
  * credential it found.
  */
-import sqlParser from 'node-sql-parser';
+import { sqlParser } from '../../contract/sql-parser.ts';
 import { credentialViolations } from '../../core/credentials.ts';
 import { checkPipelines, describeViolation, pipelinesRunBy, type PipelineViolation } from '../../contract/pipeline-checks.ts';
 import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
@@ -145,7 +145,6 @@ function variableFindings(file: string, pipeline: Pipeline, context: ReviewConte
 
 // ---- SQL
 
-const parser = new sqlParser.Parser();
 /** Statements the parser's grammars know well: a failure to parse one of these is an error. */
 const WELL_KNOWN = /^\s*(\(\s*)*(select|with|insert|update|delete)\b/i;
 
@@ -173,6 +172,7 @@ function sqlFindings(file: string, pipeline: Pipeline, context: ReviewContext): 
       const text = component.parameters[parameter];
       if (typeof text !== 'string' || text.trim() === '') continue;
       const sqlText = withPlaceholders(text, pipeline);
+      const parser = sqlParser(context.sqlDialect);
       try {
         parser.astify(sqlText, { database: context.sqlDialect });
       } catch (error) {
