@@ -192,11 +192,11 @@ describeEachStore('the reference agent, end to end', (kind) => {
         secret: { name: 'orders-db', key: 'password', type: 'PASSWORD', value: `${plaintext}-db` },
       });
       assert.equal(stored.status, 200, stored.text);
-      // With its secrets in the vault the start gets past them, to what this agent cannot do: write to Azure Blob
-      // (pipelines that run and move data: test/agent/streaming-cdc.test.ts).
+      // With the source's password in the vault the start gets past it, to the target's account key, which is
+      // not there (pipelines that run and move data: test/agent/streaming-cdc.test.ts, streaming-abs.test.ts).
       assert.equal((await call('POST', `${pipelinePath}/start`, first.token)).status, 202);
       await until('the start failed again', async () => (await pipelineStatus()).status === 'FAILED');
-      assert.equal((await pipelineStatus()).message, 'target type abs is not supported by this agent');
+      assert.equal((await pipelineStatus()).message, 'secret warehouse holds no account key');
     } finally {
       agent.child.kill('SIGTERM');
       assert.equal(await agent.exited, 0, agent.logs());
