@@ -312,6 +312,8 @@ class Run {
       step.message = 'The component is marked skipped.';
     } else {
       try {
+        // Stopped while its start was reported (a cancel, or the server ended the delivery): the step does nothing.
+        this.signal.throwIfAborted();
         const answer = await work();
         this.signal.throwIfAborted();
         step.status = 'SUCCESS';

@@ -244,6 +244,22 @@ describeEachStore('agents and the agent protocol', (kind) => {
       );
 
     expectProblem(await report({ type: 'progress', body: {}, delivery: 1, sequence: 1 }), 409, 'work-redelivered');
+    // A delivery that never was is not called "redelivered" (attack finding 10).
+    const unknown = expectProblem(
+      await report({ type: 'progress', body: {}, delivery: 7, sequence: 1 }),
+      409,
+      'work-delivery-unknown',
+    );
+    assert.match(unknown.detail, /delivery 7 does not exist/);
+    // The heartbeat names the stale delivery as no longer the agent's to run, and renews only the current one.
+    const held = [
+      { workId, delivery: 1 },
+      { workId, delivery: 2 },
+    ];
+    const beat = await agentCall(token, 'POST', '/heartbeat', { heldWork: held });
+    assert.equal(beat.status, 200, beat.text);
+    assert.deepEqual(beat.body.endedWork, [{ workId, delivery: 1, reason: 'redelivered' }]);
+    assert.deepEqual(beat.body.cancelledWorkIds, []);
     expectProblem(await report({ type: 'done', body: {}, delivery: 1, sequence: 2 }), 409, 'work-redelivered');
     assert.equal(await sequenceOf(), 0);
     for (let i = 0; i < 2; i += 1) {
@@ -258,6 +274,12 @@ describeEachStore('agents and the agent protocol', (kind) => {
     }
     const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
     assert.deepEqual(JSON.parse(row.result!), { attempt: 0 }, 'the repeat is not applied');
+    // Finished: each held delivery is no longer the agent's to run.
+    const finished = await agentCall(token, 'POST', '/heartbeat', { heldWork: held });
+    assert.deepEqual(finished.body.endedWork, [
+      { workId, delivery: 1, reason: 'finished' },
+      { workId, delivery: 2, reason: 'finished' },
+    ]);
     // A new report on finished work is still refused.
     expectProblem(await report({ type: 'failed', body: {}, delivery: 2, sequence: 3 }), 409, 'work-already-finished');
     for (const bad of [{ sequence: 0 }, { delivery: 0 }, { sequence: 1.5 }]) {
