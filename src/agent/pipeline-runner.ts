@@ -218,6 +218,9 @@ function compareNamed(actual: VariableValue | undefined, comparator: string, exp
   }
 }
 
+/** The longest step message the agent protocol takes (`body.step.message`); a longer one is cut. */
+const MAX_STEP_MESSAGE = 65_535;
+
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
@@ -332,6 +335,10 @@ class Run {
       }
     }
     step.finishedAt = this.clock().toISOString();
+    // The agent protocol takes a step message of at most MAX_STEP_MESSAGE characters.
+    if (step.message !== undefined && step.message.length > MAX_STEP_MESSAGE) {
+      step.message = `${step.message.slice(0, MAX_STEP_MESSAGE - 1)}…`;
+    }
     await this.options.onStep?.({ ...step });
     return step;
   }

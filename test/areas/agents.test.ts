@@ -204,7 +204,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal(again.status, 200);
     assert.equal(again.body.delivery, 2);
     assert.equal(
-      (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { step: 1 } })).status,
+      (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { done: 1 } })).status,
       200,
     );
     const done = await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: { ok: true } });
@@ -263,7 +263,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await report({ type: 'done', body: {}, delivery: 1, sequence: 2 }), 409, 'work-redelivered');
     assert.equal(await sequenceOf(), 0);
     for (let i = 0; i < 2; i += 1) {
-      const progress = await report({ type: 'progress', body: { step: 1 }, delivery: 2, sequence: 1 });
+      const progress = await report({ type: 'progress', body: { done: 1 }, delivery: 2, sequence: 1 });
       assert.deepEqual([progress.status, progress.body], [200, { workId, state: 'delivered' }]);
     }
     assert.equal(await sequenceOf(), 1);

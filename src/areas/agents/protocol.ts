@@ -75,11 +75,35 @@ const WorkItem = Type.Object({
     description: 'how long a lease lasts: renewed by each heartbeat naming the work and each progress report',
   }),
 });
+/**
+ * A pipeline run's step, as its progress reports carry it (`body.step`): typed here, at the entrance, so that
+ * what is stored and served (the run's steps, their events and lineage) is what the API promises.
+ */
+const ReportedStep = Type.Object(
+  {
+    index: Type.Integer({ minimum: 0, maximum: 2_147_483_647, description: 'position in the run, from 0' }),
+    name: Type.String({ maxLength: 4000 }),
+    status: Type.Enum(['RUNNING', 'SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED']),
+    startedAt: Type.String({ format: 'date-time' }),
+    finishedAt: Type.Optional(Type.String({ format: 'date-time' })),
+    message: Type.Optional(Type.String({ maxLength: 65_535 })),
+    childPipeline: Type.Optional(Type.String({ maxLength: 4000, description: 'the pipeline file the step belongs to' })),
+    rowsWritten: Type.Optional(Type.Unknown({ description: 'rows its SQL wrote: a whole number, 0 or more' })),
+    lineage: Type.Optional(Type.Unknown({ description: 'the datasets it read and wrote' })),
+  },
+  { description: "a pipeline run's step (a run's progress reports)" },
+);
+
 const ReportRequest = Type.Object(
   {
     type: Type.Enum(['progress', 'done', 'failed']),
     body: Type.Optional(
-      Type.Unknown({ description: 'what the work produced (done), why it failed (failed), how far it got (progress)' }),
+      // Any JSON value; when it is an object with a `step`, that step is checked (a schema of properties with no type).
+      Type.Unsafe<unknown>({
+        description: 'what the work produced (done), why it failed (failed), how far it got (progress)',
+        properties: { step: ReportedStep },
+        additionalProperties: true,
+      }),
     ),
     delivery: Type.Optional(
       Type.Integer({
