@@ -115,7 +115,12 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('PATCH', `/agents/${agentId}`, { cloudProvider: 'azure' }), 422);
     assert.equal((await api('PATCH', `/agents/${agentId}`, { pausedUntil: null })).body.agentStatus, 'PENDING');
 
-    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 202);
+    const deleted = await api('DELETE', `/agents/${agentId}`);
+    assert.equal(deleted.status, 202);
+    // No body: not a JSON `null` (attack finding 10).
+    assert.equal(deleted.text, '');
+    assert.equal(deleted.headers.get('content-type'), null);
+    assert.ok([null, '0'].includes(deleted.headers.get('content-length')), String(deleted.headers.get('content-length')));
     expectProblem(await api('GET', `/agents/${agentId}`), 404);
     expectProblem(await api('DELETE', `/agents/${agentId}`), 404);
     expectProblem(await api('GET', '/agents/not-a-uuid'), 400);

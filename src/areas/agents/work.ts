@@ -371,6 +371,15 @@ export async function cancelledWorkIds(db: Executor, workIds: readonly string[])
   return new Set(rows.map((row) => row.id));
 }
 
+/** Which of `workIds` no longer exist (their agent was deleted with its work). */
+export async function goneWorkIds(db: Executor, workIds: readonly string[]): Promise<Set<string>> {
+  const ids = [...new Set(workIds)];
+  if (ids.length === 0) return new Set();
+  const rows = await db.selectFrom('agentWork').select('id').where('id', 'in', ids).execute();
+  const found = new Set(rows.map((row) => row.id));
+  return new Set(ids.filter((id) => !found.has(id)));
+}
+
 /** The work of `kinds` an agent has not finished (queued or delivered), with its payload. */
 export async function unfinishedWorkOf(db: Executor, agentId: string, kinds: readonly string[]) {
   const rows = await db
