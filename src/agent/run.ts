@@ -31,7 +31,15 @@ export interface AgentOptions {
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+  /**
+   * How long the server may refuse the agent's credentials without a break before the agent gives up (its
+   * `ended` resolves): the agent was deleted or given new credentials. CREDENTIALS_REFUSED_GIVE_UP_MS unless given.
+   */
+  giveUpAfterRefusedMs?: number;
 }
+
+/** How long credentials refused without a break make the agent give up (see AgentOptions.giveUpAfterRefusedMs). */
+export const CREDENTIALS_REFUSED_GIVE_UP_MS = 60_000;
 
 /** Pieces of work run at once; the agent polls for more only below this. */
 const MAX_CONCURRENT_WORK = 4;
@@ -50,6 +58,8 @@ class ProtocolError extends Error {
 /** The agent's side of the protocol: a token from its credentials (renewed before it expires, or on a 401), and JSON calls. */
 class AgentClient {
   private token?: { value: string; renewAt: number };
+  /** When the token endpoint began refusing the credentials (401/400) without a token granted since; undefined: it is not. */
+  refusedSince?: number;
 
   constructor(
     private readonly base: string,
@@ -63,7 +73,9 @@ class AgentClient {
       method: 'POST',
       body: new URLSearchParams({ grant_type: 'client_credentials', client_id: this.clientId, client_secret: this.clientSecret }),
     });
+    if (answer.status === 401 || answer.status === 400) this.refusedSince ??= Date.now();
     if (!answer.ok) throw new ProtocolError(`the server refused the agent credentials (${answer.status})`, answer.status);
+    this.refusedSince = undefined;
     const body = (await answer.json()) as { access_token: string; expires_in: number };
     this.token = { value: body.access_token, renewAt: Date.now() + (body.expires_in * 1000) / 2 };
     return this.token.value;
@@ -147,6 +159,11 @@ type PolledWork = DeliveredWork & { leaseExpiresAt?: string; leaseSeconds?: numb
 export interface RunningAgent {
   /** Stops polling, abandons work in hand (it is delivered again once its lease lapses), signs off. */
   stop(): Promise<void>;
+  /**
+   * Resolves with the reason when the agent gives up by itself: the server refused its credentials for
+   * giveUpAfterRefusedMs without a break (it was deleted, or given new credentials). It has stopped by then.
+   */
+  ended: Promise<string>;
 }
 
 export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
@@ -328,6 +345,10 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     }
   }
 
+  const giveUpAfterMs = options.giveUpAfterRefusedMs ?? CREDENTIALS_REFUSED_GIVE_UP_MS;
+  let giveUp: (reason: string) => void = () => undefined;
+  const ended = new Promise<string>((resolve) => (giveUp = resolve));
+
   /** Runs `step` until the agent stops, waiting after failures (the server may be restarting). */
   async function loop(name: string, step: () => Promise<number>): Promise<void> {
     let backoff = 250;
@@ -338,6 +359,16 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
         if (pause > 0) await sleep(pause, undefined, { signal: stopping.signal });
       } catch (error) {
         if (stopping.signal.aborted) return;
+        // Credentials refused for long without a break: the agent was deleted or its credentials replaced.
+        // Asking again for ever would only count against the address's failed-authentication budget.
+        const refusedSince = client.refusedSince;
+        if (refusedSince !== undefined && Date.now() - refusedSince >= giveUpAfterMs) {
+          const reason = `the server has refused the agent credentials for ${Math.round((Date.now() - refusedSince) / 1000)} s (the agent was deleted or given new credentials)`;
+          log('error', 'giving up: the server refuses the agent credentials', { reason });
+          stopping.abort(new Error(reason));
+          giveUp(reason);
+          return;
+        }
         log('warn', `${name} failed; retrying`, { message: error instanceof Error ? error.message : String(error) });
         await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => undefined);
         backoff = Math.min(RETRY_MAX_MS, backoff * 2);
@@ -371,6 +402,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
   log('info', 'agent running');
 
   return {
+    ended,
     async stop() {
       stopping.abort(new Error('the agent is stopping'));
       await Promise.all([heartbeats, polls]);

@@ -134,6 +134,22 @@ describeEachStore('deletions end the runs in progress', (kind) => {
     assert.match(run.message, /agent .*was deleted/);
   });
 
+  test("a deleted agent's process gives up once its credentials are refused for long, and exits non-zero (attack finding 10)", async () => {
+    const { agentId, credentials } = await setUp(path.join(folder, 'unused.csv'));
+    const agent = await spawnAgent(
+      { url: server.url, ...credentials, stateDir: path.join(folder, 'deleted') },
+      { DPC_AGENT_GIVE_UP_AFTER_REFUSED_SECONDS: '2' },
+    );
+    agents.push(agent);
+    assert.equal((await server.api('DELETE', `/agents/${agentId}`, { token: caller.token })).status, 202);
+    const code = await Promise.race([agent.exited, new Promise((resolve) => setTimeout(() => resolve('still running'), 20_000))]);
+    assert.equal(code, 4, agent.logs());
+    assert.match(agent.logs(), /"msg":"giving up: the server refuses the agent credentials"/);
+    // It stopped asking: a few refusals, not one every few seconds for ever.
+    const asked = (agent.logs().match(/refused the agent credentials \(401\)/g) ?? []).length;
+    assert.ok(asked <= 20, `${asked} refused token requests logged`);
+  });
+
   test("a project deleted during a run: the agent is told to stop and the run's next step does not run", async () => {
     const file = path.join(folder, 'project.csv');
     const { projectId, agentId, credentials } = await setUp(file);
