@@ -16,6 +16,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { FolderStore, type ObjectStore } from '../src/agent/streaming/object-store.ts';
 import { runPostgresPipeline } from '../src/agent/streaming/pipeline.ts';
+import { FileTarget } from '../src/agent/streaming/target.ts';
 import { PostgresSource } from '../src/agent/streaming/postgres.ts';
 import { loadState } from '../src/agent/streaming/state.ts';
 import { startPrivatePostgres } from '../test/helpers/private-postgres.ts';
@@ -56,10 +57,9 @@ export async function bench(): Promise<void> {
         pipelineId: PIPELINE,
         tables: [{ schema: 'public', table: 'changes' }],
         advancedProperties: { 'snapshot.mode': 'never' },
-        prefix: 'bench',
         stateDir,
         source,
-        target,
+        target: new FileTarget(target, 'bench'),
         signal,
         report: () => undefined,
         log: () => undefined,

@@ -19,7 +19,7 @@ import { OutboxWakeups } from './core/outbox-wakeups.ts';
 import { SecretBox } from './core/secret-box.ts';
 import { openApiPlugin } from './core/openapi.ts';
 import { Metrics, metricsPlugin } from './core/metrics.ts';
-import { validatorCompiler } from './core/validation.ts';
+import { builtOnFirstUse, validatorCompiler } from './core/validation.ts';
 import { acceptEmptyJsonBodies } from './core/json-bodies.ts';
 import { AgentDeletion, AgentWorkReports, HostedAgents } from './areas/agents/index.ts';
 import { ProjectDeletion } from './areas/projects/index.ts';
@@ -107,7 +107,11 @@ export async function buildApp({ config, store, logger }: AppOptions): Promise<F
       compilersFactory: {
         buildSerializer: (schemas, options) => {
           const compile = SerializerSelector()(schemas, options);
-          return (route) => serializingKeptAnswersOnce(compile(route));
+          // Compiled when first used, as validators are (core/validation.ts): most routes of a process never answer.
+          return (route) => {
+            const serialize = builtOnFirstUse(() => serializingKeptAnswersOnce(compile(route)));
+            return (data: unknown) => serialize()(data);
+          };
         },
       },
     },

@@ -21,6 +21,7 @@ export const agentRunCommand: Command = {
     'statement-timeout': { type: 'string' },
     hosted: { type: 'boolean' },
     'object-store': { type: 'string' },
+    'blob-endpoint': { type: 'string' },
   },
   optionHelp: {
     url: 'the server, e.g. http://127.0.0.1:8080',
@@ -31,6 +32,8 @@ export const agentRunCommand: Command = {
     'statement-timeout': 'seconds one warehouse statement may run before it is cancelled (default 3600; 0: no bound)',
     'object-store':
       'what serves s3 streaming targets: file:///folder keeps each bucket as a folder there (or DPC_AGENT_OBJECT_STORE)',
+    'blob-endpoint':
+      'the Azure Blob endpoint of abs streaming targets, {account} standing for the account name (default https://{account}.blob.core.windows.net; or DPC_AGENT_BLOB_ENDPOINT)',
     hosted: 'run as a platform-hosted agent: no scripts, the embedded warehouse without file system or network access',
   },
   async run({ values, out }) {
@@ -50,6 +53,9 @@ export const agentRunCommand: Command = {
       !(Number.isInteger(Number(giveUpSeconds)) && Number(giveUpSeconds) > 0)
     )
       throw new CliError('DPC_AGENT_GIVE_UP_AFTER_REFUSED_SECONDS must be a whole number of seconds, 1 or more', EXIT.config);
+    const blobEndpoint = (values['blob-endpoint'] as string | undefined) || process.env.DPC_AGENT_BLOB_ENDPOINT;
+    if (blobEndpoint && !URL.canParse(blobEndpoint.replaceAll('{account}', 'account')))
+      throw new CliError('--blob-endpoint must be a URL such as http://127.0.0.1:10000/{account}', EXIT.usage);
     const clientSecret = (values['client-secret'] as string | undefined) || process.env.DPC_AGENT_CLIENT_SECRET;
     if (!clientSecret) throw new CliError('--client-secret (or DPC_AGENT_CLIENT_SECRET) is required', EXIT.usage);
     const log = (level: string, msg: string, fields?: Record<string, unknown>) =>
@@ -69,6 +75,7 @@ export const agentRunCommand: Command = {
       warehouseRoleKey: process.env.DPC_AGENT_WAREHOUSE_ROLE_KEY || undefined,
       objectStore: objectStore || undefined,
       ...(giveUpSeconds && { giveUpAfterRefusedMs: Number(giveUpSeconds) * 1000 }),
+      blobEndpoint: blobEndpoint || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);

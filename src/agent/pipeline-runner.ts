@@ -282,12 +282,12 @@ class Run {
   }
 
   /**
-   * The datasets SQL run on `warehouse` read and wrote, parsed with PostgreSQL's grammar (what DuckDB and
-   * PostgreSQL run); SQL the parser cannot read reports none rather than a guess.
+   * The datasets SQL run on `warehouse` read and wrote, parsed with the warehouse's grammar; SQL the parser
+   * cannot read reports none rather than a guess.
    */
   lineageOf(warehouse: Warehouse, sql: string): StepLineage | undefined {
     const lineage = sqlLineage(sql, {
-      grammar: 'postgresql',
+      grammar: warehouse.sqlGrammar,
       namespace: warehouse.lineageNamespace,
       defaultDatabase: warehouse.defaultDatabase ?? 'main',
       defaultSchema: warehouse.defaultSchema,

@@ -28,6 +28,8 @@ export interface AgentOptions {
   warehouseRoleKey?: string;
   /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there. */
   objectStore?: string;
+  /** The Azure Blob endpoint of `abs` streaming targets, `{account}` standing for the account name. */
+  blobEndpoint?: string;
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -317,6 +319,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       ...(options.defaultWarehouseUrl && { defaultWarehouseUrl: options.defaultWarehouseUrl }),
       ...(options.warehouseRoleKey && { warehouseRoleKey: options.warehouseRoleKey }),
       ...(options.objectStore && { objectStore: options.objectStore }),
+      ...(options.blobEndpoint && { blobEndpoint: options.blobEndpoint }),
       log: (message, fields) => log('info', message, { workId: work.workId, kind: work.kind, ...fields }),
     };
     let outcome: { type: 'done' | 'failed'; body: unknown };

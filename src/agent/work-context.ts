@@ -37,6 +37,8 @@ export interface WorkContext {
   warehouseRoleKey?: string;
   /** What serves `s3` streaming targets: `file:///folder` keeps each bucket as a folder there (absent: none). */
   objectStore?: string;
+  /** The Azure Blob endpoint of `abs` streaming targets, `{account}` standing for the account name (absent: Azure's own). */
+  blobEndpoint?: string;
 }
 
 export type WorkHandler = (work: DeliveredWork, ctx: WorkContext) => Promise<unknown>;

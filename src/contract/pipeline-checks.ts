@@ -42,23 +42,30 @@ function missing(value: unknown): boolean {
   return value === undefined || value === null || value === '' || (Array.isArray(value) && value.length === 0);
 }
 
-function findFile(files: Record<string, string>, name: string, suffix: string): string | undefined {
+/** The child's file: its name as given, or with the kind's suffix, when the version has that path. */
+function findFile(has: (path: string) => boolean, name: string, suffix: string): string | undefined {
   const stripped = name.replace(/^\/+/, '');
-  return [stripped, `${stripped}${suffix}`].find((candidate) => Object.hasOwn(files, candidate));
+  return [stripped, `${stripped}${suffix}`].find(has);
+}
+
+/** The parameter naming the child pipeline a component type runs, and the suffix of that child's file. */
+const CHILDREN: Record<string, { parameter: string; suffix: string }> = {
+  'run-orchestration': { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration },
+  'run-transformation': { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation },
+};
+
+/** Whether the component names its child pipeline through a variable (resolved when the run gets there). */
+function childThroughVariables(component: Component): boolean {
+  const named = Object.hasOwn(CHILDREN, component.type) && component.parameters[CHILDREN[component.type].parameter];
+  return typeof named === 'string' && named.includes('${');
 }
 
 /** The child pipeline a component runs: the parameter naming it, the name, and its file when the version has it. */
-function childOf(component: Component, files: Record<string, string>) {
-  const child =
-    component.type === 'run-orchestration'
-      ? { parameter: 'orchestrationJob', suffix: PIPELINE_SUFFIXES.orchestration }
-      : component.type === 'run-transformation'
-        ? { parameter: 'transformationJob', suffix: PIPELINE_SUFFIXES.transformation }
-        : undefined;
+function childOf(component: Component, has: (path: string) => boolean) {
+  const child = Object.hasOwn(CHILDREN, component.type) ? CHILDREN[component.type] : undefined;
   const named = child && component.parameters[child.parameter];
-  // A name made of variables is resolved when the run gets there.
-  if (!child || typeof named !== 'string' || named === '' || named.includes('${')) return undefined;
-  return { parameter: child.parameter, named, target: findFile(files, named, child.suffix) };
+  if (!child || typeof named !== 'string' || named === '' || childThroughVariables(component)) return undefined;
+  return { parameter: child.parameter, named, target: findFile(has, named, child.suffix) };
 }
 
 /**
@@ -66,23 +73,63 @@ function childOf(component: Component, files: Record<string, string>) {
  * when the run gets there); files that cannot be read are listed and not followed.
  */
 export function pipelinesRunBy(file: string, files: Record<string, string>): string[] {
-  const seen: string[] = [];
-  const visit = (path: string) => {
-    if (seen.includes(path) || !Object.hasOwn(files, path)) return;
-    seen.push(path);
+  const seen = new Set<string>();
+  const waiting = [file];
+  while (waiting.length > 0) {
+    const path = waiting.pop()!;
+    if (seen.has(path) || !Object.hasOwn(files, path)) continue;
+    seen.add(path);
     let pipeline: Pipeline;
     try {
       pipeline = parsePipelineFile(files[path]);
     } catch {
-      return;
+      continue;
     }
     for (const component of pipeline.components.values()) {
-      const child = component.skipped ? undefined : childOf(component, files);
-      if (child?.target !== undefined) visit(child.target);
+      const child = component.skipped ? undefined : childOf(component, (path) => Object.hasOwn(files, path));
+      if (child?.target !== undefined) waiting.push(child.target);
     }
-  };
-  visit(file);
-  return seen;
+  }
+  return [...seen];
+}
+
+/**
+ * The child pipelines the pipeline in `text` runs, as paths among `paths`, and whether it names one through
+ * a variable (then the run may reach any pipeline of the version). A file that cannot be read runs none.
+ */
+export function childPipelines(text: string, paths: ReadonlySet<string>): { paths: string[]; throughVariables: boolean } {
+  let pipeline: Pipeline;
+  try {
+    pipeline = parsePipelineFile(text);
+  } catch {
+    return { paths: [], throughVariables: false };
+  }
+  const children: string[] = [];
+  let throughVariables = false;
+  for (const component of pipeline.components.values()) {
+    if (component.skipped) continue;
+    if (childThroughVariables(component)) throughVariables = true;
+    const child = childOf(component, (path) => paths.has(path));
+    if (child?.target !== undefined) children.push(child.target);
+  }
+  return { paths: children, throughVariables };
+}
+
+/** Files parsed once by path: the pipeline, or why it cannot be read. */
+export type ParsedFiles = Map<string, Pipeline | PipelineFileError>;
+
+function parsedOnce(path: string, files: Record<string, string>, parsed: ParsedFiles): Pipeline | PipelineFileError {
+  let entry = parsed.get(path);
+  if (entry === undefined) {
+    try {
+      entry = parsePipelineFile(files[path]);
+    } catch (error) {
+      if (!(error instanceof PipelineFileError)) throw error;
+      entry = error;
+    }
+    parsed.set(path, entry);
+  }
+  return entry;
 }
 
 /**
@@ -91,21 +138,84 @@ export function pipelinesRunBy(file: string, files: Record<string, string>): str
  * answered as violations (the caller's 400).
  */
 export function checkPipeline(file: string, files: Record<string, string>): PipelineViolation[] {
+  const top = parsedOnce(file, files, new Map());
+  if (top instanceof PipelineFileError && top.component === undefined) throw top;
+  return walkPipelines([file], files, new Map(), true);
+}
+
+/**
+ * The violations of every file among `roots` and the pipelines they run, files that cannot be read left
+ * out (the caller reports them as they are): one walk over them all, each file checked once.
+ */
+export function checkPipelines(
+  roots: string[],
+  files: Record<string, string>,
+  parsed: ParsedFiles = new Map(),
+): PipelineViolation[] {
+  return walkPipelines(roots, files, parsed, false);
+}
+
+/** The files of `cycle` from its `start`th back to it; a long one shortened to its first and last files. */
+function cycleFrom(cycle: { file: string }[], start: number): string {
+  const at = (i: number) => cycle[(start + i) % cycle.length].file;
+  const names =
+    cycle.length <= 8
+      ? cycle.map((_, i) => at(i))
+      : [at(0), at(1), at(2), `… ${cycle.length - 5} more …`, at(cycle.length - 2), at(cycle.length - 1)];
+  return [...names, at(0)].join(' → ');
+}
+
+/**
+ * A depth-first walk: each file is checked once (its violations do not depend on the path that reached
+ * it), and the files on the current chain find a cycle back to them; a child reached again later is not
+ * walked again, so a graph of files each running the next twice costs its size, not 2^depth.
+ */
+function walkPipelines(
+  roots: string[],
+  files: Record<string, string>,
+  parsed: ParsedFiles,
+  unreadable: boolean,
+): PipelineViolation[] {
   const violations: PipelineViolation[] = [];
-  const visit = (path: string, chain: string[], top: boolean) => {
-    let pipeline: Pipeline;
-    try {
-      pipeline = parsePipelineFile(files[path]);
-    } catch (error) {
-      if (top && (!(error instanceof PipelineFileError) || error.component === undefined)) throw error;
-      const e = error as PipelineFileError;
-      violations.push({ file: path, component: e.component, parameter: e.parameter, message: e.message });
-      return;
+  const done = new Set<string>();
+  // The files being walked, in order, each with the component through which the walk went on from it.
+  const chain: { file: string; component: string; parameter: string }[] = [];
+  const onChain = new Set<string>();
+  // Walked with a stack of its own, not recursion: a chain of thousands of files is no stack overflow.
+  const frames: { path: string; components: Iterator<Component> }[] = [];
+  /** Starts walking `path`: answers whether it is on the chain now (a file that cannot be read is not). */
+  const enter = (path: string): boolean => {
+    done.add(path);
+    const pipeline = parsedOnce(path, files, parsed);
+    if (pipeline instanceof PipelineFileError) {
+      if (unreadable) {
+        violations.push({ file: path, component: pipeline.component, parameter: pipeline.parameter, message: pipeline.message });
+      }
+      return false;
     }
-    const required = pipeline.kind === 'orchestration' ? REQUIRED_ORCHESTRATION_PARAMETERS : REQUIRED_TRANSFORMATION_PARAMETERS;
-    for (const component of pipeline.components.values()) {
+    onChain.add(path);
+    frames.push({ path, components: pipeline.components.values() });
+    required.set(
+      path,
+      pipeline.kind === 'orchestration' ? REQUIRED_ORCHESTRATION_PARAMETERS : REQUIRED_TRANSFORMATION_PARAMETERS,
+    );
+    return true;
+  };
+  const required = new Map<string, Record<string, string[]>>();
+  for (const root of roots) {
+    if (done.has(root) || !enter(root)) continue;
+    while (frames.length > 0) {
+      const { path, components } = frames.at(-1)!;
+      const next = components.next();
+      if (next.done) {
+        frames.pop();
+        onChain.delete(path);
+        chain.pop();
+        continue;
+      }
+      const component = next.value;
       if (component.skipped) continue;
-      for (const parameter of required[component.type] ?? []) {
+      for (const parameter of required.get(path)![component.type] ?? []) {
         if (missing(component.parameters[parameter])) {
           violations.push({ file: path, component: component.name, parameter, message: 'required' });
         }
@@ -118,29 +228,26 @@ export function checkPipeline(file: string, files: Record<string, string>): Pipe
           message: 'required: the component it runs',
         });
       }
-      const child = childOf(component, files);
-      if (child) {
-        const { named, target } = child;
-        if (target === undefined) {
-          violations.push({
-            file: path,
-            component: component.name,
-            parameter: child.parameter,
-            message: `"${named}" is not a pipeline of this version`,
-          });
-        } else if (chain.includes(target)) {
-          violations.push({
-            file: path,
-            component: component.name,
-            parameter: child.parameter,
-            message: `pipelines run each other in a cycle: ${[...chain, target].join(' → ')}`,
-          });
-        } else visit(target, [...chain, target], false);
+      const child = childOf(component, (path) => Object.hasOwn(files, path));
+      if (!child) continue;
+      const { named, target } = child;
+      const step = { file: path, component: component.name, parameter: child.parameter };
+      if (target === undefined) {
+        violations.push({ ...step, message: `"${named}" is not a pipeline of this version` });
+      } else if (onChain.has(target)) {
+        // Named on each file of the cycle, starting from it, as a walk from that file would find it.
+        const from = target === path ? chain.length : chain.findIndex((link) => link.file === target);
+        const cycle = [...chain.slice(from), step];
+        cycle.forEach((link, i) =>
+          violations.push({ ...link, message: `pipelines run each other in a cycle: ${cycleFrom(cycle, i)}` }),
+        );
+      } else if (!done.has(target)) {
+        chain.push(step);
+        if (!enter(target)) chain.pop();
       }
     }
-  };
-  visit(file, [file], true);
-  // A child run from two places is checked twice: each violation once.
+  }
+  // A violation found on more than one walk (a cycle seen again): each once.
   const seen = new Set<string>();
   return violations.filter((v) => !seen.has(describeViolation(v)) && seen.add(describeViolation(v)));
 }

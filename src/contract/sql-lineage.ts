@@ -3,10 +3,8 @@
  * (node-sql-parser) in the warehouse's grammar, never guessed. A script the parser cannot read yields
  * nothing (no lineage rather than a wrong one). Pure: the agent calls it with the SQL it ran.
  */
-import sqlParser from 'node-sql-parser';
+import { sqlParser } from './sql-parser.ts';
 import type { LineageDataset, StepLineage } from './lineage.ts';
-
-const parser = new sqlParser.Parser();
 
 export interface SqlLineageContext {
   /** node-sql-parser's grammar: `postgresql` reads what PostgreSQL and DuckDB run. */
@@ -27,6 +25,7 @@ export function sqlLineage(sql: string, context: SqlLineageContext): StepLineage
   const inputs = new Map<string, LineageDataset>();
   const outputs = new Map<string, LineageDataset>();
   try {
+    const parser = sqlParser(context.grammar);
     // DuckDB's `CREATE OR REPLACE TABLE` writes its table as `CREATE TABLE` does; PostgreSQL's grammar lacks it.
     const ast = parser.astify(sql.replace(/\bcreate\s+or\s+replace\s+table\b/gi, 'CREATE TABLE'), options);
     for (const statement of Array.isArray(ast) ? ast : [ast]) {

@@ -26,6 +26,8 @@ export interface StreamingDefinition {
 export interface StreamingPipelinePayload {
   streamingPipelineId: string;
   projectId?: string;
+  /** The account the pipeline belongs to: a warehouse target writes to that account's warehouse. */
+  accountId?: string;
   name?: string;
   definition: StreamingDefinition;
 }

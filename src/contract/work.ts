@@ -3,6 +3,7 @@
  * sides import this module; it imports neither. A kind added here needs a report handler on the server
  * (checked when the server starts) and a work handler in each agent that runs it.
  */
+import type { WarehouseType } from './sql-grammar.ts';
 import type { VariableValue } from './pipeline-file.ts';
 
 export const WORK_KINDS = {
@@ -76,7 +77,8 @@ export interface WriteSecretPayload {
  * vault secret holds the password; the password itself never travels through the server.
  */
 export interface WarehouseSpec {
-  type: 'duckdb' | 'postgres';
+  /** duckdb and postgres run; another type is refused by the agent (sql-grammar.ts). */
+  type: WarehouseType;
   host?: string;
   port?: number;
   database?: string;

@@ -1,7 +1,9 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fp from 'fastify-plugin';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { sql } from 'kysely';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isUniqueViolation, type Db } from './db/database.ts';
 import { badRequest, ProblemError } from './problems.ts';
 
@@ -52,7 +54,55 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Released when the answer is sent: conditional writes to one URL run one at a time in this process. */
     conditionalRelease: (() => void) | null;
+    /** The row version the request's If-Match check saw, on a route whose write compares it (config.rowVersion). */
+    expectedVersion: VersionExpectation | null;
   }
+}
+
+/** The version of one row that a write with If-Match may change, as its check saw it. */
+interface VersionExpectation {
+  table: string;
+  id: string;
+  version: number;
+  /** The write compared it once: later statements of the request change the row it changed. */
+  used: boolean;
+}
+
+/** The handler of a write with If-Match on a versioned route runs with its expectation. */
+const expectations = new AsyncLocalStorage<VersionExpectation>();
+
+/**
+ * The version of row `id` of `table` that the write running now must find, or undefined (no If-Match, or the
+ * request already changed that row). The repository adds it to its UPDATE's or DELETE's WHERE, then tells
+ * heldExpectedVersion whether a row matched.
+ */
+export function expectedRowVersion(table: string, id: string): number | undefined {
+  const expected = expectations.getStore();
+  return expected && !expected.used && expected.table === table && expected.id === id ? expected.version : undefined;
+}
+
+/**
+ * After a write that compared expectedRowVersion: when no row had that version, another write came between the
+ * request's check and its write (or the row is gone), and this is a 412 (thrown in the write's transaction,
+ * which rolls back: nothing is done).
+ */
+export function heldExpectedVersion(table: string, id: string, held: boolean): void {
+  const expected = expectations.getStore();
+  if (!expected || expected.used || expected.table !== table || expected.id !== id) return;
+  if (!held) {
+    throw new ProblemError(412, 'The resource changed since the version If-Match names: read it again, then send the change.', {
+      violations: ['If-Match: does not name the current version'],
+    });
+  }
+  expected.used = true;
+}
+
+/** The row's version now, or undefined when there is no such row. */
+async function rowVersionOf(db: Db, table: string, id: string): Promise<number | undefined> {
+  const { rows } = await sql<{
+    version: number;
+  }>`select row_version as version from ${sql.table(table)} where id = ${id}`.execute(db);
+  return rows[0] === undefined ? undefined : Number(rows[0].version);
 }
 
 /**
@@ -71,6 +121,7 @@ declare module 'fastify' {
  */
 export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
   app.decorateRequest('conditionalRelease', null);
+  app.decorateRequest('expectedVersion', null);
   const queues = new Map<string, Promise<void>>();
   const db = app.store.db;
 
@@ -124,7 +175,38 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
         ['If-Match: not supported on this URL (it has no GET)'],
       );
     }
-    // One conditional write to a URL at a time here: the next checks what the previous left.
+    const tags = tagsOf(ifMatch);
+    const matches = (current: string | undefined) =>
+      current !== undefined &&
+      (tags.includes('*') || tags.some((candidate) => !candidate.startsWith('W/') && candidate === current));
+    const stale = (current: string | undefined) =>
+      new ProblemError(
+        412,
+        current === undefined
+          ? 'If-Match names a version of a resource that a GET of this URL does not answer (it does not exist).'
+          : 'The resource changed since the version If-Match names: read it again, then send the change.',
+        { violations: ['If-Match: does not name the current version'], headers: current ? { etag: current } : {} },
+      );
+
+    // A versioned row: the check finds the version the tag is of, and the write changes the row only at that
+    // version (expectedRowVersion), so any write that comes between, with If-Match or without, makes it a 412.
+    const versioned = request.routeOptions.config.rowVersion;
+    if (versioned) {
+      const id = String((request.params as Record<string, unknown>)[versioned.idParam]);
+      // The version on each side of the GET: the same, and the GET answered that version.
+      for (let attempt = 0; attempt < 5; attempt += 1) {
+        const before = await rowVersionOf(db, versioned.table, id);
+        const current = await currentTag(request);
+        const after = await rowVersionOf(db, versioned.table, id);
+        if (before !== after) continue;
+        if (!matches(current) || after === undefined) throw stale(current);
+        request.expectedVersion = { table: versioned.table, id, version: after, used: false };
+        return;
+      }
+      throw stale(undefined);
+    }
+
+    // Elsewhere, one conditional write to a URL at a time here: the next checks what the previous left.
     const url = `${request.principal.accountId} ${request.url}`;
     const previous = queues.get(url) ?? Promise.resolve();
     let release!: () => void;
@@ -153,20 +235,8 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
         headers: { 'retry-after': '1' },
       });
     }
-    const tags = tagsOf(ifMatch);
     const current = await currentTag(request);
-    const matched =
-      current !== undefined &&
-      (tags.includes('*') || tags.some((candidate) => !candidate.startsWith('W/') && candidate === current));
-    if (!matched) {
-      throw new ProblemError(
-        412,
-        current === undefined
-          ? 'If-Match names a version of a resource that a GET of this URL does not answer (it does not exist).'
-          : 'The resource changed since the version If-Match names: read it again, then send the change.',
-        { violations: ['If-Match: does not name the current version'], headers: current ? { etag: current } : {} },
-      );
-    }
+    if (!matches(current)) throw stale(current);
   };
   const releaseAfter = async (request: FastifyRequest) => {
     request.conditionalRelease?.();
@@ -177,6 +247,15 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
     const methods = [route.method].flat();
     if (!methods.some((method) => GUARDED_METHODS.has(method)) || route.config?.directoryIntegration) return;
     route.preHandler = [guard, ...[route.preHandler ?? []].flat()];
+    if (route.config?.rowVersion) {
+      const handler = route.handler;
+      route.handler = function (this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
+        const expected = request.expectedVersion;
+        return expected
+          ? expectations.run(expected, () => handler.call(this, request, reply))
+          : handler.call(this, request, reply);
+      };
+    }
     route.onResponse = [releaseAfter, ...[route.onResponse ?? []].flat()];
     route.onRequestAbort = [releaseAfter, ...[route.onRequestAbort ?? []].flat()];
   });

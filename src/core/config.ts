@@ -100,6 +100,10 @@ export interface Config {
   webhookRetrySeconds: number[];
   /** A webhook is disabled when this many deliveries in a row failed every try. */
   webhookDisableAfter: number;
+  /** An OpenLineage HTTP endpoint (Marquez's `/api/v1/lineage`, a catalogue's) every stored lineage event is POSTed to; none by default. */
+  openLineageUrl?: URL;
+  /** Tries of each push to openLineageUrl (with the job queue's backoff, 1 s doubling to 60 s) before it is given up. */
+  openLineageAttempts: number;
   /** Credits per run-hour by agent type (consumption); `default` prices other types and deleted agents. */
   creditsPerHour: Readonly<Record<string, number>>;
 }
@@ -151,6 +155,17 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, least =
     );
   }
   return value;
+}
+
+/** An http(s) URL without credentials in it (a user or password), or undefined when the setting is empty. */
+function httpUrl(env: NodeJS.ProcessEnv, name: string): URL | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const url = URL.canParse(raw.trim()) ? new URL(raw.trim()) : undefined;
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.username || url.password) {
+    throw new ConfigError(`${name} must be an http or https URL without a user or password, got "${raw}"`);
+  }
+  return url;
 }
 
 /** "10.0.0.0/8,127.0.0.1" into CIDR ranges; a bare address is a range of one. */
@@ -281,5 +296,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // 1 min, 5 min, 30 min, 2 h, 6 h, 18 h: seven tries over 26.6 hours.
     webhookRetrySeconds: secondsList(env, 'DPC_WEBHOOK_RETRY_SECONDS', [60, 300, 1800, 7200, 21_600, 64_800]),
     webhookDisableAfter: integer(env, 'DPC_WEBHOOK_DISABLE_AFTER', 5, 1, 1000),
+    openLineageUrl: httpUrl(env, 'DPC_OPENLINEAGE_URL'),
+    openLineageAttempts: integer(env, 'DPC_OPENLINEAGE_ATTEMPTS', 12, 1, 1000),
   };
 }

@@ -49,6 +49,11 @@ declare module 'fastify' {
     readOnly?: boolean;
     /** A read that hands out a secret (an agent's credentials): it leaves an audit event like a write. */
     audited?: boolean;
+    /**
+     * The row (its table and the path parameter naming its id) whose version a write with If-Match compares in
+     * the write itself (core/conditional.ts); the table has a `row_version` column its repository moves on.
+     */
+    rowVersion?: { table: string; idParam: string };
   }
 }
 

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
@@ -8,6 +8,7 @@ import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { FolderStore, type ObjectStore } from '../../src/agent/streaming/object-store.ts';
 import { runPostgresPipeline, type RunSettings } from '../../src/agent/streaming/pipeline.ts';
 import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
+import { FileTarget } from '../../src/agent/streaming/target.ts';
 import { loadState } from '../../src/agent/streaming/state.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 
@@ -44,7 +45,6 @@ function settings(target: ObjectStore, signal: AbortSignal, progress: StreamingP
     pipelineId: PIPELINE,
     tables: [{ schema: 'public', table: 'items' }],
     advancedProperties: { 'snapshot.mode': 'never' },
-    prefix: 'cdc',
     stateDir,
     source: new PostgresSource({
       host: cluster.host,
@@ -53,7 +53,7 @@ function settings(target: ObjectStore, signal: AbortSignal, progress: StreamingP
       user: cluster.user,
       password: cluster.password,
     }),
-    target,
+    target: new FileTarget(target, 'cdc'),
     signal,
     report: (report) => progress.push(report),
     log: (message) => logs.push(message),
@@ -150,4 +150,52 @@ test('a table without a replica identity is refused before it is published (its 
   await until('it streams with REPLICA IDENTITY FULL', () => progress.some((report) => report.phase === 'streaming'));
   stop.abort();
   assert.equal((await accepted).state, 'STOPPED');
+});
+
+test('only other tables change: keepalives move the slot on (confirmed_flush_lsn advances), so the source does not keep WAL for ever', async () => {
+  const pipelineId = '6f1c2b3a-0000-4000-8000-00000000d1e3';
+  const slot = `dpc_${pipelineId.replaceAll('-', '')}`;
+  await sql.query('CREATE TABLE quiet (id integer PRIMARY KEY)');
+  await sql.query('CREATE TABLE busy (id integer PRIMARY KEY, filler text)');
+  const confirmed = async () =>
+    (
+      await sql.query<{ confirmed: string }>(
+        "SELECT confirmed_flush_lsn - '0/0'::pg_lsn AS confirmed FROM pg_replication_slots WHERE slot_name = $1",
+        [slot],
+      )
+    ).rows[0]!.confirmed;
+  const start = (signal: AbortSignal, progress: StreamingProgress[]) =>
+    runPostgresPipeline({
+      ...settings(new FolderStore(lakeDir), signal, progress, []),
+      pipelineId,
+      tables: [{ schema: 'public', table: 'quiet' }],
+    });
+  let stop = new AbortController();
+  let progress: StreamingProgress[] = [];
+  let running = start(stop.signal, progress);
+  await until('it streams', () => progress.some((report) => report.phase === 'streaming'));
+  const before = BigInt(await confirmed());
+  const position = (await loadState(stateDir, pipelineId))!.position;
+  for (let i = 1; i <= 200; i += 1) await sql.query("INSERT INTO busy VALUES ($1, repeat('x', 1000))", [i]);
+  const written = BigInt((await sql.query<{ at: string }>("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS at")).rows[0]!.at);
+  await until("the slot is confirmed past the other table's changes", async () => BigInt(await confirmed()) >= written, 30_000);
+  assert.ok(written > before);
+  assert.equal((await loadState(stateDir, pipelineId))!.position, position, "no change of the pipeline's tables was written");
+  stop.abort();
+  await running;
+
+  // Nothing is lost by the advance: a change made while stopped arrives on the next start.
+  await sql.query('INSERT INTO quiet VALUES (1)');
+  stop = new AbortController();
+  progress = [];
+  running = start(stop.signal, progress);
+  const quietFolder = path.join(lakeDir, 'cdc', 'public', 'quiet');
+  const quietIds = () =>
+    (existsSync(quietFolder) ? readdirSync(quietFolder) : [])
+      .flatMap((name) => readFileSync(path.join(quietFolder, name), 'utf8').split('\n').filter(Boolean))
+      .map((line) => (JSON.parse(line) as { after: { id: number } }).after.id);
+  await until('the change made while stopped arrives', () => quietIds().length === 1);
+  stop.abort();
+  await running;
+  assert.deepEqual(quietIds(), [1]);
 });

@@ -60,7 +60,12 @@ async function eventsOf(table: string): Promise<ChangeEvent[]> {
   const keys = (listed.Contents ?? []).map((object) => object.Key!).sort();
   const events: ChangeEvent[] = [];
   for (const key of keys) {
-    const object = await client.send(new GetObjectCommand({ Bucket: 'lake', Key: key }));
+    // A restarted agent removes a file written after its committed position: listed a moment ago, gone now.
+    const object = await client.send(new GetObjectCommand({ Bucket: 'lake', Key: key })).catch((error: Error) => {
+      if (error.name === 'NoSuchKey') return undefined;
+      throw error;
+    });
+    if (!object) continue;
     const text = await object.Body!.transformToString();
     events.push(
       ...text

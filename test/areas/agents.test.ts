@@ -89,6 +89,17 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('POST', '/agents', { ...agentBody, name: 'y', agentType: 'ROBOT' }), 400);
     const other = await newAgent({ name: 'gcp-runner', agentType: 'PLATFORM_HOSTED', cloudProvider: 'gcp', deployment: 'gke' });
 
+    // Runs are priced by who runs the agent: a PLATFORM_HOSTED agent stays one, and no other becomes one.
+    for (const [id, agentType] of [
+      [other, 'CUSTOMER_HOSTED'],
+      [agentId, 'PLATFORM_HOSTED'],
+    ]) {
+      const relabelled = expectProblem(await api('PATCH', `/agents/${id}`, { agentType }), 409, 'conflict');
+      assert.match(relabelled.violations![0], /^body\.agentType: /);
+    }
+    assert.equal((await api('PATCH', `/agents/${agentId}`, { agentType: 'streaming' })).status, 202);
+    assert.equal((await api('PATCH', `/agents/${agentId}`, { agentType: 'CUSTOMER_HOSTED' })).status, 202);
+
     const byType = await api('GET', '/agents?type=PLATFORM_HOSTED');
     assert.deepEqual(
       byType.body.results.map((a: { agentId: string }) => a.agentId),

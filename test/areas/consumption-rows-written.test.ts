@@ -9,7 +9,7 @@ import { eventually, orchestration, uploadVersion } from '../helpers/executions.
 
 /**
  * "Rows written where known": the reference agent (a process) runs SQL on the embedded warehouse
- * (DuckDB), reports the rows each step's statements wrote, and `GET /v1/consumption` sums them per group.
+ * (DuckDB), reports the rows each step's statements wrote (CREATE TABLE AS among them), and `GET /v1/consumption` sums them per group.
  * A step whose SQL tells no count (DDL) reports none, and a day of such runs answers null (not known).
  */
 describeEachStore('consumption: rows written, from a real agent run', (kind) => {
@@ -47,7 +47,7 @@ describeEachStore('consumption: rows written, from a real agent run', (kind) => 
         sqlScript: "${script}"
 ${next ? `      transitions:\n        success: ["${next}"]\n` : ''}`;
     await uploadVersion(server, caller, projectId, 'dev', 'v1', {
-      // 7 rows inserted by one step, then 2 updated and 1 deleted by another: 10 rows written.
+      // 7 rows inserted by one step, 2 updated and 1 deleted by another, the 6 left copied by CREATE TABLE AS: 16 rows written.
       'pipelines/load.orch.yaml': orchestration(`    Start:
       type: "start"
       transitions:
@@ -56,7 +56,11 @@ ${sqlStep('Create', 'Insert', 'CREATE TABLE IF NOT EXISTS numbers (n INTEGER)')}
         'Insert',
         'Change',
         'INSERT INTO numbers SELECT range FROM range(7)',
-      )}${sqlStep('Change', undefined, 'UPDATE numbers SET n = n + 100 WHERE n < 2; DELETE FROM numbers WHERE n = 6')}`),
+      )}${sqlStep('Change', 'Copy', 'UPDATE numbers SET n = n + 100 WHERE n < 2; DELETE FROM numbers WHERE n = 6')}${sqlStep(
+        'Copy',
+        undefined,
+        'CREATE OR REPLACE TABLE copies AS SELECT * FROM numbers',
+      )}`),
       // DDL only: no count is known.
       'pipelines/ddl.orch.yaml': orchestration(`    Start:
       type: "start"
@@ -106,20 +110,73 @@ ${sqlStep('Create', undefined, 'CREATE TABLE IF NOT EXISTS other (n INTEGER)')}`
         ['Create', null],
         ['Insert', 7],
         ['Change', 3],
+        ['Copy', 6],
+      ],
+    );
+    // The steps API answers them too.
+    const listed = await server.api('GET', `/projects/${projectId}/pipeline-executions/${loaded}/steps`, { token: caller.token });
+    assert.equal(listed.status, 200, listed.text);
+    assert.deepEqual(
+      listed.body.results.map((step: any) => [step.name, step.result.rowsWritten]),
+      [
+        ['Start', null],
+        ['Create', null],
+        ['Insert', 7],
+        ['Change', 3],
+        ['Copy', 6],
       ],
     );
     const today = new Date().toISOString().slice(0, 10);
     const answer = await server.api('GET', `/consumption?from=${today}&to=${today}&groupBy=pipeline`, { token: caller.token });
     assert.equal(answer.status, 200, answer.text);
     const byPipeline = Object.fromEntries(answer.body.results.map((row: any) => [row.pipelineName, row]));
-    assert.equal(byPipeline['pipelines/load.orch.yaml'].rowsWritten, 10);
+    assert.equal(byPipeline['pipelines/load.orch.yaml'].rowsWritten, 16);
     assert.equal(byPipeline['pipelines/ddl.orch.yaml'].rowsWritten, null);
-    assert.equal(answer.body.totals.rowsWritten, 10);
+    assert.equal(answer.body.totals.rowsWritten, 16);
 
-    // A second run of the same pipeline adds its rows to the day's.
+    // A second run of the same pipeline adds its rows to the day's: 7 + 2 updated + 1 deleted (its own 6),
+    // and the copy of the 12 numbers now held.
     await run('pipelines/load.orch.yaml');
     const again = await server.api('GET', `/consumption?from=${today}&to=${today}`, { token: caller.token });
-    assert.equal(again.body.results[0].rowsWritten, 20);
+    assert.equal(again.body.results[0].rowsWritten, 16 + 22);
     assert.equal(again.body.results[0].runs, 3);
+  });
+
+  test("another account's runs are not read, and sums past 2^63 answer (not a 500)", async () => {
+    // Account B's run, with 1,100 steps each reporting the largest row count a step may (2^53 - 1).
+    const other = await server.newAccount();
+    const model = await server.db
+      .selectFrom('executions')
+      .selectAll()
+      .where('accountId', '=', caller.accountId)
+      .executeTakeFirstOrThrow();
+    const runId = crypto.randomUUID();
+    await server.db
+      .insertInto('executions')
+      .values({ ...model, id: runId, accountId: other.accountId, executionTag: null })
+      .execute();
+    const steps = Array.from({ length: 1100 }, (_, position) => ({
+      executionId: runId,
+      position,
+      name: `step ${position}`,
+      status: 'SUCCESS',
+      startedAt: model.startedAt,
+      finishedAt: model.finishedAt,
+      message: null,
+      childPipeline: null,
+      rowsWritten: Number.MAX_SAFE_INTEGER,
+    }));
+    for (let i = 0; i < steps.length; i += 100)
+      await server.db
+        .insertInto('executionSteps')
+        .values(steps.slice(i, i + 100))
+        .execute();
+    const day = model.startedAt.slice(0, 10);
+    const mine = await server.api('GET', `/consumption?from=${day}&to=${day}`, { token: caller.token });
+    assert.equal(mine.status, 200, mine.text);
+    assert.equal(mine.body.totals.rowsWritten, 16 + 22, "another account's rows were counted");
+    const theirs = await server.api('GET', `/consumption?from=${day}&to=${day}`, { token: other.token });
+    assert.equal(theirs.status, 200, theirs.text);
+    assert.ok(theirs.body.totals.rowsWritten > 2 ** 63, String(theirs.body.totals.rowsWritten));
   });
 });

@@ -302,12 +302,24 @@ describeEachStore('event feed (Server-Sent Events)', (kind) => {
     await new Promise((resolve) => setTimeout(resolve, 1100));
     await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'new' } });
     const resumed = await EventStream.open(second.url, other.token, { lastEventId: 1 });
+    let next;
     try {
-      const [next] = await resumed.take(1);
+      [next] = await resumed.take(1);
       assert.equal(next.body.data.resourceIds.environmentName, 'new');
       assert.ok(next.id > old.id);
     } finally {
       resumed.close();
+    }
+    // Retention keeps what is younger: a cut between two events removes the older one only.
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    await first.api('POST', `/projects/${projectId}/environments`, { token: other.token, body: { name: 'newer' } });
+    await pruneEvents(first.db, new Date(Date.parse(next.body.occurredAt) + 300).toISOString());
+    const kept = await EventStream.open(first.url, other.token, { lastEventId: 1 });
+    try {
+      const [oldest] = await kept.take(1);
+      assert.equal(oldest.body.data.resourceIds.environmentName, 'newer');
+    } finally {
+      kept.close();
     }
   });
 });

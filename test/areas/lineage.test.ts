@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 import { CHECKING, uploadVersion } from '../helpers/executions.ts';
+import { assertRunEvent } from '../helpers/openlineage.ts';
 
 /**
  * Lineage: the datasets a step reports become OpenLineage run events of its run, read back by
@@ -120,6 +121,7 @@ describeEachStore('lineage events', (kind) => {
       assert.equal(typeof facet._producer, 'string');
       assert.equal(typeof facet._schemaURL, 'string');
     }
+    assertRunEvent(event);
   });
 
   test('a report with malformed lineage is refused naming the field; the run is untouched', async () => {
@@ -247,5 +249,60 @@ describeEachStore('lineage events', (kind) => {
     assert.ok(reversed.violations?.[0].startsWith('querystring.generatedBefore'));
     expectProblem(await api('GET', '/lineage/events?generatedFrom=yesterday-ish'), 400);
     expectProblem(await server.api('GET', '/lineage/events'), 401);
+  });
+
+  test('the same datasets reported by another run are a second event whose body is stored once; they go with the project', async () => {
+    const lineage = {
+      inputs: [{ ...orders, fields: [{ name: 'id', type: 'integer' }], unknownToTheContract: true }],
+      outputs: [{ ...mart, columnLineage: { total: [{ ...orders, field: 'amount' }] } }],
+    };
+    const report = (index: number) => ({
+      type: 'progress',
+      body: {
+        step: {
+          index,
+          name: 'Again',
+          status: index === 0 ? 'FAILED' : 'SUCCESS',
+          startedAt: new Date().toISOString(),
+          finishedAt: new Date().toISOString(),
+          lineage,
+        },
+      },
+    });
+    const runs = [await startRun(), await startRun()];
+    for (const [i, { workId }] of runs.entries()) {
+      assert.equal((await agentCall('POST', `/work/${workId}/reports`, report(i))).status, 200);
+      await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+    }
+    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+    const events = page.body.results
+      .map((result: { event: { run: { runId: string } } }) => result.event)
+      .filter((event: { run: { runId: string } }) => runs.some((run) => run.executionId === event.run.runId));
+    assert.deepEqual(
+      events.map((event: { eventType: string }) => event.eventType),
+      ['FAIL', 'COMPLETE'],
+    );
+    for (const event of page.body.results) assertRunEvent(event.event);
+    // What the contract does not name is not part of the event.
+    assert.equal('unknownToTheContract' in events[0].inputs[0], false);
+    const bodies = await server.db.selectFrom('lineageBodies').select('hash').where('projectId', '=', projectId).execute();
+    const steps = await server.db
+      .selectFrom('lineageSteps')
+      .select('bodyHash')
+      .where(
+        'executionId',
+        'in',
+        runs.map((run) => run.executionId),
+      )
+      .execute();
+    assert.equal(steps.length, 2);
+    assert.equal(steps[0].bodyHash, steps[1].bodyHash);
+    assert.ok(bodies.some((body) => body.hash === steps[0].bodyHash));
+
+    // The rows hold their project without a foreign key: the project's deletion takes them.
+    const deleted = await api('DELETE', `/projects/${projectId}`);
+    assert.ok(deleted.status < 300, deleted.text);
+    assert.deepEqual(await server.db.selectFrom('lineageSteps').select('id').where('projectId', '=', projectId).execute(), []);
+    assert.deepEqual(await server.db.selectFrom('lineageBodies').select('hash').where('projectId', '=', projectId).execute(), []);
   });
 });

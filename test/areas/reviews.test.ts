@@ -151,6 +151,46 @@ describeEachStore('pipeline quality review', (kind) => {
     assert.ok(rules.includes('broken.orch.yaml invalid-file'), rules.join('\n'));
   });
 
+  test("SQL is checked in the grammar of the environment's warehouse: Snowflake's for snowflake, PostgreSQL's for postgres", async () => {
+    for (const [name, type] of [
+      ['on-snowflake', 'snowflake'],
+      ['on-postgres', 'postgres'],
+    ]) {
+      const created = await server.api('POST', `/projects/${projectId}/environments`, {
+        token: caller.token,
+        body: { name, warehouse: { type } },
+      });
+      assert.equal(created.status, 201, created.text);
+    }
+    const pipeline = (sql: string) =>
+      orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Load"]
+    Load:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "${sql}"
+`);
+    const files = {
+      'snowflake.orch.yaml': pipeline(
+        'select * from raw.orders qualify row_number() over (partition by id order by at desc) = 1',
+      ),
+      'postgres.orch.yaml': pipeline("select * from raw.orders where region ~ '^eu'"),
+    };
+    const syntax = async (environmentName: string) => {
+      const answer = await review({ environmentName, files });
+      assert.equal(answer.status, 200, answer.text);
+      return answer.body.findings
+        .filter((f: any) => f.rule === 'sql-syntax')
+        .map((f: any) => `${f.file} ${f.severity} ${f.message.split(':')[0]}`);
+    };
+    assert.deepEqual(await syntax('on-snowflake'), ['postgres.orch.yaml ERROR does not parse as snowflake SQL (line 1)']);
+    assert.deepEqual(await syntax('on-postgres'), ['snowflake.orch.yaml ERROR does not parse as postgresql SQL (line 1)']);
+    // No warehouse declared: the agent's own (DuckDB or PostgreSQL), PostgreSQL's grammar.
+    assert.deepEqual(await syntax('prod'), ['snowflake.orch.yaml ERROR does not parse as postgresql SQL (line 1)']);
+  });
+
   test("before a run starts: the review's errors refuse it (400 naming file, component, parameter and rule), warnings do not", async () => {
     const typo = orchestration(`    Start:
       type: "start"

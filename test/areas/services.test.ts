@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, insertAgent, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
 import { preparePipelineRun } from '../../src/areas/executions/run-start.ts';
 import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
 import * as agents from '../../src/areas/agents/service.ts';
@@ -93,6 +93,36 @@ describeEachStore('services, called directly', (kind) => {
       'scalarVariables.region: must be a string for a TEXT variable',
       'scalarVariables.nope: not a project variable',
     ]);
+  });
+
+  test('run start: the agent is sent the pipelines the run can reach, all of them when a child is named through a variable', async () => {
+    const runs = (child: string, variables = '') =>
+      orchestration(
+        `    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "${child}"
+`,
+        variables,
+      );
+    const files = {
+      'pipelines/main.orch.yaml': runs('pipelines/child'),
+      'pipelines/child.orch.yaml': CHECKING,
+      'pipelines/unused.orch.yaml': CHECKING,
+      'pipelines/dynamic.orch.yaml': runs(
+        'pipelines/${which}',
+        '  variables:\n    which:\n      metadata:\n        type: "TEXT"\n      defaultValue: "child"\n',
+      ),
+    };
+    await uploadVersion(server, caller, projectId, 'prod', 'v2', files);
+    const reached = async (pipelineName: string) =>
+      Object.keys((await run({ pipelineName, versionName: 'v2' })).pipelines).sort();
+    assert.deepEqual(await reached('pipelines/main'), ['pipelines/child.orch.yaml', 'pipelines/main.orch.yaml']);
+    assert.deepEqual(await reached('pipelines/dynamic'), Object.keys(files).sort());
   });
 
   test('agent protocol: a poll hands queued work once, a report finishes it, a deleted agent is answered 401', async () => {

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { assertRunEvent } from '../helpers/openlineage.ts';
 
 export function pipelineBody(agentId: string, name = 'orders-cdc') {
   return {
@@ -165,6 +166,83 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
       { ...(await status()), changedAt: undefined },
       { streamingPipelineId: id, status: 'FAILED', message: 'source unreachable', changedAt: undefined },
     );
+  });
+
+  test("a run's lineage: source tables → the target's folders, START, first rows, COMPLETE; tables not the pipeline's are refused", async () => {
+    const body = pipelineBody(agentId, 'lineage');
+    body.streamingSource.tables.push({ schema: 'public', table: 'customers' });
+    const id = (await api('POST', pipelines(), body)).body.streamingPipelineId;
+    assert.equal((await api('POST', `${pipelines()}/${id}/start`)).status, 202);
+    const work = await agentCall('GET', '/work?waitSeconds=2');
+    const progress = (rowsPerTable: Record<string, number>) => ({
+      type: 'progress',
+      body: {
+        state: 'RUNNING',
+        phase: 'streaming',
+        position: '0/16B3748',
+        lagSeconds: 0,
+        rowsPerTable,
+        reportedAt: new Date().toISOString(),
+      },
+    });
+    const report = (reported: unknown) => agentCall('POST', `/work/${work.body.workId}/reports`, reported);
+    assert.equal((await report(progress({}))).status, 200);
+    assert.equal((await report(progress({ 'public.orders': 5 }))).status, 200);
+    assert.equal((await report(progress({ 'public.orders': 9 }))).status, 200);
+    const forged = expectProblem(await report(progress({ 'public.orders': 9, 'private.salaries': 1 })), 400);
+    assert.deepEqual(forged.violations, ['body.rowsPerTable.private.salaries: not a table of this streaming pipeline']);
+    assert.equal(
+      (await report({ type: 'done', body: { state: 'STOPPED', position: '0/16B3748', rowsPerTable: {} } })).status,
+      200,
+    );
+
+    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+    const events = page.body.results
+      .map((result: { event: any }) => result.event)
+      .filter((event: any) => event.run.runId === work.body.workId);
+    for (const event of events) assertRunEvent(event);
+    assert.deepEqual(
+      events.map((event: any) => [
+        event.eventType,
+        event.inputs.map((input: any) => `${input.namespace}/${input.name}`),
+        event.outputs.map((output: any) => `${output.namespace}/${output.name}`),
+      ]),
+      [
+        [
+          'START',
+          ['postgres://db.internal:5432/orders.public.orders', 'postgres://db.internal:5432/orders.public.customers'],
+          [
+            'abfss://cdc@lake.dfs.core.windows.net/orders/public/orders',
+            'abfss://cdc@lake.dfs.core.windows.net/orders/public/customers',
+          ],
+        ],
+        [
+          'RUNNING',
+          ['postgres://db.internal:5432/orders.public.orders'],
+          ['abfss://cdc@lake.dfs.core.windows.net/orders/public/orders'],
+        ],
+        [
+          'COMPLETE',
+          ['postgres://db.internal:5432/orders.public.orders', 'postgres://db.internal:5432/orders.public.customers'],
+          [
+            'abfss://cdc@lake.dfs.core.windows.net/orders/public/orders',
+            'abfss://cdc@lake.dfs.core.windows.net/orders/public/customers',
+          ],
+        ],
+      ],
+    );
+    assert.equal(events[0].job.name, 'lineage');
+    assert.equal(events[0].job.namespace, `dpc://${caller.accountId}.${projectId}`);
+    assert.equal(events[0].job.facets.jobType.processingType, 'STREAMING');
+    // Another account sees none of it.
+    const other = await server.newAccount('lineage-other');
+    const theirs = await api(
+      'GET',
+      `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}`,
+      undefined,
+      other.token,
+    );
+    assert.equal(theirs.body.total, 0);
   });
 
   test('a run whose agent vanished can be stopped by force; a late report then moves nothing', async () => {

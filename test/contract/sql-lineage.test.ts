@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { sqlLineage } from '../../src/contract/sql-lineage.ts';
+import { sqlGrammarOf } from '../../src/contract/sql-grammar.ts';
 
 const context = { grammar: 'postgresql', namespace: 'postgres://db:5432', defaultDatabase: 'shop', defaultSchema: 'public' };
 const names = (datasets: { name: string }[] | undefined) => datasets?.map((d) => d.name);
@@ -35,4 +36,24 @@ test('SQL lineage: what a script reads and writes, names completed from the defa
 test('SQL lineage: a statement the parser cannot read gives no lineage rather than a guess', () => {
   assert.equal(sqlLineage('copy orders from stdin', context), undefined);
   assert.equal(sqlLineage('selec * from orders', context), undefined);
+});
+
+test("SQL lineage per warehouse grammar: a dialect's own statement is read in its grammar only, never guessed in another", () => {
+  const snowflakeOnly =
+    'insert into marts.latest select * from raw.orders qualify row_number() over (partition by id order by at desc) = 1';
+  const postgresOnly = "insert into marts.eu select * from raw.orders where region ~ '^eu'";
+  const snowflake = { ...context, grammar: sqlGrammarOf('snowflake'), namespace: 'snowflake://acme' };
+  const postgres = { ...context, grammar: sqlGrammarOf('postgres') };
+  assert.deepEqual(names(sqlLineage(snowflakeOnly, snowflake)?.inputs), ['shop.raw.orders']);
+  assert.deepEqual(names(sqlLineage(snowflakeOnly, snowflake)?.outputs), ['shop.marts.latest']);
+  assert.equal(sqlLineage(snowflakeOnly, postgres), undefined);
+  assert.deepEqual(names(sqlLineage(postgresOnly, postgres)?.outputs), ['shop.marts.eu']);
+  assert.equal(sqlLineage(postgresOnly, snowflake), undefined);
+  // SQL Server's TOP is T-SQL's, not PostgreSQL's.
+  const top = 'insert into dbo.recent select top 10 * from dbo.orders';
+  assert.deepEqual(names(sqlLineage(top, { ...context, grammar: sqlGrammarOf('sqlserver') })?.inputs), ['shop.dbo.orders']);
+  assert.equal(sqlLineage(top, postgres), undefined);
+  // No warehouse declared: the agent's own (DuckDB or PostgreSQL), read as PostgreSQL.
+  assert.equal(sqlGrammarOf(undefined), 'postgresql');
+  assert.equal(sqlGrammarOf('duckdb'), 'postgresql');
 });

@@ -113,6 +113,26 @@ describeEachStore('every error is problem+json', (kind) => {
     expectProblem(answer, 400, 'bad-request');
   });
 
+  test('a number JSON writes but a double cannot hold (1e999) is a 400 naming where, and nothing is written', async () => {
+    const projectId = (await server.api('POST', '/projects', { token: caller.token, body: { name: 'numbers' } })).body.projectId;
+    const send = (path: string, body: string) =>
+      server.api('POST', path, { token: caller.token, body, headers: { 'content-type': 'application/json' } });
+    const variable = await send(
+      `/projects/${projectId}/variables`,
+      '{"name":"inf","type":"NUMBER","behaviour":"COPIED","value":1e999}',
+    );
+    assert.deepEqual(expectProblem(variable, 400, 'bad-request').violations, [
+      'body.value: a number past the range of a double (about 1.8e308)',
+    ]);
+    const deep = await send(`/projects/${projectId}/variables`, `{"a":[{"b":-${'9'.repeat(400)}}],"c":1E+308,"d":2e-999}`);
+    assert.deepEqual(expectProblem(deep, 400, 'bad-request').violations, [
+      'body.a.0.b: a number past the range of a double (about 1.8e308)',
+    ]);
+    const listed = await server.api('GET', `/projects/${projectId}/variables`, { token: caller.token });
+    assert.equal(listed.status, 200, listed.text);
+    assert.equal(listed.body.results.length, 0);
+  });
+
   test('a content type other than JSON: 415 unsupported-media-type', async () => {
     for (const type of ['text/plain', 'application/xml']) {
       const answer = await server.api('POST', '/projects', {

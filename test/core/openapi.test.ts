@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { TestServer } from '../helpers/harness.ts';
+import { compileEverySchemaNow } from '../../src/core/validation.ts';
 
 const METHODS = ['get', 'post', 'put', 'patch', 'delete'];
 
@@ -13,6 +14,9 @@ test('the OpenAPI document describes every operation, its security, errors and e
   assert.equal(document.openapi, '3.1.0');
   assert.deepEqual(document.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
   assert.ok(document.components.schemas.ProblemDetail);
+
+  // Checks and serializers are compiled on first use: every one of them compiles.
+  assert.ok(compileEverySchemaNow() > 100, 'the routes have checks and serializers to compile');
 
   const routes = server.server.app.printRoutes({ commonPrefix: false });
   const operations = Object.entries(document.paths as Record<string, Record<string, any>>).flatMap(([path, item]) =>

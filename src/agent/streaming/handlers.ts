@@ -12,11 +12,21 @@ import {
 import { FAILURE_CODES } from '../../contract/work.ts';
 import type { SecretValue, VaultBackend } from '../vault.ts';
 import { WorkFailure, type WorkContext, type WorkHandler } from '../work-context.ts';
+import { openWarehouse } from '../warehouse/index.ts';
 import { objectStoreFor } from './object-store.ts';
-import { runMysqlPipeline } from './mysql.ts';
+import { describeMysqlTable, runMysqlPipeline } from './mysql.ts';
 import { runPostgresPipeline, slotNameOf } from './pipeline.ts';
 import { PostgresSource, SourceNotReady, type TableName } from './postgres.ts';
 import { removeState } from './state.ts';
+import { FileTarget, type ChangeTarget } from './target.ts';
+import {
+  TABLE_PREFIX_TYPES,
+  TEMPORAL_MAPPINGS,
+  TRANSFORMATION_TYPES,
+  TargetRefused,
+  WarehouseTarget,
+  type SourceCatalog,
+} from './warehouse-target.ts';
 
 /** Every secret reference in a definition, wherever its source or target type keeps one (password, accountKey, privateKey, ...). */
 function secretReferencesIn(value: unknown): StreamingSecretReference[] {
@@ -56,6 +66,15 @@ interface TargetDefinition {
   type: string;
   bucket?: string;
   prefix?: string;
+  /** abs */
+  accountName?: string;
+  accountKey?: StreamingSecretReference;
+  container?: string;
+  /** snowflake */
+  tableSchema?: string;
+  tablePrefixType?: string;
+  transformationType?: string;
+  temporalMapping?: string;
 }
 
 async function passwordOf(source: SourceDefinition, vault: VaultBackend): Promise<string | undefined> {
@@ -88,7 +107,75 @@ function requireSupportedSource(source: SourceDefinition): void {
   }
 }
 
-async function targetStoreOf(target: TargetDefinition, ctx: WorkContext) {
+/** One of `known` (either case), or a refusal naming the field and its value. */
+function oneOf<T extends string>(field: string, value: string | undefined, known: readonly T[], fallback?: T): T {
+  const given = value === undefined || value === '' ? fallback : (value.toLowerCase() as T);
+  if (given === undefined || !known.includes(given)) {
+    throw new WorkFailure(
+      `streamingTarget.${field} is ${value ?? 'missing'}; this agent knows ${known.join(', ')}`,
+      FAILURE_CODES.notSupported,
+    );
+  }
+  return given;
+}
+
+/**
+ * The change target of a definition: files in the agent's object store for `s3`; for `snowflake`, tables in
+ * the agent's own warehouse (the one its pipelines run on when their environment names none), standing in
+ * for Snowflake; for `abs`, files in an Azure Blob container.
+ */
+async function changeTargetOf(
+  target: TargetDefinition,
+  source: SourceDefinition,
+  payload: StreamingPipelinePayload,
+  catalog: SourceCatalog,
+  ctx: WorkContext,
+): Promise<ChangeTarget> {
+  if (target.type === 'snowflake') {
+    const transformationType = oneOf('transformationType', target.transformationType, TRANSFORMATION_TYPES);
+    const temporalMapping = oneOf('temporalMapping', target.temporalMapping, TEMPORAL_MAPPINGS, 'native');
+    const tablePrefixType = oneOf('tablePrefixType', target.tablePrefixType, TABLE_PREFIX_TYPES, 'none');
+    if (!target.tableSchema) throw new WorkFailure('streamingTarget.tableSchema is missing', FAILURE_CODES.notSupported);
+    const warehouse = await openWarehouse(undefined, {
+      stateDir: ctx.stateDir,
+      vault: ctx.vault,
+      accountId: payload.accountId ?? 'default',
+      environmentId: 'default',
+      statementTimeoutMs: ctx.statementTimeoutMs,
+      defaultWarehouseUrl: ctx.defaultWarehouseUrl,
+      warehouseRoleKey: ctx.warehouseRoleKey,
+      sandboxed: ctx.sandboxed,
+    });
+    return new WarehouseTarget({
+      warehouse,
+      pipelineId: payload.streamingPipelineId,
+      schema: target.tableSchema,
+      tablePrefixType,
+      sourceDatabase: source.type === 'postgres' ? (source.connection.database ?? 'postgres') : undefined,
+      transformationType,
+      temporalMapping,
+      catalog,
+    });
+  }
+  if (target.type === 'abs') {
+    if (!target.accountName || !target.container || !target.accountKey) {
+      throw new WorkFailure('streamingTarget needs accountName, accountKey and container', FAILURE_CODES.notSupported);
+    }
+    const value = await readSecret(ctx.vault, target.accountKey);
+    const accountKey = typeof value === 'string' ? value : value.password;
+    if (!accountKey) {
+      throw new WorkFailure(`secret ${target.accountKey.secretName} holds no account key`, FAILURE_CODES.secretMissing);
+    }
+    // Loaded here: the Azure client stays out of the start of agents that never write to Azure.
+    const { AzureBlobStore } = await import('./abs-store.ts');
+    const store = new AzureBlobStore({
+      accountName: target.accountName,
+      accountKey,
+      container: target.container,
+      endpoint: ctx.blobEndpoint,
+    });
+    return new FileTarget(store, target.prefix ?? '');
+  }
   if (target.type !== 's3') {
     throw new WorkFailure(`target type ${target.type} is not supported by this agent`, FAILURE_CODES.notSupported);
   }
@@ -99,59 +186,64 @@ async function targetStoreOf(target: TargetDefinition, ctx: WorkContext) {
       FAILURE_CODES.notSupported,
     );
   }
-  return store;
+  return new FileTarget(store, target.prefix ?? '');
 }
 
 /** The runs of this agent process, by pipeline: how to stop each and when it has ended. */
 const runs = new Map<string, { stop: AbortController; ended: Promise<unknown> }>();
 
 export const startStreamingPipeline: WorkHandler = async (work, ctx) => {
-  const { streamingPipelineId, definition } = work.payload as StreamingPipelinePayload;
+  const payload = work.payload as StreamingPipelinePayload;
+  const { streamingPipelineId, definition } = payload;
   const source = definition.streamingSource as SourceDefinition;
   const target = definition.streamingTarget as TargetDefinition;
   for (const reference of secretReferencesIn([source, target])) await readSecret(ctx.vault, reference);
   requireSupportedSource(source);
-  const store = await targetStoreOf(target, ctx);
+  const mysqlConnection =
+    source.type === 'mysql'
+      ? {
+          host: source.connection.host,
+          port: source.connection.port,
+          user: source.connection.username,
+          password: await passwordOf(source, ctx.vault),
+        }
+      : undefined;
+  const postgres = mysqlConnection ? undefined : await postgresSourceOf(source, ctx.vault);
+  const catalog: SourceCatalog = mysqlConnection
+    ? { describe: (table) => describeMysqlTable(mysqlConnection, table) }
+    : { describe: (table) => postgres!.describe(table) };
   const earlier = runs.get(streamingPipelineId);
   if (earlier) {
     earlier.stop.abort();
     await earlier.ended.catch(() => undefined);
   }
+  const changeTarget = await changeTargetOf(target, source, payload, catalog, ctx);
   const stop = new AbortController();
   const signal = AbortSignal.any([stop.signal, ctx.signal]);
   const common = {
     pipelineId: streamingPipelineId,
     tables: source.tables,
     advancedProperties: definition.advancedProperties ?? {},
-    prefix: target.prefix ?? '',
     stateDir: ctx.stateDir,
-    target: store,
+    target: changeTarget,
     signal,
     report: (progress: StreamingProgress) => void ctx.report(progress).catch(() => undefined),
     log: (message: string, fields?: Record<string, unknown>) => ctx.log(message, { streamingPipelineId, ...fields }),
   };
   const ended = (async () => {
     try {
-      if (source.type === 'mysql') {
-        const { connection } = source;
-        return await runMysqlPipeline({
-          ...common,
-          connection: {
-            host: connection.host,
-            port: connection.port,
-            user: connection.username,
-            password: await passwordOf(source, ctx.vault),
-          },
-        });
-      }
-      return await runPostgresPipeline({ ...common, source: await postgresSourceOf(source, ctx.vault) });
+      if (mysqlConnection) return await runMysqlPipeline({ ...common, connection: mysqlConnection });
+      return await runPostgresPipeline({ ...common, source: postgres! });
     } catch (error) {
       if (error instanceof SourceNotReady) throw new WorkFailure(error.message, FAILURE_CODES.sourceNotReady);
+      if (error instanceof TargetRefused) throw new WorkFailure(error.message, FAILURE_CODES.notSupported);
       throw error;
+    } finally {
+      await changeTarget.close().catch(() => undefined);
     }
   })();
   runs.set(streamingPipelineId, { stop, ended });
-  ctx.log('streaming pipeline started', { streamingPipelineId, delivery: work.delivery });
+  ctx.log('streaming pipeline started', { streamingPipelineId, delivery: work.delivery, target: changeTarget.describe() });
   try {
     const end = await ended;
     ctx.log('streaming pipeline ended', { streamingPipelineId, position: end.position });

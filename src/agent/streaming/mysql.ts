@@ -8,10 +8,11 @@ import mysqlCallbacks from 'mysql2';
 import type mysql from 'mysql2/promise';
 import ZongJi from '@vlasky/zongji';
 import type { StreamingProgress, StreamingRunEnd } from '../../contract/streaming.ts';
-import type { ObjectStore } from './object-store.ts';
-import { CHANGE_FILE, SNAPSHOT_FILE, folderOf, lines, snapshotModeOf, tableKey, type ChangeEvent } from './pipeline.ts';
+import { Batcher } from './batcher.ts';
+import { snapshotModeOf } from './pipeline.ts';
 import { SourceNotReady, type TableName } from './postgres.ts';
 import { loadState, saveState, type StreamingState } from './state.ts';
+import { tableKey, type ChangeEvent, type ChangeTarget, type SourceColumn, type Transaction } from './target.ts';
 
 export interface MysqlConnection {
   host: string;
@@ -24,10 +25,9 @@ export interface MysqlRunSettings {
   pipelineId: string;
   tables: TableName[];
   advancedProperties: Record<string, string>;
-  prefix: string;
   stateDir: string;
   connection: MysqlConnection;
-  target: ObjectStore;
+  target: ChangeTarget;
   signal: AbortSignal;
   report(progress: StreamingProgress): void;
   log(message: string, fields?: Record<string, unknown>): void;
@@ -42,7 +42,7 @@ export function binlogKey(position: string): bigint {
   return (BigInt(match[2]!) << 32n) | BigInt(match[3]!);
 }
 
-const fileKey = (position: string) => binlogKey(position).toString(16).toUpperCase().padStart(16, '0');
+export const fileKey = (position: string) => binlogKey(position).toString(16).toUpperCase().padStart(16, '0');
 const quote = (name: string) => `\`${name.replaceAll('`', '``')}\``;
 const SNAPSHOT_BATCH = 10_000;
 
@@ -84,16 +84,34 @@ async function check(connection: MysqlConnection, tables: TableName[]): Promise<
   }
 }
 
-interface Transaction {
-  position: string;
-  commitMs: number;
-  events: ChangeEvent[];
+/** A table's columns (information_schema) and primary key columns: what a warehouse target types its tables by. */
+export async function describeMysqlTable(
+  connection: MysqlConnection,
+  table: TableName,
+): Promise<{ columns: SourceColumn[]; key: string[] }> {
+  const client = await connect(connection);
+  try {
+    const [rows] = await client.query<mysql.RowDataPacket[]>(
+      `SELECT COLUMN_NAME AS name, DATA_TYPE AS dataType, NUMERIC_PRECISION AS \`precision\`, NUMERIC_SCALE AS scale, COLUMN_KEY AS columnKey
+         FROM information_schema.columns WHERE table_schema = ? AND table_name = ? ORDER BY ORDINAL_POSITION`,
+      [table.schema, table.table],
+    );
+    return {
+      columns: rows.map((row) => ({
+        name: String(row.name),
+        dataType: String(row.dataType),
+        precision: row.precision === null ? null : Number(row.precision),
+        scale: row.scale === null ? null : Number(row.scale),
+      })),
+      key: rows.filter((row) => row.columnKey === 'PRI').map((row) => String(row.name)),
+    };
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 }
 
 export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<StreamingRunEnd> {
-  const { target, pipelineId, tables, prefix, signal, connection } = settings;
-  const batchChanges = settings.batchChanges ?? 5_000;
-  const batchMs = settings.batchMs ?? 200;
+  const { target, pipelineId, tables, signal, connection } = settings;
   const mode = snapshotModeOf(settings.advancedProperties);
   const wanted = new Set(tables.map(({ schema, table }) => tableKey(schema, table)));
   await check(connection, tables);
@@ -108,10 +126,7 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
   });
 
   if (!state || state.snapshot !== 'done') {
-    for (const { schema, table } of tables) {
-      const folder = folderOf(prefix, schema, table);
-      for (const name of await target.list(folder)) if (SNAPSHOT_FILE.test(name)) await target.remove(folder + name);
-    }
+    await target.resetSnapshot(tables);
     const client = await connect(connection);
     try {
       let position: string;
@@ -126,7 +141,6 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
         settings.report(progress('snapshot', 0));
         const commitTime = new Date().toISOString();
         for (const { schema, table } of tables) {
-          const folder = folderOf(prefix, schema, table);
           let part = 0;
           let rows: Record<string, unknown>[] = [];
           const flushRows = async () => {
@@ -143,7 +157,7 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
               before: null,
               after: row,
             }));
-            await target.put(`${folder}${fileKey(position)}-snapshot-${String(part).padStart(6, '0')}.jsonl`, lines(events));
+            await target.writeSnapshot({ schema, table }, fileKey(position), part, events);
             state!.rowsPerTable[tableKey(schema, table)] = (state!.rowsPerTable[tableKey(schema, table)] ?? 0) + rows.length;
             rows = [];
             settings.report(progress('snapshot', 0));
@@ -162,6 +176,7 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
         position = await masterPosition(client);
         state = { slot: '', publication: '', snapshot: 'done', snapshotLsn: position, position, rowsPerTable: {} };
       }
+      await target.streamFrom(position, fileKey(position), state.rowsPerTable);
       await saveState(settings.stateDir, pipelineId, state);
       settings.log('binlog position taken', { position, snapshot: mode });
     } finally {
@@ -170,93 +185,45 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
   }
 
   const committed: StreamingState = state;
-  const committedKey = () => binlogKey(committed.position);
-  for (const { schema, table } of tables) {
-    const folder = folderOf(prefix, schema, table);
-    for (const name of await target.list(folder)) {
-      const match = CHANGE_FILE.exec(name);
-      if (match && BigInt(`0x${match[1]}`) > committedKey()) {
-        settings.log('removing a change file written after the last committed position', { file: folder + name });
-        await target.remove(folder + name);
-      }
-    }
+  const ahead = await target.recover(tables, fileKey(committed.position), settings.log);
+  if (ahead) {
+    settings.log('the target holds a later position than the state folder: resuming from it', { position: ahead.position });
+    committed.position = ahead.position;
+    committed.rowsPerTable = ahead.rowsPerTable;
+    await saveState(settings.stateDir, pipelineId, committed);
   }
   settings.report(progress('streaming', 0));
 
-  let batch: Transaction[] = [];
-  let batchSize = 0;
-  let batchStarted = 0;
-  let lagSeconds = 0;
   let failure: Error | undefined;
-  let writing: Promise<void> = Promise.resolve();
-  let lastReport = 0;
-  let trailing: NodeJS.Timeout | undefined;
-  const report = () => {
-    const wait = lastReport + 1000 - Date.now();
-    if (wait > 0) {
-      trailing ??= setTimeout(() => {
-        trailing = undefined;
-        report();
-      }, wait);
-      return;
-    }
-    lastReport = Date.now();
-    settings.report(progress('streaming', lagSeconds));
-  };
   let finish: () => void = () => undefined;
   const finished = new Promise<void>((resolve) => (finish = resolve));
-
-  async function flush(): Promise<void> {
-    // After a failed write nothing more is written or committed: the next start replays from the committed position.
-    if (batch.length === 0 || failure) return;
-    const transactions = batch;
-    batch = [];
-    batchSize = 0;
-    const byTable = new Map<string, { first: string; last: string; events: ChangeEvent[] }>();
-    for (const transaction of transactions) {
-      for (const event of transaction.events) {
-        const key = tableKey(event.schema, event.table);
-        let entry = byTable.get(key);
-        if (!entry) byTable.set(key, (entry = { first: transaction.position, last: transaction.position, events: [] }));
-        entry.last = transaction.position;
-        entry.events.push(event);
-      }
-    }
-    await Promise.all(
-      [...byTable.values()].map(({ first, last, events }) =>
-        target.put(
-          `${folderOf(prefix, events[0]!.schema, events[0]!.table)}${fileKey(first)}-${fileKey(last)}.jsonl`,
-          lines(events),
-        ),
-      ),
-    );
-    const last = transactions.at(-1)!;
-    committed.position = last.position;
-    for (const [key, { events }] of byTable) committed.rowsPerTable[key] = (committed.rowsPerTable[key] ?? 0) + events.length;
-    await saveState(settings.stateDir, pipelineId, committed);
-    lagSeconds = Math.max(0, (Date.now() - last.commitMs) / 1000);
-    report();
-  }
-  const scheduleFlush = () => {
-    writing = writing.then(flush).catch((error: Error) => {
+  let open: Omit<Transaction, 'key'> | undefined;
+  const batcher = new Batcher({
+    pipelineId,
+    stateDir: settings.stateDir,
+    target,
+    committed,
+    committedKey: fileKey(committed.position),
+    batchChanges: settings.batchChanges ?? 5_000,
+    batchMs: settings.batchMs ?? 200,
+    report: (lagSeconds) => settings.report(progress('streaming', lagSeconds)),
+    onFailure(error) {
       failure ??= error;
       finish();
-    });
-  };
+    },
+    // The binlog has no keepalives that say what was sent: nothing open and nothing waiting is caught up.
+    quiet: () => !open,
+  });
 
   const [file, offset] = [
     committed.position.slice(0, committed.position.lastIndexOf(':')),
     committed.position.slice(committed.position.lastIndexOf(':') + 1),
   ];
   let currentFile = file;
-  let open: Transaction | undefined;
-  const commit = (transaction: Transaction) => {
-    if (binlogKey(transaction.position) <= committedKey()) return;
+  const commit = (transaction: Omit<Transaction, 'key'>) => {
     for (const event of transaction.events) event.commitLsn = transaction.position;
-    if (batch.length === 0) batchStarted = Date.now();
-    batch.push(transaction);
-    batchSize += transaction.events.length;
-    if (batchSize >= batchChanges || Date.now() - batchStarted >= batchMs) scheduleFlush();
+    // At or before the committed position: read again after a restart, and skipped.
+    batcher.add({ ...transaction, key: fileKey(transaction.position) });
   };
   const zongji = new ZongJi({
     host: connection.host,
@@ -340,29 +307,15 @@ export async function runMysqlPipeline(settings: MysqlRunSettings): Promise<Stre
       ]),
     ),
   });
-  const timer = setInterval(
-    () => {
-      if (batch.length > 0 && Date.now() - batchStarted >= batchMs) scheduleFlush();
-      else if (batch.length === 0 && !open && lagSeconds !== 0) {
-        lagSeconds = 0;
-        report();
-      }
-    },
-    Math.max(20, Math.floor(batchMs / 2)),
-  );
   const onAbort = () => finish();
   signal.addEventListener('abort', onAbort, { once: true });
   // A stop that came while the run was getting ready.
   if (signal.aborted) finish();
   try {
     await finished;
-    if (!failure) {
-      scheduleFlush();
-      await writing;
-    }
+    if (!failure) await batcher.drain();
   } finally {
-    clearInterval(timer);
-    clearTimeout(trailing);
+    batcher.close();
     signal.removeEventListener('abort', onAbort);
     zongji.stop();
   }

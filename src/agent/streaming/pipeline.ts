@@ -1,12 +1,14 @@
 /**
- * One streaming pipeline's run on this agent: PostgreSQL change data capture into change-event files.
+ * One streaming pipeline's run on this agent: PostgreSQL change data capture into a change target
+ * (target.ts: files in an object store, or warehouse tables).
  *
  * - First start: a publication for the tables and a replication slot; with `snapshot.mode` initial (the
  *   default) the tables' rows as of the slot's creation are written first (op `snapshot`).
- * - Then the change stream, in batches of whole transactions: each batch is written to the target (one file
- *   per table, named by the batch's first and last commit LSN), then the position is committed to the state
- *   folder (fsync'd), then the slot is acknowledged. A crash anywhere replays from the committed position;
- *   files written after it are removed before the replay writes them again, so the target holds each change once.
+ * - Then the change stream, in batches of whole transactions (batcher.ts): each batch is written to the
+ *   target, then the position is committed to the state folder (fsync'd), then the slot is acknowledged. A
+ *   crash anywhere replays from the committed position; what the target holds after it is removed first (or,
+ *   for a target that commits its own position, the run resumes from that), so the target holds each change once.
+ * - While nothing is in hand, keepalives are acknowledged too: the slot moves on when only other tables change.
  * - Stop ends the stream after the batch in hand; the slot stays (DELETE ...?dropSlot=true drops it).
  */
 import type pg from 'pg';
@@ -19,37 +21,21 @@ import {
   type StreamingProgress,
   type StreamingRunEnd,
 } from '../../contract/streaming.ts';
-import { bigIntToLsn, compareLsn, lsnKey, lsnToBigInt } from './lsn.ts';
-import type { ObjectStore } from './object-store.ts';
+import { Batcher } from './batcher.ts';
+import { bigIntToLsn, lsnKey, lsnToBigInt } from './lsn.ts';
 import { PostgresSource, type TableName } from './postgres.ts';
 import { loadState, saveState, type StreamingState } from './state.ts';
+import { tableKey, type ChangeEvent, type ChangeTarget } from './target.ts';
 
-/** A change event: one line of a change file. */
-export interface ChangeEvent {
-  op: 'snapshot' | 'insert' | 'update' | 'delete' | 'truncate';
-  schema: string;
-  table: string;
-  /** The WAL position of the change (for a snapshot row, the slot's consistent point). */
-  lsn: string;
-  /** The end of its transaction: the position the pipeline resumes after. */
-  commitLsn: string;
-  commitTime: string;
-  xid: number | null;
-  /** Deletes and updates: the old row where the table's replica identity gives it (the key by default). */
-  before: Record<string, unknown> | null;
-  /** Snapshot rows, inserts and updates: the new row. */
-  after: Record<string, unknown> | null;
-}
+export { tableKey, type ChangeEvent } from './target.ts';
 
 export interface RunSettings {
   pipelineId: string;
   tables: TableName[];
   advancedProperties: Record<string, string>;
-  /** The target's key prefix (may be empty). */
-  prefix: string;
   stateDir: string;
   source: PostgresSource;
-  target: ObjectStore;
+  target: ChangeTarget;
   signal: AbortSignal;
   report(progress: StreamingProgress): void;
   log(message: string, fields?: Record<string, unknown>): void;
@@ -72,33 +58,16 @@ export function snapshotModeOf(properties: Record<string, string>): SnapshotMode
   return value as SnapshotMode;
 }
 
-export const tableKey = (schema: string, table: string) => `${schema}.${table}`;
-
-export function folderOf(prefix: string, schema: string, table: string): string {
-  const base = prefix.replace(/^\/+/, '').replace(/\/*$/, '');
-  return `${base ? `${base}/` : ''}${schema}/${table}/`;
-}
-
-export const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
-export const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
-
-export function lines(events: ChangeEvent[]): string {
-  return events.map((event) => JSON.stringify(event)).join('\n') + '\n';
-}
-
 /** A transaction as the stream delivers it: begun, its changes, committed. */
-interface Transaction {
+interface OpenTransaction {
   xid: number;
-  commitLsn: string;
   commitTime: string;
   commitMs: number;
   events: ChangeEvent[];
 }
 
 export async function runPostgresPipeline(settings: RunSettings): Promise<StreamingRunEnd> {
-  const { source, target, pipelineId, tables, prefix, signal } = settings;
-  const batchChanges = settings.batchChanges ?? 5_000;
-  const batchMs = settings.batchMs ?? 200;
+  const { source, target, pipelineId, tables, signal } = settings;
   const slot = slotNameOf(pipelineId);
   const publication = slot;
   const mode = snapshotModeOf(settings.advancedProperties);
@@ -123,10 +92,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
       settings.log('dropping a replication slot without a usable position', { slot });
       await source.dropSlot(slot, undefined);
     }
-    for (const { schema, table } of tables) {
-      const folder = folderOf(prefix, schema, table);
-      for (const name of await target.list(folder)) if (SNAPSHOT_FILE.test(name)) await target.remove(folder + name);
-    }
+    await target.resetSnapshot(tables);
     const rowsPerTable: Record<string, number> = {};
     const start = async (lsn: string, snapshotDone: boolean) => {
       state = {
@@ -140,13 +106,16 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
       await saveState(settings.stateDir, pipelineId, state);
     };
     if (mode === 'never') {
-      await start(await source.createSlot(slot), true);
+      const lsn = await source.createSlot(slot);
+      await target.streamFrom(lsn, lsnKey(lsn), rowsPerTable);
+      await start(lsn, true);
     } else {
       const lsn = await source.createSlot(slot, async (client, consistentPoint) => {
         await start(consistentPoint, false);
         settings.report(progress('snapshot', 0));
         await snapshotTables(client, consistentPoint);
       });
+      await target.streamFrom(lsn, lsnKey(lsn), state!.rowsPerTable);
       state!.snapshot = 'done';
       state!.position = lsn;
       await saveState(settings.stateDir, pipelineId, state!);
@@ -157,7 +126,6 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
   async function snapshotTables(client: pg.Client, lsn: string): Promise<void> {
     const commitTime = new Date().toISOString();
     for (const { schema, table } of tables) {
-      const folder = folderOf(prefix, schema, table);
       let part = 0;
       for await (const rows of PostgresSource.rowsOf(client, { schema, table }, SNAPSHOT_BATCH)) {
         signal.throwIfAborted();
@@ -173,7 +141,7 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
           after: row,
         }));
         part += 1;
-        await target.put(`${folder}${lsnKey(lsn)}-snapshot-${String(part).padStart(6, '0')}.jsonl`, lines(events));
+        await target.writeSnapshot({ schema, table }, lsnKey(lsn), part, events);
         const key = tableKey(schema, table);
         state!.rowsPerTable[key] = (state!.rowsPerTable[key] ?? 0) + rows.length;
         settings.report(progress('snapshot', 0));
@@ -182,16 +150,14 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
   }
 
   const current: StreamingState = state!;
-  // Files written after the committed position were never committed: the replay writes them again.
-  for (const { schema, table } of tables) {
-    const folder = folderOf(prefix, schema, table);
-    for (const name of await target.list(folder)) {
-      const match = CHANGE_FILE.exec(name);
-      if (match && BigInt(`0x${match[1]}`) > lsnToBigInt(current.position)) {
-        settings.log('removing a change file written after the last committed position', { file: folder + name });
-        await target.remove(folder + name);
-      } else if (name.endsWith('.tmp')) await target.remove(folder + name);
-    }
+  // What the target wrote after the committed position was never committed: removed, the replay writes it again.
+  // A target that commits its own position with its writes (the warehouse) may be one batch ahead.
+  const ahead = await target.recover(tables, lsnKey(current.position), settings.log);
+  if (ahead) {
+    settings.log('the target holds a later position than the state folder: resuming from it', { position: ahead.position });
+    current.position = ahead.position;
+    current.rowsPerTable = ahead.rowsPerTable;
+    await saveState(settings.stateDir, pipelineId, current);
   }
 
   settings.report(progress('streaming', 0));
@@ -200,82 +166,39 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
   return streamChanges(current);
 
   async function streamChanges(committed: StreamingState): Promise<StreamingRunEnd> {
-    let open: Transaction | undefined;
-    let batch: Transaction[] = [];
-    let batchSize = 0;
-    let batchStarted = 0;
-    let lagSeconds = 0;
+    let open: OpenTransaction | undefined;
     let failure: Error | undefined;
-    let writing: Promise<void> = Promise.resolve();
-    let lastReport = 0;
-
-    // At most one report a second; one held back is sent when its second is up, so the last state is always told.
-    let trailing: NodeJS.Timeout | undefined;
-    const report = () => {
-      const wait = lastReport + 1000 - Date.now();
-      if (wait > 0) {
-        trailing ??= setTimeout(() => {
-          trailing = undefined;
-          report();
-        }, wait);
-        return;
-      }
-      lastReport = Date.now();
-      settings.report(progress('streaming', lagSeconds));
+    let finish: () => void = () => undefined;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    /** The furthest position acknowledged to the slot. */
+    let acknowledged = lsnToBigInt(committed.position);
+    const acknowledge = async (lsn: string) => {
+      const value = lsnToBigInt(lsn);
+      if (value < acknowledged) return;
+      acknowledged = value;
+      await stream.acknowledge(bigIntToLsn(value));
     };
-
-    /** Writes the batch's files, commits the position, acknowledges the slot: in that order. */
-    async function flush(): Promise<void> {
-      // After a failed write nothing more is written or committed: the next start replays from the committed position.
-      if (batch.length === 0 || failure) return;
-      const transactions = batch;
-      batch = [];
-      batchSize = 0;
-      const byTable = new Map<string, { first: string; last: string; events: ChangeEvent[] }>();
-      for (const transaction of transactions) {
-        for (const event of transaction.events) {
-          const key = tableKey(event.schema, event.table);
-          let entry = byTable.get(key);
-          if (!entry) byTable.set(key, (entry = { first: transaction.commitLsn, last: transaction.commitLsn, events: [] }));
-          entry.last = transaction.commitLsn;
-          entry.events.push(event);
-        }
-      }
-      await Promise.all(
-        [...byTable.values()].map(({ first, last, events }) =>
-          target.put(
-            `${folderOf(prefix, events[0]!.schema, events[0]!.table)}${lsnKey(first)}-${lsnKey(last)}.jsonl`,
-            lines(events),
-          ),
-        ),
-      );
-      const last = transactions.at(-1)!;
-      committed.position = last.commitLsn;
-      for (const [key, { events }] of byTable) committed.rowsPerTable[key] = (committed.rowsPerTable[key] ?? 0) + events.length;
-      await saveState(settings.stateDir, pipelineId, committed);
-      await stream.acknowledge(committed.position);
-      lagSeconds = Math.max(0, (Date.now() - last.commitMs) / 1000);
-      report();
-    }
-
-    /** Batches written or waiting to be: the stream reads on while one is written, and waits when a second is due. */
-    let pending = 0;
-    function scheduleFlush(): void {
-      pending += 1;
-      writing = writing
-        .then(flush)
-        .catch((error: Error) => {
-          failure ??= error;
-          finish();
-        })
-        .finally(() => (pending -= 1));
-    }
+    const batcher = new Batcher({
+      pipelineId,
+      stateDir: settings.stateDir,
+      target,
+      committed,
+      committedKey: lsnKey(committed.position),
+      batchChanges: settings.batchChanges ?? 5_000,
+      batchMs: settings.batchMs ?? 200,
+      report: (lagSeconds) => settings.report(progress('streaming', lagSeconds)),
+      acknowledge,
+      onFailure(error) {
+        failure ??= error;
+        finish();
+      },
+    });
 
     function onMessage(lsn: string, message: Pgoutput.Message): Promise<void> | void {
       switch (message.tag) {
         case 'begin': {
           const commitMs = Number((message.commitTime as unknown as bigint) / 1000n);
-          open = { xid: message.xid, commitLsn: '', commitTime: new Date(commitMs).toISOString(), commitMs, events: [] };
+          open = { xid: message.xid, commitTime: new Date(commitMs).toISOString(), commitMs, events: [] };
           return;
         }
         case 'insert':
@@ -321,34 +244,24 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
           if (!transaction) return;
           // pgoutput's own LSNs come zero-padded (00000000/0156A970): positions are kept in PostgreSQL's form.
           const end = bigIntToLsn(lsnToBigInt(message.commitEndLsn ?? lsn));
-          // Already written before a restart: the slot hands it again until its acknowledgement arrived.
-          if (compareLsn(end, committed.position) <= 0) return;
-          transaction.commitLsn = end;
           for (const event of transaction.events) event.commitLsn = end;
-          if (batch.length === 0) batchStarted = Date.now();
-          batch.push(transaction);
-          batchSize += transaction.events.length;
-          if (batchSize >= batchChanges || Date.now() - batchStarted >= batchMs) {
-            scheduleFlush();
-            return pending > 1 ? writing : undefined;
-          }
-          return;
+          // Already written before a restart (the slot hands it again until its acknowledgement arrived): skipped.
+          return batcher.add({ position: end, key: lsnKey(end), commitMs: transaction.commitMs, events: transaction.events });
         }
         default:
           return;
       }
     }
 
-    let finish: () => void = () => undefined;
-    const finished = new Promise<void>((resolve) => (finish = resolve));
     const stream = settings.source.stream(slot, publication, committed.position, {
       onMessage,
-      onKeepalive(_lsn, shouldRespond) {
-        if (batch.length === 0 && !open) {
-          lagSeconds = 0;
-          report();
-        }
-        if (shouldRespond) void stream.acknowledge(committed.position).catch(() => undefined);
+      onKeepalive(lsn, shouldRespond) {
+        if (!open && batcher.idle) {
+          batcher.caughtUp();
+          // Everything the source sent before this keepalive is written and committed: the slot may release
+          // WAL up to it, also when only other tables (or other databases) change.
+          void acknowledge(bigIntToLsn(lsnToBigInt(lsn))).catch(() => undefined);
+        } else if (shouldRespond) void acknowledge(committed.position).catch(() => undefined);
       },
       onError(error) {
         // A stop while the stream connects ends its connection mid-handshake: that is the stop, not a failure.
@@ -363,27 +276,16 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
         finish();
       },
     );
-    // A batch younger than batchMs is written when it comes of age, also when no more changes arrive.
-    const timer = setInterval(
-      () => {
-        if (batch.length > 0 && Date.now() - batchStarted >= batchMs) scheduleFlush();
-      },
-      Math.max(20, Math.floor(batchMs / 2)),
-    );
     const onAbort = () => finish();
     signal.addEventListener('abort', onAbort, { once: true });
     // A stop that came while the run was getting ready.
     if (signal.aborted) finish();
     try {
       await finished;
-      if (!failure) {
-        // Stopping: write what is complete; a transaction still open is read again on the next start.
-        scheduleFlush();
-        await writing;
-      }
+      // Stopping: write what is complete; a transaction still open is read again on the next start.
+      if (!failure) await batcher.drain();
     } finally {
-      clearInterval(timer);
-      clearTimeout(trailing);
+      batcher.close();
       signal.removeEventListener('abort', onAbort);
       await stream.stop().catch(() => undefined);
     }

@@ -6,6 +6,7 @@
  */
 import pg from 'pg';
 import { LogicalReplicationService, PgoutputPlugin, type Pgoutput } from 'pg-logical-replication';
+import type { SourceColumn, TableName } from './target.ts';
 
 export interface PostgresConnection {
   host: string;
@@ -16,10 +17,7 @@ export interface PostgresConnection {
   ssl?: boolean;
 }
 
-export interface TableName {
-  schema: string;
-  table: string;
-}
+export type { TableName } from './target.ts';
 
 /** A double-quoted identifier. */
 export function quoteIdent(name: string): string {
@@ -90,6 +88,33 @@ export class PostgresSource {
           );
         }
       }
+    });
+  }
+
+  /** A table's columns (information_schema) and primary key columns: what a warehouse target types its tables by. */
+  async describe(table: TableName): Promise<{ columns: SourceColumn[]; key: string[] }> {
+    return this.withClient(async (client) => {
+      const columns = await client.query<{ name: string; data_type: string; precision: number | null; scale: number | null }>(
+        `SELECT column_name AS name, data_type, numeric_precision AS precision, numeric_scale AS scale
+           FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+        [table.schema, table.table],
+      );
+      const key = await client.query<{ name: string }>(
+        `SELECT a.attname AS name FROM pg_catalog.pg_index i
+           JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+          WHERE i.indisprimary AND i.indrelid = (quote_ident($1) || '.' || quote_ident($2))::regclass
+          ORDER BY array_position(i.indkey, a.attnum)`,
+        [table.schema, table.table],
+      );
+      return {
+        columns: columns.rows.map((row) => ({
+          name: row.name,
+          dataType: row.data_type,
+          precision: row.precision,
+          scale: row.scale,
+        })),
+        key: key.rows.map((row) => row.name),
+      };
     });
   }
 

@@ -3,19 +3,28 @@
  * under the agent's state folder. Nothing to install or configure. Each statement gets a connection of
  * its own, so concurrent iterations run side by side and a cancel interrupts exactly what is in flight.
  */
+import { SQL_GRAMMARS } from '../../contract/sql-grammar.ts';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { DuckDBInstance, StatementType, type DuckDBConnection } from '@duckdb/node-api';
+import { DuckDBInstance, StatementType, type DuckDBConnection, type DuckDBMaterializedResult } from '@duckdb/node-api';
 import { DUCKDB_DIALECT, qualifiedName, type TableName } from '../../contract/sql-dialect.ts';
 import { rowsOf, WarehouseError, type Column, type QueryResult, type RunResult, type Warehouse } from './warehouse.ts';
 
-/** The statements whose count of rows changed DuckDB tells (its CREATE TABLE AS answers 0). */
+/** The statements whose count of rows changed DuckDB tells as such (CREATE TABLE AS tells its own: createdRows). */
 const WRITES = new Set<StatementType>([
   StatementType.INSERT,
   StatementType.UPDATE,
   StatementType.DELETE,
   StatementType.MERGE_INTO,
 ]);
+
+/** The rows a CREATE statement wrote (CREATE TABLE AS), or undefined when it tells none. */
+async function createdRows(result: DuckDBMaterializedResult): Promise<number | undefined> {
+  if (result.columnCount !== 1 || result.columnName(0) !== 'Count') return undefined;
+  const rows = await result.getRows();
+  const count = rows.length === 1 ? rows[0][0] : undefined;
+  return typeof count === 'bigint' || typeof count === 'number' ? Number(count) : undefined;
+}
 
 /** Names safe as a file name: the ids are UUIDs, anything else is reduced to word characters. */
 function fileSafe(name: string): string {
@@ -43,6 +52,7 @@ export class DuckDbWarehouse implements Warehouse {
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
   readonly lineageNamespace: string;
+  readonly sqlGrammar = SQL_GRAMMARS.duckdb;
   private readonly active = new Set<DuckDBConnection>();
 
   private readonly statementTimeoutMs: number;
@@ -114,6 +124,12 @@ export class DuckDbWarehouse implements Warehouse {
       for (let i = 0; i < statements.count; i += 1) {
         const result = await (await statements.prepare(i)).run();
         if (WRITES.has(result.statementType)) rowsWritten = (rowsWritten ?? 0) + result.rowsChanged;
+        else if (result.statementType === StatementType.CREATE) {
+          // CREATE TABLE AS tells its rows as one row of a "Count" column (rowsChanged stays 0); a CREATE
+          // without rows (a table, a view, a schema) answers none.
+          const created = await createdRows(result);
+          if (created !== undefined) rowsWritten = (rowsWritten ?? 0) + created;
+        }
       }
       return rowsWritten === undefined ? {} : { rowsWritten };
     });

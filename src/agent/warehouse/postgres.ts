@@ -4,6 +4,7 @@
  * Statements are bounded by `statement_timeout` (the agent's deadline). Numbers come back as text when a
  * double cannot hold them exactly (bigint, numeric), as numbers otherwise.
  */
+import { SQL_GRAMMARS } from '../../contract/sql-grammar.ts';
 import pg from 'pg';
 import { POSTGRES_DIALECT, type TableName } from '../../contract/sql-dialect.ts';
 import { rowsOf, WarehouseError, type Column, type QueryResult, type RunResult, type Warehouse } from './warehouse.ts';
@@ -46,6 +47,7 @@ export class PostgresWarehouse implements Warehouse {
   readonly defaultDatabase?: string;
   readonly defaultSchema: string;
   readonly lineageNamespace: string;
+  readonly sqlGrammar = SQL_GRAMMARS.postgres;
   private readonly pool: pg.Pool;
   private readonly config: pg.PoolConfig;
   private readonly active = new Set<number>();

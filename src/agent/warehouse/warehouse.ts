@@ -34,6 +34,8 @@ export interface Warehouse {
   readonly defaultSchema: string;
   /** Where its tables are, as OpenLineage names a warehouse (`postgres://host:5432`): the namespace of lineage datasets. */
   readonly lineageNamespace: string;
+  /** The grammar its SQL is read with for lineage (node-sql-parser's, src/contract/sql-grammar.ts). */
+  readonly sqlGrammar: string;
   /**
    * Runs one or more statements (a script separated by `;`). `signal` cancels them in the warehouse
    * (the adapter interrupts or cancels the statement in flight; the promise rejects).

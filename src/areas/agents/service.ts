@@ -7,7 +7,7 @@ import { randomUUID, X509Certificate } from 'node:crypto';
 import type { Db, Executor } from '../../core/db/database.ts';
 import { isUniqueViolation } from '../../core/db/database.ts';
 import { emit } from '../../core/outbox.ts';
-import { conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
 import type { SecretBox } from '../../core/secret-box.ts';
 import type { AgentDeletion } from './deletion.ts';
@@ -142,6 +142,22 @@ export async function updateAgent(
   request: UpdateAgentRequest,
 ): Promise<AgentRow> {
   const row = await requireAgent(db, accountId, agentId);
+  // Who runs an agent is not a label: runs are priced by it (consumption's credits per agent type), and a
+  // relabelled platform agent would reprice every run it made.
+  const hosted = 'PLATFORM_HOSTED';
+  if (
+    request.agentType !== undefined &&
+    request.agentType !== row.agentType &&
+    (row.agentType === hosted || request.agentType === hosted)
+  ) {
+    throw new ProblemError(
+      409,
+      `An agent's type cannot change to or from ${hosted}: the platform runs such an agent, the customer runs the others.`,
+      {
+        violations: [`body.agentType: is ${row.agentType}; it cannot become ${request.agentType}`],
+      },
+    );
+  }
   const next: AgentRow = {
     ...row,
     ...(request.name !== undefined && { name: request.name }),

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
 import type { AiModelConfig } from '../../core/config.ts';
 import type { TaskMessageData } from './schemas.ts';
@@ -9,6 +9,9 @@ import { argumentsTextOf } from './arguments.ts';
 
 /** The model could not be used for this turn; the message says why, for the task's statusDetail. */
 export class ModelFailure extends Error {}
+
+/** The call to the model was aborted through its signal (a deadline, the server shutting down). */
+export class ModelAborted extends Error {}
 
 export interface ModelToolCall {
   id: string;
@@ -35,23 +38,31 @@ export function configuredModel(config: AiModelConfig, log: FastifyBaseLogger): 
   if (!config.name) return undefined;
   const model = config.name;
   const where = config.baseUrl ?? 'https://api.openai.com/v1';
-  // The client insists on a key; local servers (llama.cpp, Ollama, vLLM) take any.
-  const client = new OpenAI({
-    baseURL: where,
-    apiKey: config.apiKey ?? 'none',
-    timeout: config.timeoutMs,
-    maxRetries: 2,
-    // Warnings only (retries): the client's debug output would carry the request.
-    logger: log.child({ component: 'ai-model' }),
-    logLevel: 'warn',
-  });
+  // The client (a hundred and fifty modules) is loaded with the first call: a server whose tasks never
+  // reach the model does not hold it. It insists on a key; local servers (llama.cpp, Ollama, vLLM) take any.
+  let loaded: Promise<{ OpenAI: typeof OpenAI; client: OpenAI }> | undefined;
+  const load = async () => {
+    const { default: OpenAI } = await import('openai');
+    const client = new OpenAI({
+      baseURL: where,
+      apiKey: config.apiKey ?? 'none',
+      timeout: config.timeoutMs,
+      maxRetries: 2,
+      // Warnings only (retries): the client's debug output would carry the request.
+      logger: log.child({ component: 'ai-model' }),
+      logLevel: 'warn',
+    });
+    return { OpenAI, client };
+  };
   return {
     async answer(messages, tools, signal) {
+      loaded ??= load();
+      const { OpenAI, client } = await loaded;
       let completion: unknown;
       try {
         completion = await client.chat.completions.create({ model, messages, tools }, { signal });
       } catch (error) {
-        if (error instanceof OpenAI.APIUserAbortError) throw error;
+        if (error instanceof OpenAI.APIUserAbortError) throw new ModelAborted();
         if (error instanceof OpenAI.APIConnectionTimeoutError) {
           throw new ModelFailure(`The model did not answer within ${config.timeoutMs} ms (DPC_AI_MODEL_TIMEOUT_MS).`);
         }

@@ -1,14 +1,13 @@
 import { emit } from '../../core/outbox.ts';
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
-import OpenAI from 'openai';
 import type { Config } from '../../core/config.ts';
 import type { Store, Trx } from '../../core/db/database.ts';
 import { isTransientStoreFailure } from '../../core/db/database.ts';
 import { JobQueue } from '../../core/jobs.ts';
 import { appendMessages, updateTask, type TaskRow } from './repository.ts';
 import { conversationOf, grantedOf, moveTask, unansweredCalls, type StepScheduler } from './service.ts';
-import { chatMessages, configuredModel, ModelFailure, NO_MODEL, toolDefinitions, type ChatModel } from './model.ts';
+import { chatMessages, configuredModel, ModelAborted, ModelFailure, NO_MODEL, toolDefinitions, type ChatModel } from './model.ts';
 import { runTool, toolNamed, toolsFor } from './tools.ts';
 import { checkedArguments } from './arguments.ts';
 
@@ -122,8 +121,8 @@ export class AiTaskRuntime implements StepScheduler {
       const signal = AbortSignal.any([deadline, this.shutdown.signal]);
       turn = await this.model.answer(chatMessages(task, conversation), toolDefinitions(task), signal);
     } catch (error) {
-      if (error instanceof OpenAI.APIUserAbortError && this.shutdown.signal.aborted) throw new ShuttingDown('shutting down');
-      if (error instanceof OpenAI.APIUserAbortError && deadline.aborted) return { kind: 'failed', detail: this.timeLimit() };
+      if (error instanceof ModelAborted && this.shutdown.signal.aborted) throw new ShuttingDown('shutting down');
+      if (error instanceof ModelAborted && deadline.aborted) return { kind: 'failed', detail: this.timeLimit() };
       if (error instanceof ModelFailure) return { kind: 'failed', detail: error.message };
       throw error;
     }

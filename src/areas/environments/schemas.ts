@@ -1,4 +1,5 @@
 import { Type, type Static } from 'typebox';
+import { WAREHOUSE_TYPES } from '../../contract/sql-grammar.ts';
 
 /** The specification's environmentName: 1 to 255 word characters, parentheses, spaces or dashes, not starting or ending with a dash. */
 export const ENVIRONMENT_NAME_PATTERN = '^(?!-)[\\w() -]{1,255}(?<!-)$';
@@ -14,8 +15,9 @@ const settingName = (description: string) => Type.String({ minLength: 1, maxLeng
 
 export const WarehouseSettings = Type.Object(
   {
-    type: Type.Enum(['duckdb', 'postgres'], {
-      description: "duckdb: the agent's embedded database (one file per account and environment); postgres: a PostgreSQL server",
+    type: Type.Enum([...WAREHOUSE_TYPES], {
+      description:
+        "duckdb: the agent's embedded database (one file per account and environment); postgres: a PostgreSQL server. The others (snowflake, bigquery, redshift, mysql, mariadb, sqlserver) decide the grammar the pipeline review checks SQL with; the agent runs pipelines on duckdb and postgres only.",
     }),
     host: Type.Optional(settingName('postgres: the server')),
     port: Type.Optional(Type.Integer({ minimum: 1, maximum: 65535 })),

@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../core/db/database.ts';
 import { matches, readEvents, type EventFilter, type StoredEvent } from '../../core/outbox.ts';
@@ -17,7 +17,7 @@ class Subscriber {
 
   constructor(
     readonly feed: AccountFeed,
-    readonly response: ServerResponse,
+    readonly socket: Socket,
     readonly filter: EventFilter,
     public cursor: number,
     /** Ids past the cursor that had committed before the client subscribed: not the client's to receive. */
@@ -50,12 +50,12 @@ class Subscriber {
           if (this.before && [...this.before].every((id) => id <= this.cursor)) this.before = undefined;
           // Nothing else up to the head: ids are not contiguous, so the cursor moves there.
           if (complete) this.cursor = Math.max(this.cursor, head);
-          if (text && !this.response.write(text)) await this.drained();
+          if (text && !this.socket.write(text)) await this.drained();
         }
       } while (this.again && !this.closed);
     } catch (error) {
       this.feed.log.warn({ err: error }, 'an event stream failed; closing it');
-      this.response.destroy();
+      this.socket.destroy();
     } finally {
       this.pumping = false;
     }
@@ -64,12 +64,12 @@ class Subscriber {
   private drained(): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
-        this.response.off('drain', done);
-        this.response.off('close', done);
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
         resolve();
       };
-      this.response.on('drain', done);
-      this.response.on('close', done);
+      this.socket.on('drain', done);
+      this.socket.on('close', done);
     });
   }
 }
@@ -209,26 +209,21 @@ export class FeedHub {
   }
 
   /**
-   * Follows the account's events after `cursor` onto `response` until it closes. `head` is the account's last
+   * Follows the account's events after `cursor` onto `socket` (an answer begun, written straight to its connection) until it closes. `head` is the account's last
    * id now; `before`, ids past the cursor already committed when the client subscribed, are not sent.
    */
-  subscribe(
-    accountId: string,
-    response: ServerResponse,
-    filter: EventFilter,
-    cursor: number,
-    head: number,
-    before?: Set<number>,
-  ): void {
+  subscribe(accountId: string, socket: Socket, filter: EventFilter, cursor: number, head: number, before?: Set<number>): void {
+    // Gone already (its 'close' came and went): nothing to follow.
+    if (socket.destroyed) return;
     this.start();
     let feed = this.feeds.get(accountId);
     if (!feed) {
       feed = new AccountFeed(this.db, accountId, this.settings.log, head);
       this.feeds.set(accountId, feed);
     }
-    const subscriber = new Subscriber(feed, response, filter, cursor, before?.size ? before : undefined);
+    const subscriber = new Subscriber(feed, socket, filter, cursor, before?.size ? before : undefined);
     feed.subscribers.add(subscriber);
-    response.on('close', () => {
+    socket.on('close', () => {
       subscriber.closed = true;
       feed.subscribers.delete(subscriber);
       if (feed.subscribers.size === 0 && this.feeds.get(accountId) === feed) {
@@ -252,7 +247,7 @@ export class FeedHub {
     }, this.settings.pollMs).unref();
     this.heartbeat = setInterval(() => {
       for (const feed of this.feeds.values())
-        for (const subscriber of feed.subscribers) subscriber.response.write(': keep-alive\n\n');
+        for (const subscriber of feed.subscribers) subscriber.socket.write(': keep-alive\n\n');
     }, this.settings.heartbeatMs).unref();
   }
 
@@ -264,7 +259,7 @@ export class FeedHub {
     this.unsubscribe?.();
     for (const feed of this.feeds.values()) {
       feed.close();
-      for (const subscriber of feed.subscribers) subscriber.response.end();
+      for (const subscriber of feed.subscribers) subscriber.socket.end();
     }
     this.feeds.clear();
   }

@@ -68,19 +68,26 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
       // order) happened before the client subscribed, and are not sent.
       const before = resume === undefined ? await committedAfter(app.store.db, accountId, head) : undefined;
       reply.hijack();
-      const response = reply.raw;
-      response.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache, no-transform',
-        connection: 'keep-alive',
-        'x-accel-buffering': 'no',
-        'x-request-id': request.id,
-      });
-      // Sent at once, so that a client knows it is subscribed before the first event.
-      response.write(`: subscribed after event ${cursor}\nretry: 2000\n\n`);
+      // A stream holds its connection for hours, thousands at once, so it is written straight to the socket:
+      // no chunked framing, no ServerResponse header block kept for the connection's life, and nothing of the
+      // request it no longer needs (its headers, the bearer token most of them, were read). The answer is
+      // delimited by the connection's close, as HTTP/1.1 allows for an answer without a length.
+      const socket = request.raw.socket;
+      request.raw.rawHeaders = [];
+      request.raw.headers = {};
+      // Sent with the head, so that a client knows it is subscribed before the first event.
+      socket.write(
+        'HTTP/1.1 200 OK\r\n' +
+          'content-type: text/event-stream; charset=utf-8\r\n' +
+          'cache-control: no-cache, no-transform\r\n' +
+          'connection: close\r\n' +
+          'x-accel-buffering: no\r\n' +
+          `x-request-id: ${request.id}\r\n\r\n` +
+          `: subscribed after event ${cursor}\nretry: 2000\n\n`,
+      );
       hub.subscribe(
         accountId,
-        response,
+        socket,
         { types: parseTypes(request.query.type), projectId: request.query.projectId },
         cursor,
         head,

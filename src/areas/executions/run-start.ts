@@ -19,8 +19,9 @@ import {
   type Pipeline,
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
-import { checkPipeline, describeViolation } from '../../contract/pipeline-checks.ts';
-import { describeFinding, errorsBeforeRun, SQL_GRAMMAR } from '../reviews/index.ts';
+import { checkPipeline, childPipelines, describeViolation } from '../../contract/pipeline-checks.ts';
+import { describeFinding, errorsBeforeRun } from '../reviews/index.ts';
+import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
@@ -71,13 +72,28 @@ async function chooseAgent(
   return agentId;
 }
 
-/** Every pipeline file of an artifact (orchestration and transformation), by path: what child pipelines come from. */
-async function pipelineFiles(db: Executor, artifactId: number): Promise<Record<string, string>> {
+/**
+ * The pipeline files a run of `roots` can reach (orchestration and transformation), by path: the roots,
+ * the children they name, theirs, and so on; all of the version's when one names its child through a
+ * variable (known only when the run gets there). What the agent is sent, and what the checks read.
+ */
+async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: readonly string[]): Promise<Record<string, string>> {
+  const paths = new Set(
+    (await artifactFilePaths(db, artifactId)).filter(
+      (path) => path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation),
+    ),
+  );
   const files = Object.create(null) as Record<string, string>;
-  for (const path of await artifactFilePaths(db, artifactId)) {
-    if (path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation)) {
-      files[path] = await artifactFileText(db, artifactId, path);
-    }
+  const waiting = [...roots];
+  while (waiting.length > 0) {
+    const path = waiting.pop()!;
+    if (Object.hasOwn(files, path) || !paths.has(path)) continue;
+    files[path] = await artifactFileText(db, artifactId, path);
+    const children = childPipelines(files[path], paths);
+    if (children.throughVariables) {
+      waiting.length = 0;
+      waiting.push(...paths);
+    } else waiting.push(...children.paths);
   }
   return files;
 }
@@ -158,8 +174,14 @@ async function resolveVariables(
  * The pipeline quality review's errors in `paths` and the pipelines they run refuse the run: a 400 naming
  * each finding's file, component, parameter and rule (warnings do not block; `POST …/reviews` lists them).
  */
-function refuseReviewErrors(paths: readonly string[], files: Record<string, string>, projectVariables: Set<string>): void {
-  const context = { projectVariables, sqlDialect: SQL_GRAMMAR };
+function refuseReviewErrors(
+  paths: readonly string[],
+  files: Record<string, string>,
+  projectVariables: Set<string>,
+  warehouse: WarehouseSettings | null,
+): void {
+  // SQL is checked in the grammar of the environment's warehouse.
+  const context = { projectVariables, sqlDialect: sqlGrammarOf(warehouse?.type) };
   const seen = new Set<string>();
   const errors = paths
     .flatMap((path) => errorsBeforeRun(path, files, context))
@@ -235,7 +257,7 @@ export async function preparePipelineRun(
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
   const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
   const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
-  const files = await pipelineFiles(db, artifact.id);
+  const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName]);
   const pipeline = parseOrRefuse(pipelineName, files);
   const agentId = await chooseAgent(
     db,
@@ -252,7 +274,7 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
-  refuseReviewErrors([pipelineName], files, projectVariables);
+  refuseReviewErrors([pipelineName], files, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
@@ -308,7 +330,7 @@ export async function prepareTestRun(
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines = await pipelineFiles(db, artifact.id);
+  const pipelines = await pipelineFilesRunBy(db, artifact.id, tests);
   const agentId = await chooseAgent(
     db,
     request.accountId,
@@ -317,7 +339,7 @@ export async function prepareTestRun(
     request.hostedAgent === true,
   );
   const { variables, projectVariables } = await resolveVariables(db, request.projectId, environment.id, {});
-  refuseReviewErrors(tests, pipelines, projectVariables);
+  refuseReviewErrors(tests, pipelines, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,

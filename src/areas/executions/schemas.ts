@@ -169,6 +169,10 @@ export const ExecutionStep = Type.Object({
     startedAt: DateTime,
     finishedAt: Type.Union([DateTime, Type.Null()]),
     message: Type.Union([Type.String(), Type.Null()]),
+    rowsWritten: Type.Union([Type.Integer({ minimum: 0 }), Type.Null()], {
+      description:
+        "rows the step's SQL wrote (inserted, updated, deleted, or created by CREATE TABLE AS), as the agent's warehouse told it; null where not known (a step that runs no SQL, a warehouse that does not tell)",
+    }),
   }),
   childPipeline: Type.Union(
     [

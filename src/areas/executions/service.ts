@@ -281,7 +281,13 @@ export async function listSteps(
     results: rows.map((row) => ({
       id: String(row.position),
       name: row.name,
-      result: { status: row.status, startedAt: row.startedAt, finishedAt: row.finishedAt, message: row.message },
+      result: {
+        status: row.status,
+        startedAt: row.startedAt,
+        finishedAt: row.finishedAt,
+        message: row.message,
+        rowsWritten: row.rowsWritten === null ? null : Number(row.rowsWritten),
+      },
       childPipeline: row.childPipeline === null ? null : { name: row.childPipeline },
     })),
     total,

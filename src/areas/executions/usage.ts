@@ -39,11 +39,24 @@ export async function usageByDay(
       ? sql<number>`extract(epoch from (finished_at::timestamptz - started_at::timestamptz))`
       : sql<number>`(julianday(finished_at) - julianday(started_at)) * 86400.0`;
   const pipeline = sql<string>`coalesce(pipeline_name, test_name, '(tests)')`;
-  // Each run's steps' rows written, summed per run first (a run is one row of the grouping below).
+  // Each run's steps' rows written, summed per run first (a run is one row of the grouping below), for the
+  // runs of this account and window only. SQLite's sum() of integers fails past 2^63; total() does not.
+  const total = (column: string) =>
+    dialect === 'postgres'
+      ? sql<string | null>`sum(${sql.ref(column)})`
+      : sql<string | null>`case when count(${sql.ref(column)}) = 0 then null else total(${sql.ref(column)}) end`;
   const written = db
     .selectFrom('executionSteps')
-    .select(['executionId', sql<string | null>`sum(rows_written)`.as('rowsWritten')])
+    .select(['executionId', total('rows_written').as('rowsWritten')])
     .where('rowsWritten', 'is not', null)
+    .where('executionId', 'in', (runs) =>
+      runs
+        .selectFrom('executions')
+        .select('id')
+        .where('accountId', '=', accountId)
+        .where('startedAt', '>=', fromDay)
+        .where('startedAt', '<', `${toDay}~`),
+    )
     .groupBy('executionId')
     .as('written');
   const rows = await db
@@ -58,7 +71,7 @@ export async function usageByDay(
       sql<string>`count(*)`.as('runs'),
       sql<string>`sum(case when status = 'FAILED' then 1 else 0 end)`.as('failedRuns'),
       sql<string>`sum(${seconds})`.as('runSeconds'),
-      sql<string | null>`sum(written.rows_written)`.as('rowsWritten'),
+      total('written.rows_written').as('rowsWritten'),
     ])
     .where('accountId', '=', accountId)
     .where('startedAt', '>=', fromDay)

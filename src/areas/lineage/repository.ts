@@ -1,22 +1,89 @@
-import type { Executor } from '../../core/db/database.ts';
+import type { Executor, Trx } from '../../core/db/database.ts';
+import { statementsAreRoundTrips } from '../../core/db/database.ts';
+import { preparedQuery } from '../../core/db/prepared.ts';
 import { countOf, pageWindow, type PageQuery } from '../../core/paging.ts';
+import type { LineageBodyTable, LineageStepTable } from './tables.ts';
 
-export async function insertLineageEvent(
-  db: Executor,
-  row: { accountId: string; projectId: string; executionId: string; generatedAt: string; event: string },
-): Promise<void> {
-  await db.insertInto('lineageEvents').values(row).execute();
+export type LineageStepRow = Omit<LineageStepTable, 'id'>;
+
+const stepValues = (step: LineageStepRow) => ({
+  accountId: step.accountId,
+  projectId: step.projectId,
+  executionId: step.executionId,
+  generatedAt: step.generatedAt,
+  eventTime: step.eventTime,
+  jobName: step.jobName,
+  jobKind: step.jobKind,
+  stepIndex: step.stepIndex,
+  stepName: step.stepName,
+  stepStatus: step.stepStatus,
+  bodyHash: step.bodyHash,
+});
+
+/** SQLite: the body unless the project has it already (each statement compiled once). */
+const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof LineageBodyTable>) =>
+  db
+    .insertInto('lineageBodies')
+    .values({ projectId: body.projectId, hash: body.hash, body: body.body })
+    .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
+);
+
+/** SQLite: the step (after its body; SQLite has no writable WITH, and a statement there is a call, not a round trip). */
+const insertStep = preparedQuery((db, step: LineageStepRow) =>
+  db.insertInto('lineageSteps').values(stepValues(step)).returning('id'),
+);
+
+/** PostgreSQL: the body (unless the project has it) and the step in one statement, one round trip. */
+const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: string }) =>
+  db
+    .with('body', (qb) =>
+      qb
+        .insertInto('lineageBodies')
+        .values({ projectId: row.projectId, hash: row.bodyHash, body: row.body })
+        .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
+    )
+    .insertInto('lineageSteps')
+    .values(stepValues(row))
+    .returning('id'),
+);
+
+/** Records a step's lineage: its row, and its body unless the project has that body already; answers the row's id. */
+export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<number> {
+  if (statementsAreRoundTrips(db)) {
+    const [row] = await insertBodyAndStep(db, { ...step, body });
+    return Number(row.id);
+  }
+  await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
+  const [row] = await insertStep(db, step);
+  return Number(row.id);
+}
+
+/** A recorded step with its body, by id. */
+export function lineageStepById(db: Executor, id: number) {
+  return db
+    .selectFrom('lineageSteps as s')
+    .innerJoin('lineageBodies as b', (join) => join.onRef('b.projectId', '=', 's.projectId').onRef('b.hash', '=', 's.bodyHash'))
+    .selectAll('s')
+    .select('b.body')
+    .where('s.id', '=', id)
+    .executeTakeFirst();
+}
+
+/** A project's lineage, deleted with it (the rows hold the project without a foreign key). */
+export async function deleteProjectLineage(trx: Trx, accountId: string, projectId: string): Promise<void> {
+  await trx.deleteFrom('lineageSteps').where('accountId', '=', accountId).where('projectId', '=', projectId).execute();
+  await trx.deleteFrom('lineageBodies').where('projectId', '=', projectId).execute();
 }
 
 /**
- * A page of the account's events recorded in [from, before), in the order they were recorded. The page's
- * ids are found in the index (account, time, id) alone, from whichever end of the window is nearer
- * (pageWindow), and only those 100 rows are read for their events: an OFFSET over the rows themselves
- * would read every skipped event (bench/lineage.ts: 2.3 s for the last page of 200,000 on PostgreSQL).
+ * A page of the account's steps recorded in [from, before), in the order they were recorded, each with its
+ * body. The page's ids are found in the index (account, time, id) alone, from whichever end of the window
+ * is nearer (pageWindow), and only those 100 rows are read: an OFFSET over the rows themselves would read
+ * every skipped row (bench/lineage.ts: 2.3 s for the last page of 200,000 on PostgreSQL).
  */
-export async function pageLineageEvents(db: Executor, accountId: string, from: string, before: string, page: PageQuery) {
+export async function pageLineageSteps(db: Executor, accountId: string, from: string, before: string, page: PageQuery) {
   const matching = db
-    .selectFrom('lineageEvents')
+    .selectFrom('lineageSteps')
     .where('accountId', '=', accountId)
     .where('generatedAt', '>=', from)
     .where('generatedAt', '<', before);
@@ -26,11 +93,26 @@ export async function pageLineageEvents(db: Executor, accountId: string, from: s
   const order = window.descending ? 'desc' : 'asc';
   const ids = matching.select('id').orderBy('generatedAt', order).orderBy('id', order).limit(window.limit).offset(window.offset);
   const rows = await db
-    .selectFrom('lineageEvents')
-    .select(['id', 'event'])
-    .where('id', 'in', ids)
-    .orderBy('generatedAt')
-    .orderBy('id')
+    .selectFrom('lineageSteps as s')
+    .innerJoin('lineageBodies as b', (join) => join.onRef('b.projectId', '=', 's.projectId').onRef('b.hash', '=', 's.bodyHash'))
+    .select([
+      's.id',
+      's.accountId',
+      's.projectId',
+      's.executionId',
+      's.generatedAt',
+      's.eventTime',
+      's.jobName',
+      's.jobKind',
+      's.stepIndex',
+      's.stepName',
+      's.stepStatus',
+      's.bodyHash',
+      'b.body',
+    ])
+    .where('s.id', 'in', ids)
+    .orderBy('s.generatedAt')
+    .orderBy('s.id')
     .execute();
   return { rows, total };
 }

@@ -1,11 +1,19 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { LineagePage, LineageQuery } from './schemas.ts';
-import { listLineageEvents } from './service.ts';
+import { deleteProjectLineage } from './repository.ts';
+import { eventOf, listLineageEvents } from './service.ts';
+import { startLineagePush } from './push.ts';
 
 /** The account's data lineage as OpenLineage run events (docs/api/lineage.md). */
 export async function lineageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  // DPC_OPENLINEAGE_URL: every stored event is also POSTed there (push.ts).
+  startLineagePush(fastify, eventOf);
+  // The steps hold their project without a foreign key (migration 0038): they go in its deleting transaction.
+  fastify.projectDeletion.inTransaction('lineage', (trx, _dialect, accountId, projectId) =>
+    deleteProjectLineage(trx, accountId, projectId),
+  );
   app.get(
     '/lineage/events',
     {

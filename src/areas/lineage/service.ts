@@ -1,9 +1,11 @@
+import { createHash } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
 import { LINEAGE_LIMITS, type LineageDataset, type StepLineage } from '../../contract/lineage.ts';
-import { insertLineageEvent, pageLineageEvents } from './repository.ts';
+import { insertLineageStep, pageLineageSteps, type LineageStepRow } from './repository.ts';
+import { queuePush } from './push.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
@@ -45,8 +47,16 @@ function datasetsOf(value: unknown, field: string, violations: string[]): Lineag
         violations.push(`${at}.fields: must be a list of at most ${LINEAGE_LIMITS.fields} columns`);
       } else {
         dataset.fields = item.fields.flatMap((column, j) => {
-          if (!isObject(column) || !text(column.name, `${at}.fields[${j}].name`, violations)) return [];
-          return [{ name: column.name as string, ...(typeof column.type === 'string' && { type: column.type.slice(0, 255) }) }];
+          if (!isObject(column)) {
+            violations.push(`${at}.fields[${j}]: must be an object`);
+            return [];
+          }
+          if (!text(column.name, `${at}.fields[${j}].name`, violations)) return [];
+          if (column.type !== undefined && (typeof column.type !== 'string' || column.type.length > 255)) {
+            violations.push(`${at}.fields[${j}].type: must be a string of at most 255 characters`);
+            return [];
+          }
+          return [{ name: column.name as string, ...(column.type !== undefined && { type: column.type as string }) }];
         });
       }
     }
@@ -62,7 +72,7 @@ function datasetsOf(value: unknown, field: string, violations: string[]): Lineag
             continue;
           }
           lineage[column] = inputs.flatMap((input, k) =>
-            isObject(input) &&
+            (isObject(input) || (violations.push(`${cat}[${k}]: must be an object`), false)) &&
             text(input.namespace, `${cat}[${k}].namespace`, violations) &&
             text(input.name, `${cat}[${k}].name`, violations) &&
             text(input.field, `${cat}[${k}].field`, violations)
@@ -77,7 +87,11 @@ function datasetsOf(value: unknown, field: string, violations: string[]): Lineag
   });
 }
 
-/** The lineage a step report carries, checked field by field; 400 naming each field that is wrong. */
+/**
+ * The lineage a step report carries, checked field by field, as a copy holding only the fields StepLineage
+ * names; 400 naming each field that is wrong. (The slow way: writtenLineage takes it only for a report
+ * that is wrong or carries more than StepLineage names.)
+ */
 export function checkedLineage(value: unknown, field = 'body.step.lineage'): StepLineage {
   const violations: string[] = [];
   if (!isObject(value)) throw badRequest('The step lineage is not an object.', [`${field}: must be an object`]);
@@ -93,15 +107,100 @@ export function checkedLineage(value: unknown, field = 'body.step.lineage'): Ste
   return lineage;
 }
 
+const textFits = (value: unknown) => typeof value === 'string' && value.length > 0 && value.length <= LINEAGE_LIMITS.text;
+
+/**
+ * Whether a dataset is right (nothing allocated on the way). Fields StepLineage does not name may come
+ * along: they are kept in the stored body as sent and never read (eventOf builds events from the named
+ * fields only).
+ */
+function datasetFits(item: unknown): boolean {
+  if (!isObject(item) || !textFits(item.namespace) || !textFits(item.name)) return false;
+  const fields = item.fields;
+  if (fields !== undefined) {
+    if (!Array.isArray(fields) || fields.length > LINEAGE_LIMITS.fields) return false;
+    for (let j = 0; j < fields.length; j += 1) {
+      const column = fields[j];
+      if (!isObject(column) || !textFits(column.name)) return false;
+      const type = column.type;
+      if (type !== undefined && (typeof type !== 'string' || type.length > 255)) return false;
+    }
+  }
+  const columnLineage = item.columnLineage;
+  if (columnLineage !== undefined) {
+    if (!isObject(columnLineage)) return false;
+    let columns = 0;
+    for (const column in columnLineage) {
+      if ((columns += 1) > LINEAGE_LIMITS.fields) return false;
+      const inputs = columnLineage[column];
+      if (!Array.isArray(inputs) || inputs.length > LINEAGE_LIMITS.fields) return false;
+      for (let k = 0; k < inputs.length; k += 1) {
+        const input = inputs[k];
+        if (!isObject(input) || !textFits(input.namespace) || !textFits(input.name) || !textFits(input.field)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+function datasetsFit(value: unknown): value is unknown[] {
+  if (!Array.isArray(value) || value.length > LINEAGE_LIMITS.datasets) return false;
+  for (let i = 0; i < value.length; i += 1) if (!datasetFits(value[i])) return false;
+  return true;
+}
+
+/**
+ * The lineage a step report carries as the JSON of StepLineage, and how many datasets it names; 400
+ * naming each field that is wrong. This runs in the report's transaction (bench/lineage.ts): a report
+ * that is right and has both lists (the agent's every report) is checked by a walk that allocates nothing
+ * and serialised as it came; any other is checked and copied field by field (checkedLineage).
+ */
+export function writtenLineage(value: unknown, field = 'body.step.lineage'): { json: string; datasets: number } {
+  if (
+    isObject(value) &&
+    datasetsFit(value.inputs) &&
+    datasetsFit(value.outputs) &&
+    (value.sql === undefined || (typeof value.sql === 'string' && value.sql.length <= LINEAGE_LIMITS.sql))
+  ) {
+    return { json: JSON.stringify(value), datasets: value.inputs.length + value.outputs.length };
+  }
+  const lineage = checkedLineage(value, field);
+  return { json: JSON.stringify(lineage), datasets: lineage.inputs.length + lineage.outputs.length };
+}
+
+/** The hashes of bodies recorded lately: a step reports the same body run after run, hashed once. */
+const hashes = new Map<string, string>();
+const HASHES_KEPT = 2000;
+
+function hashOf(body: string): string {
+  let hash = hashes.get(body);
+  if (hash === undefined) {
+    if (hashes.size >= HASHES_KEPT) hashes.clear();
+    hash = createHash('sha256').update(body).digest('base64url');
+    hashes.set(body, hash);
+  }
+  return hash;
+}
+
 // ---- Events
 
 function datasetOf(dataset: LineageDataset, output: boolean) {
   const facets: Record<string, unknown> = {};
-  if (dataset.fields?.length) facets.schema = { ...FACET('SchemaDatasetFacet'), fields: dataset.fields };
+  if (dataset.fields?.length) {
+    facets.schema = {
+      ...FACET('SchemaDatasetFacet'),
+      fields: dataset.fields.map(({ name, type }) => (type === undefined ? { name } : { name, type })),
+    };
+  }
   if (output && dataset.columnLineage && Object.keys(dataset.columnLineage).length > 0) {
     facets.columnLineage = {
       ...FACET('ColumnLineageDatasetFacet'),
-      fields: Object.fromEntries(Object.entries(dataset.columnLineage).map(([column, inputFields]) => [column, { inputFields }])),
+      fields: Object.fromEntries(
+        Object.entries(dataset.columnLineage).map(([column, inputs]) => [
+          column,
+          { inputFields: inputs.map(({ namespace, name, field }) => ({ namespace, name, field })) },
+        ]),
+      ),
     };
   }
   return { namespace: dataset.namespace, name: dataset.name, ...(Object.keys(facets).length > 0 && { facets }) };
@@ -117,26 +216,116 @@ export interface LineageStep {
 }
 
 /**
- * Records the OpenLineage run event of a step that reported datasets, in the transaction that records
- * the step. The account, project, job and run come from the execution the reporting agent holds, never
- * from the report. A step that read and wrote nothing records nothing.
+ * Records the lineage of a step that reported datasets, in the transaction that records the step: a small
+ * row (run, job, step, time) and the datasets as checked, kept once per project and content (a step
+ * reports the same tables run after run). The OpenLineage event is built when it is read (eventOf). The
+ * account, project, job and run come from the execution the reporting agent holds, never from the report.
+ * A step that read and wrote nothing records nothing.
  */
 export async function recordStepLineage(db: Executor, at: LineageStep, reported: unknown): Promise<void> {
-  const lineage = checkedLineage(reported);
-  if (lineage.inputs.length === 0 && lineage.outputs.length === 0) return;
+  const { json: body, datasets } = writtenLineage(reported);
+  if (datasets === 0) return;
   const generatedAt = now();
-  const event = {
-    eventType: at.step.status === 'SUCCESS' ? 'COMPLETE' : at.step.status === 'RUNNING' ? 'RUNNING' : 'FAIL',
-    eventTime: at.step.finishedAt ?? generatedAt,
+  const id = await insertLineageStep(
+    db,
+    {
+      accountId: at.accountId,
+      projectId: at.projectId,
+      executionId: at.executionId,
+      generatedAt,
+      eventTime: at.step.finishedAt ?? generatedAt,
+      jobName: at.pipelineName,
+      jobKind: 'PIPELINE',
+      stepIndex: at.step.index,
+      stepName: at.step.name,
+      stepStatus: at.step.status,
+      bodyHash: hashOf(body),
+    },
+    body,
+  );
+  await queuePush(db, id);
+}
+
+export interface StreamingLineage {
+  accountId: string;
+  projectId: string;
+  /** The run: the id of the agent work that runs it (a UUID). */
+  runId: string;
+  /** The streaming pipeline's name. */
+  jobName: string;
+  eventType: 'START' | 'RUNNING' | 'COMPLETE' | 'FAIL';
+  /** The source tables and the target datasets they are written to, as the server names them from the definition. */
+  inputs: LineageDataset[];
+  outputs: LineageDataset[];
+}
+
+/**
+ * Records an OpenLineage event of a streaming pipeline's run: source tables → target files or tables. The
+ * datasets are the server's (named from the pipeline's definition), never an agent's word.
+ */
+export async function recordStreamingLineage(db: Executor, at: StreamingLineage): Promise<void> {
+  if (at.inputs.length === 0 && at.outputs.length === 0) return;
+  const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
+  const generatedAt = now();
+  const id = await insertLineageStep(
+    db,
+    {
+      accountId: at.accountId,
+      projectId: at.projectId,
+      executionId: at.runId,
+      generatedAt,
+      eventTime: generatedAt,
+      jobName: at.jobName,
+      jobKind: 'STREAMING',
+      stepIndex: 0,
+      stepName: '',
+      stepStatus: at.eventType,
+      bodyHash: hashOf(body),
+    },
+    body,
+  );
+  await queuePush(db, id);
+}
+
+/** The OpenLineage RunEvent of a recorded step (or streaming run) and its datasets. */
+export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLineage) {
+  if (step.jobKind === 'STREAMING') {
+    return {
+      eventType: step.stepStatus,
+      eventTime: step.eventTime,
+      producer: PRODUCER,
+      schemaURL: SCHEMA_URL,
+      run: { runId: step.executionId },
+      job: {
+        namespace: jobNamespace(step.accountId, step.projectId),
+        name: step.jobName,
+        facets: {
+          jobType: {
+            ...FACET('JobTypeJobFacet'),
+            processingType: 'STREAMING',
+            integration: 'DPC',
+            jobType: 'STREAMING_PIPELINE',
+          },
+        },
+      },
+      inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
+      outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
+    };
+  }
+  return {
+    eventType: step.stepStatus === 'SUCCESS' ? 'COMPLETE' : step.stepStatus === 'RUNNING' ? 'RUNNING' : 'FAIL',
+    eventTime: step.eventTime,
     producer: PRODUCER,
     schemaURL: SCHEMA_URL,
     run: {
-      runId: at.executionId,
-      facets: { dpc_step: { ...FACET('DpcStepRunFacet'), index: at.step.index, name: at.step.name, status: at.step.status } },
+      runId: step.executionId,
+      facets: {
+        dpc_step: { ...FACET('DpcStepRunFacet'), index: step.stepIndex, name: step.stepName, status: step.stepStatus },
+      },
     },
     job: {
-      namespace: jobNamespace(at.accountId, at.projectId),
-      name: at.pipelineName,
+      namespace: jobNamespace(step.accountId, step.projectId),
+      name: step.jobName,
       facets: {
         jobType: { ...FACET('JobTypeJobFacet'), processingType: 'BATCH', integration: 'DPC', jobType: 'PIPELINE' },
         ...(lineage.sql !== undefined && { sql: { ...FACET('SQLJobFacet'), query: lineage.sql } }),
@@ -145,13 +334,6 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
     inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
     outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
   };
-  await insertLineageEvent(db, {
-    accountId: at.accountId,
-    projectId: at.projectId,
-    executionId: at.executionId,
-    generatedAt,
-    event: JSON.stringify(event),
-  });
 }
 
 /** An instant as the query gives it: a date-time (UTC without an offset) or a date (its midnight UTC). */
@@ -180,16 +362,23 @@ export async function listLineageEvents(db: Executor, accountId: string, query: 
       `querystring.generatedFrom: at most ${MAX_WINDOW_DAYS} days before generatedBefore`,
     ]);
   }
-  const { rows, total } = await pageLineageEvents(
+  const { rows, total } = await pageLineageSteps(
     db,
     accountId,
     new Date(from).toISOString(),
     new Date(before).toISOString(),
     query,
   );
+  // A page's steps share few bodies (the same steps of many runs): each is parsed once.
+  const bodies = new Map<string, StepLineage>();
+  const bodyOf = (row: (typeof rows)[number]) => {
+    let lineage = bodies.get(row.bodyHash);
+    if (!lineage) bodies.set(row.bodyHash, (lineage = JSON.parse(row.body) as StepLineage));
+    return lineage;
+  };
   return pageOf(
     query,
-    rows.map((row) => ({ id: String(row.id), event: JSON.parse(row.event) as Record<string, unknown> })),
+    rows.map((row) => ({ id: String(row.id), event: eventOf(row, bodyOf(row)) as Record<string, unknown> })),
     total,
   );
 }

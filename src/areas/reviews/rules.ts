@@ -3,9 +3,9 @@
  * Each finding names its rule, severity and location (file, component, parameter); none quotes a
  * credential it found.
  */
-import sqlParser from 'node-sql-parser';
+import { sqlParser } from '../../contract/sql-parser.ts';
 import { credentialViolations } from '../../core/credentials.ts';
-import { checkPipeline, describeViolation, pipelinesRunBy, type PipelineViolation } from '../../contract/pipeline-checks.ts';
+import { checkPipelines, describeViolation, pipelinesRunBy, type PipelineViolation } from '../../contract/pipeline-checks.ts';
 import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
 import { OUTPUT_TYPES } from '../../contract/transformation.ts';
 import { rowsOf } from '../../contract/variables.ts';
@@ -145,7 +145,6 @@ function variableFindings(file: string, pipeline: Pipeline, context: ReviewConte
 
 // ---- SQL
 
-const parser = new sqlParser.Parser();
 /** Statements the parser's grammars know well: a failure to parse one of these is an error. */
 const WELL_KNOWN = /^\s*(\(\s*)*(select|with|insert|update|delete)\b/i;
 
@@ -173,6 +172,7 @@ function sqlFindings(file: string, pipeline: Pipeline, context: ReviewContext): 
       const text = component.parameters[parameter];
       if (typeof text !== 'string' || text.trim() === '') continue;
       const sqlText = withPlaceholders(text, pipeline);
+      const parser = sqlParser(context.sqlDialect);
       try {
         parser.astify(sqlText, { database: context.sqlDialect });
       } catch (error) {
@@ -264,7 +264,6 @@ const isPipelineFile = (path: string) =>
 /** The findings of every pipeline file among `files` (by path), most severe first, then by file and component. */
 export function reviewFiles(files: Record<string, string>, context: ReviewContext): Finding[] {
   const findings: Finding[] = [];
-  const seen = new Set<string>();
   const paths = Object.keys(files).filter(isPipelineFile).sort();
   // Each file read once: the loop below asks whether a child it names could be read.
   const parsed = new Map<string, Pipeline | PipelineFileError>();
@@ -287,16 +286,6 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
       );
       continue;
     }
-    // Parameters and child pipelines, as a run start checks them; a cycle is found from any file on it.
-    for (const violation of checkPipeline(path, files)) {
-      const key = describeViolation(violation);
-      if (seen.has(key)) continue;
-      seen.add(key);
-      // A child that cannot be read at all is that child's own finding (invalid-file or invalid-graph).
-      if (violation.file === path || !(parsed.get(violation.file) instanceof PipelineFileError)) {
-        findings.push(fromViolation(violation));
-      }
-    }
     findings.push(
       ...reachabilityFindings(path, pipeline),
       ...variableFindings(path, pipeline, context),
@@ -304,6 +293,9 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
       ...credentialFindings(path, pipeline),
     );
   }
+  // Parameters and child pipelines, as a run start checks them, in one walk over every file (each checked
+  // once). A child that cannot be read at all is that child's own finding (invalid-file or invalid-graph).
+  for (const violation of checkPipelines(paths, files, parsed)) findings.push(fromViolation(violation));
   const rank = (f: Finding) => SEVERITIES.indexOf(f.severity);
   return findings.sort(
     (a, b) =>

@@ -6,10 +6,8 @@ import { requireEnvironment } from '../environments/index.ts';
 import { variableValuesIn } from '../variables/index.ts';
 import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { reviewFiles } from './rules.ts';
+import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { Review, ReviewRequest } from './schemas.ts';
-
-/** The grammar SQL is checked with: the warehouses this project runs (DuckDB and PostgreSQL) read PostgreSQL's. */
-export const SQL_GRAMMAR = 'postgresql';
 
 const isPipelineFile = (path: string) =>
   path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
@@ -38,7 +36,8 @@ export async function reviewPipelines(db: Executor, projectId: string, request: 
     }
   }
   const projectVariables = new Set((await variableValuesIn(db, projectId, environment.id)).map((variable) => variable.name));
-  const findings = reviewFiles(files, { projectVariables, sqlDialect: SQL_GRAMMAR });
+  // SQL is checked in the grammar of the environment's warehouse.
+  const findings = reviewFiles(files, { projectVariables, sqlDialect: sqlGrammarOf(environment.warehouse?.type) });
   return {
     projectId,
     environmentName: environment.name,

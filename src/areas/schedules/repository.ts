@@ -1,6 +1,7 @@
 /** The schedules' SQL: rows of `schedules` and nothing else. The rules are the service's (service.ts). */
 import type { Executor } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { ScheduleTable } from './tables.ts';
 
 /** What an update may change. */
@@ -18,14 +19,29 @@ export function findSchedule(db: Executor, projectId: string, id: string): Promi
   return db.selectFrom('schedules').selectAll().where('id', '=', id).where('projectId', '=', projectId).executeTakeFirst();
 }
 
-/** Writes an update's changes. A name taken in the project is a unique violation. */
+/**
+ * Writes an update's changes, one version on. A name taken in the project is a unique violation. Where the
+ * request's If-Match check saw a version of this row, only that version is changed (a 412 when another write
+ * came between).
+ */
 export async function updateScheduleRow(db: Executor, id: string, changes: ScheduleChanges): Promise<void> {
-  await db.updateTable('schedules').set(changes).where('id', '=', id).execute();
+  const expected = expectedRowVersion('schedules', id);
+  let update = db
+    .updateTable('schedules')
+    .set({ ...changes, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', id);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('schedules', id, result.numUpdatedRows > 0n);
 }
 
-/** Deletes the project's schedule; whether there was one. */
+/** Deletes the project's schedule; whether there was one. As updateScheduleRow for If-Match. */
 export async function deleteScheduleRow(db: Executor, projectId: string, id: string): Promise<boolean> {
-  const result = await db.deleteFrom('schedules').where('id', '=', id).where('projectId', '=', projectId).executeTakeFirst();
+  const expected = expectedRowVersion('schedules', id);
+  let deletion = db.deleteFrom('schedules').where('id', '=', id).where('projectId', '=', projectId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('schedules', id, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
 }
 

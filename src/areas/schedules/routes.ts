@@ -10,6 +10,9 @@ import { createSchedule, deleteSchedule, getSchedule, listSchedules, runDueSched
 
 const tags = ['Schedules'];
 
+/** A write with If-Match changes the schedule only at the version its check saw (core/conditional.ts). */
+const rowVersion = { table: 'schedules', idParam: 'scheduleId' };
+
 export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
   // Due schedules start their runs (each due time once, across instances).
   runPeriodically(fastify, 'schedule ticker', fastify.config.schedulerIntervalMs, () =>
@@ -75,6 +78,7 @@ export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/projects/:projectId/schedules/:scheduleId',
     {
+      config: { rowVersion },
       schema: {
         summary: 'Change a schedule, or enable or disable it (scheduleEnabled)',
         tags,
@@ -94,6 +98,7 @@ export async function scheduleRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     '/projects/:projectId/schedules/:scheduleId',
     {
+      config: { rowVersion },
       schema: {
         summary: 'Delete a schedule (its past runs stay)',
         tags,

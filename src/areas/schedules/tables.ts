@@ -10,6 +10,8 @@ export interface ScheduleTable {
   /** The next due time; the instance that moves it on (compare and set) starts that run. */
   nextRunAt: string | null;
   createdAt: string;
+  /** One more with every change through the API: what a write with If-Match compares (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface ScheduleTables {

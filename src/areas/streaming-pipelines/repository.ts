@@ -16,6 +16,11 @@ export async function nameOfPipelineOn(db: Executor, agentId: string): Promise<s
 }
 
 /** Pipeline `pipelineId` of the project, if there is one. */
+/** The pipeline `pipelineId`, whichever project it is in (the agent's reports name the pipeline only). */
+export function findPipelineById(db: Executor, pipelineId: string): Promise<PipelineRow | undefined> {
+  return db.selectFrom('streamingPipelines').selectAll().where('id', '=', pipelineId).executeTakeFirst();
+}
+
 export function findPipeline(db: Executor, projectId: string, pipelineId: string): Promise<PipelineRow | undefined> {
   return db
     .selectFrom('streamingPipelines')

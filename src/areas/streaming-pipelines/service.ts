@@ -13,10 +13,13 @@ import { isStreamingProgress, type StreamingProgress } from '../../contract/stre
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import { readStoredDefinition } from './stored-definitions.ts';
 import { emit } from '../../core/outbox.ts';
+import { recordStreamingLineage } from '../lineage/index.ts';
+import { streamingDatasets, tablesFirstWritten } from './lineage.ts';
 import {
   accountOfPipelineProject,
   deletePipelineRow,
   findPipeline,
+  findPipelineById,
   insertPipeline,
   listPipelineRows,
   nameOfPipelineOn,
@@ -343,7 +346,7 @@ export async function requestRun(
     accountId,
     agentId: row.agentId,
     kind: action === 'start' ? START_WORK : STOP_WORK,
-    payload: { streamingPipelineId: pipelineId, projectId, name: row.name, definition },
+    payload: { streamingPipelineId: pipelineId, projectId, accountId, name: row.name, definition },
   });
   await announceStatus(db, row, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));
@@ -377,6 +380,34 @@ function failureMessage(body: unknown): string {
 }
 
 /**
+ * The lineage of a run (its id: the start work's), as OpenLineage events of the streaming job: START with
+ * the run's first progress report (every table of the definition, source → target), RUNNING when a table
+ * gets its first rows of the run, COMPLETE when the run ends, FAIL when it fails. The tables a report names
+ * are checked against the definition (tablesFirstWritten); the datasets are named from the definition.
+ */
+async function reportLineage(
+  db: Executor,
+  runId: string,
+  pipelineId: string,
+  progress: StreamingProgress | 'COMPLETE' | 'FAIL',
+): Promise<void> {
+  const row = await findPipelineById(db, pipelineId);
+  if (!row) return;
+  const accountId = await accountOfPipelineProject(db, row.projectId);
+  if (!accountId) return;
+  const { definition } = readStoredDefinition(row.definition);
+  const at = { accountId, projectId: row.projectId, runId, jobName: row.name };
+  if (progress === 'COMPLETE' || progress === 'FAIL') {
+    await recordStreamingLineage(db, { ...at, eventType: progress, ...streamingDatasets(definition) });
+    return;
+  }
+  const before = row.progress === null ? undefined : (JSON.parse(row.progress) as StreamingProgress);
+  const first = tablesFirstWritten(definition, before?.rowsPerTable, progress.rowsPerTable);
+  if (!before) await recordStreamingLineage(db, { ...at, eventType: 'START', ...streamingDatasets(definition) });
+  if (first.size > 0) await recordStreamingLineage(db, { ...at, eventType: 'RUNNING', ...streamingDatasets(definition, first) });
+}
+
+/**
  * The agent's reports on a run and on a stop.
  *
  * Start (the run): a progress report (StreamingProgress) is kept for the status, and its RUNNING moves
@@ -404,15 +435,18 @@ export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
           rowsPerTable: progress.rowsPerTable,
           reportedAt: typeof progress.reportedAt === 'string' ? progress.reportedAt : now(),
         };
+        await reportLineage(db, work.id, streamingPipelineId, kept);
         await setProgress(db, streamingPipelineId, JSON.stringify(kept));
         if (status === 'STARTING' && progress.state === 'RUNNING') await moveStatus(db, streamingPipelineId, 'RUNNING', null);
         return;
       }
       if (report.type === 'failed') {
+        await reportLineage(db, work.id, streamingPipelineId, 'FAIL');
         await moveStatus(db, streamingPipelineId, 'FAILED', failureMessage(report.body));
         return;
       }
       const ended = (report.body as { state?: unknown } | null)?.state === 'STOPPED';
+      if (ended) await reportLineage(db, work.id, streamingPipelineId, 'COMPLETE');
       if (ended) await moveStatus(db, streamingPipelineId, 'STOPPED', 'the run ended');
       else if (status === 'STARTING') await moveStatus(db, streamingPipelineId, 'RUNNING', null);
       return;

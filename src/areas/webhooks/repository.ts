@@ -6,15 +6,19 @@ import { randomUUID } from 'node:crypto';
 import type { Selectable } from 'kysely';
 import { now, type Executor } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { WebhookDeliveryTable, WebhookTable } from './tables.ts';
 
 export type WebhookRow = Selectable<WebhookTable>;
 export type DeliveryRow = Selectable<WebhookDeliveryTable>;
 
 /** Inserts a webhook with a new id, created and updated now; the row as stored. */
-export async function insertWebhook(trx: Executor, row: Omit<WebhookRow, 'id' | 'createdAt' | 'updatedAt'>): Promise<WebhookRow> {
+export async function insertWebhook(
+  trx: Executor,
+  row: Omit<WebhookRow, 'id' | 'createdAt' | 'updatedAt' | 'rowVersion'>,
+): Promise<WebhookRow> {
   const at = now();
-  const full = { ...row, id: randomUUID(), createdAt: at, updatedAt: at };
+  const full = { ...row, id: randomUUID(), createdAt: at, updatedAt: at, rowVersion: 0 };
   await trx.insertInto('webhooks').values(full).execute();
   return full;
 }
@@ -34,18 +38,28 @@ export async function listWebhookRows(db: Executor, accountId: string, query: Pa
   return { rows, total };
 }
 
-/** Writes an update's changes to webhook `id`, updated now. */
+/**
+ * Writes an update's changes to webhook `id`, updated now, one version on. Where the request's If-Match check
+ * saw a version of this row, only that version is changed (a 412 when another write came between).
+ */
 export async function updateWebhookRow(trx: Executor, id: string, changes: Partial<WebhookRow>): Promise<void> {
-  await trx
+  const expected = expectedRowVersion('webhooks', id);
+  let update = trx
     .updateTable('webhooks')
-    .set({ ...changes, updatedAt: now() })
-    .where('id', '=', id)
-    .execute();
+    .set({ ...changes, updatedAt: now(), rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', id);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('webhooks', id, result.numUpdatedRows > 0n);
 }
 
-/** Deletes the account's webhook (its deliveries cascade); whether there was one. */
+/** Deletes the account's webhook (its deliveries cascade); whether there was one. As updateWebhookRow for If-Match. */
 export async function deleteWebhookRow(trx: Executor, accountId: string, id: string): Promise<boolean> {
-  const result = await trx.deleteFrom('webhooks').where('id', '=', id).where('accountId', '=', accountId).executeTakeFirst();
+  const expected = expectedRowVersion('webhooks', id);
+  let deletion = trx.deleteFrom('webhooks').where('id', '=', id).where('accountId', '=', accountId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('webhooks', id, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
 }
 

@@ -19,6 +19,8 @@ import { WebhookService } from './service.ts';
 
 const tags = ['Webhooks'];
 const admin = { role: 'admin' as const };
+/** A write with If-Match changes the webhook only at the version its check saw (core/conditional.ts). */
+const rowVersion = { table: 'webhooks', idParam: 'webhookId' };
 const HOUR_MS = 3_600_000;
 
 /** Webhooks (admins only): CRUD, the signing secret, the delivery log and redelivery. See docs/webhooks.md. */
@@ -68,7 +70,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/webhooks/:webhookId',
     {
-      config: admin,
+      config: { ...admin, rowVersion },
       schema: {
         summary: 'Change a webhook, or enable or disable it',
         tags,
@@ -83,7 +85,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     '/webhooks/:webhookId',
     {
-      config: admin,
+      config: { ...admin, rowVersion },
       schema: { summary: 'Delete a webhook and its delivery log', tags, params: WebhookParams, response: noContent('Deleted.') },
     },
     async (request, reply) => {

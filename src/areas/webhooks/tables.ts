@@ -1,3 +1,5 @@
+import type { Generated } from 'kysely';
+
 export interface WebhookTable {
   id: string;
   accountId: string;
@@ -19,6 +21,8 @@ export interface WebhookTable {
   createdBy: string;
   createdAt: string;
   updatedAt: string;
+  /** One more with every change through the API: what a write with If-Match compares (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface WebhookDeliveryTable {

@@ -24,6 +24,9 @@ import { agentReportSequence } from './0036_agent_report_sequence.ts';
 import { lineageWriteCost } from './0037_lineage_write_cost.ts';
 import { stepRowsWritten } from './0037_step_rows_written.ts';
 import { streamingProgress } from './0037_streaming_progress.ts';
+import { lineageCompact } from './0038_lineage_compact.ts';
+import { rowVersions } from './0038_row_versions.ts';
+import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -50,6 +53,9 @@ const steps: Record<string, PortableMigration> = {
   '0037_lineage_write_cost': lineageWriteCost,
   '0037_step_rows_written': stepRowsWritten,
   '0037_streaming_progress': streamingProgress,
+  '0038_lineage_compact': lineageCompact,
+  '0038_row_versions': rowVersions,
+  '0038_outbox_lighter_writes': outboxLighterWrites,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {

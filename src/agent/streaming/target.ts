@@ -1,0 +1,171 @@
+/**
+ * Where a streaming pipeline's changes go, whatever the source: change-event files in an object store
+ * (FileTarget, here) or warehouse tables (warehouse-target.ts). The batcher (batcher.ts) hands a target
+ * batches of whole transactions; the target writes each batch whole, and only then is the position
+ * committed to the state folder. A target that keeps its own position (the warehouse, in the batch's own
+ * transaction) answers it on recovery, so the run never writes a batch twice.
+ */
+import type { ObjectStore } from './object-store.ts';
+
+export interface TableName {
+  schema: string;
+  table: string;
+}
+
+/** A source column as the source's catalog (information_schema.columns) describes it. */
+export interface SourceColumn {
+  name: string;
+  dataType: string;
+  precision: number | null;
+  scale: number | null;
+}
+
+/** A change event: one line of a change file, one row of a change table. */
+export interface ChangeEvent {
+  op: 'snapshot' | 'insert' | 'update' | 'delete' | 'truncate';
+  schema: string;
+  table: string;
+  /** The source position of the change (for a snapshot row, the consistent point). */
+  lsn: string;
+  /** The end of its transaction: the position the pipeline resumes after. */
+  commitLsn: string;
+  commitTime: string;
+  xid: number | null;
+  /** Deletes and updates: the old row where the source gives it (the key by default). */
+  before: Record<string, unknown> | null;
+  /** Snapshot rows, inserts and updates: the new row. */
+  after: Record<string, unknown> | null;
+}
+
+/** A committed source transaction: its end position, that position as 16 hex digits that sort, its changes. */
+export interface Transaction {
+  position: string;
+  key: string;
+  commitMs: number;
+  events: ChangeEvent[];
+}
+
+/** A batch as a target writes it: whole transactions in commit order, and the row counts once it is written. */
+export interface Batch {
+  transactions: Transaction[];
+  /** The position the batch ends at (its last transaction's). */
+  position: string;
+  key: string;
+  /** Rows per `schema.table` since the first start, this batch included. */
+  rowsPerTable: Record<string, number>;
+}
+
+/** What a target holds committed beyond the state folder's position (a crash came between the two). */
+export interface TargetPosition {
+  position: string;
+  key: string;
+  rowsPerTable: Record<string, number>;
+}
+
+export interface ChangeTarget {
+  describe(): string;
+  /** A first start, or a snapshot a crash cut short: removes what an unfinished snapshot left. */
+  resetSnapshot(tables: TableName[]): Promise<void>;
+  /** One part (numbered from 1) of a table's snapshot, every event op `snapshot`, at the consistent point `key`. */
+  writeSnapshot(table: TableName, key: string, part: number, events: ChangeEvent[]): Promise<void>;
+  /** The snapshot is complete (or skipped): the stream begins after `position`. */
+  streamFrom(position: string, key: string, rowsPerTable: Record<string, number>): Promise<void>;
+  /**
+   * On every start, before streaming from the committed position `key`: removes anything written after
+   * it, and answers a later position the target itself committed (then the run resumes from that).
+   */
+  recover(
+    tables: TableName[],
+    key: string,
+    log: (message: string, fields?: Record<string, unknown>) => void,
+  ): Promise<TargetPosition | undefined>;
+  /** Writes a batch whole. */
+  write(batch: Batch): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const tableKey = (schema: string, table: string) => `${schema}.${table}`;
+
+export function folderOf(prefix: string, schema: string, table: string): string {
+  const base = prefix.replace(/^\/+/, '').replace(/\/*$/, '');
+  return `${base ? `${base}/` : ''}${schema}/${table}/`;
+}
+
+export const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
+export const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
+
+export function lines(events: ChangeEvent[]): string {
+  return events.map((event) => JSON.stringify(event)).join('\n') + '\n';
+}
+
+/** Position keys (16 hex digits) compared as numbers. */
+export const keyValue = (key: string) => BigInt(`0x${key}`);
+
+/**
+ * Files of change events (JSON lines) under `prefix/schema/table/` of an object store: snapshot parts
+ * `<L>-snapshot-<n>.jsonl`, batches `<F>-<T>.jsonl` named by their first and last transaction. A file
+ * is written whole; one whose first transaction is after the committed position was never committed and is
+ * removed on the next start (its changes are written again by the replay).
+ */
+export class FileTarget implements ChangeTarget {
+  constructor(
+    readonly store: ObjectStore,
+    readonly prefix: string,
+  ) {}
+
+  describe(): string {
+    return this.store.describe();
+  }
+
+  async resetSnapshot(tables: TableName[]): Promise<void> {
+    for (const { schema, table } of tables) {
+      const folder = folderOf(this.prefix, schema, table);
+      for (const name of await this.store.list(folder)) if (SNAPSHOT_FILE.test(name)) await this.store.remove(folder + name);
+    }
+  }
+
+  async writeSnapshot({ schema, table }: TableName, key: string, part: number, events: ChangeEvent[]): Promise<void> {
+    await this.store.put(
+      `${folderOf(this.prefix, schema, table)}${key}-snapshot-${String(part).padStart(6, '0')}.jsonl`,
+      lines(events),
+    );
+  }
+
+  async streamFrom(): Promise<void> {
+    // The state folder holds the position: nothing to keep here.
+  }
+
+  async recover(tables: TableName[], key: string, log: (message: string, fields?: Record<string, unknown>) => void) {
+    for (const { schema, table } of tables) {
+      const folder = folderOf(this.prefix, schema, table);
+      for (const name of await this.store.list(folder)) {
+        const match = CHANGE_FILE.exec(name);
+        if (match && keyValue(match[1]!) > keyValue(key)) {
+          log('removing a change file written after the last committed position', { file: folder + name });
+          await this.store.remove(folder + name);
+        } else if (name.endsWith('.tmp')) await this.store.remove(folder + name);
+      }
+    }
+    return undefined;
+  }
+
+  async write(batch: Batch): Promise<void> {
+    const byTable = new Map<string, { first: string; last: string; events: ChangeEvent[] }>();
+    for (const transaction of batch.transactions) {
+      for (const event of transaction.events) {
+        const name = tableKey(event.schema, event.table);
+        let entry = byTable.get(name);
+        if (!entry) byTable.set(name, (entry = { first: transaction.key, last: transaction.key, events: [] }));
+        entry.last = transaction.key;
+        entry.events.push(event);
+      }
+    }
+    await Promise.all(
+      [...byTable.values()].map(({ first, last, events }) =>
+        this.store.put(`${folderOf(this.prefix, events[0]!.schema, events[0]!.table)}${first}-${last}.jsonl`, lines(events)),
+      ),
+    );
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,92 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { Migrator, type Kysely } from 'kysely';
+import { migrate, openStore } from '../../src/core/db/database.ts';
+import { migrationsFor } from '../../src/core/db/migrations/index.ts';
+import { createAccount } from '../../src/core/auth/accounts.ts';
+import { listLineageEvents } from '../../src/areas/lineage/service.ts';
+import { assertRunEvent } from '../helpers/openlineage.ts';
+
+test('events stored whole before migration 0038 read back the same once stored as steps and bodies', async (t) => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-lineage-migration-'));
+  const store = openStore({ dataDir, databaseUrl: undefined });
+  t.after(async () => {
+    await store.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const { '0038_lineage_compact': _compact, ...before } = migrationsFor('sqlite');
+  const first = await new Migrator({ db: store.db, provider: { getMigrations: async () => before } }).migrateToLatest();
+  assert.equal(first.error, undefined);
+  const { accountId } = await createAccount(store.db, 'migrated');
+  const projectId = randomUUID();
+  await store.db
+    .insertInto('projects')
+    .values({ id: projectId, accountId, name: 'p', description: null, createdBy: 'test', createdAt: new Date().toISOString() })
+    .execute();
+  const facet = (name: string) => ({
+    _producer: 'https://platform-api.dev/agent',
+    _schemaURL: `https://openlineage.io/spec/facets/1-0-0/${name}.json`,
+  });
+  const orders = { namespace: 'postgres://db:5432', name: 'shop.public.orders' };
+  const event = (runId: string, status: string, sql?: string) => ({
+    eventType: status === 'SUCCESS' ? 'COMPLETE' : 'FAIL',
+    eventTime: '2026-11-25T10:00:03.000Z',
+    producer: 'https://platform-api.dev/agent',
+    schemaURL: 'https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent',
+    run: { runId, facets: { dpc_step: { ...facet('DpcStepRunFacet'), index: 2, name: 'Build', status } } },
+    job: {
+      namespace: `dpc://${accountId}.${projectId}`,
+      name: 'marts/orders.orch.yaml',
+      facets: {
+        jobType: { ...facet('JobTypeJobFacet'), processingType: 'BATCH', integration: 'DPC', jobType: 'PIPELINE' },
+        ...(sql && { sql: { ...facet('SQLJobFacet'), query: sql } }),
+      },
+    },
+    inputs: [
+      { ...orders, facets: { schema: { ...facet('SchemaDatasetFacet'), fields: [{ name: 'amount', type: 'numeric' }] } } },
+    ],
+    outputs: [
+      {
+        namespace: 'postgres://db:5432',
+        name: 'shop.marts.daily',
+        facets: {
+          columnLineage: {
+            ...facet('ColumnLineageDatasetFacet'),
+            fields: { total: { inputFields: [{ ...orders, field: 'amount' }] } },
+          },
+        },
+      },
+    ],
+  });
+  const old = [event(randomUUID(), 'SUCCESS', 'insert into shop.marts.daily select ...'), event(randomUUID(), 'FAILED')];
+  const db = store.db as unknown as Kysely<any>;
+  for (const [i, stored] of old.entries()) {
+    await db
+      .insertInto('lineageEvents')
+      .values({
+        accountId,
+        projectId,
+        executionId: stored.run.runId,
+        generatedAt: `2026-11-25T10:00:0${i + 4}.000Z`,
+        event: JSON.stringify(stored),
+      })
+      .execute();
+  }
+  assert.deepEqual(await migrate(store), ['0038_lineage_compact']);
+  const page = await listLineageEvents(store.db, accountId, {
+    generatedFrom: '2026-11-25',
+    generatedBefore: '2026-11-26',
+    page: 0,
+    size: 25,
+  });
+  assert.equal(page.total, 2);
+  assert.deepEqual(
+    page.results.map((result) => result.event),
+    old,
+  );
+  for (const result of page.results) assertRunEvent(result.event);
+});

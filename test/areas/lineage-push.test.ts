@@ -1,0 +1,97 @@
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, test } from 'node:test';
+import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
+import { CHECKING, eventually, uploadVersion } from '../helpers/executions.ts';
+import { assertRunEvent } from '../helpers/openlineage.ts';
+
+/**
+ * DPC_OPENLINEAGE_URL: every stored lineage event is POSTed to the endpoint by a durable job. A stand-in
+ * receiver on 127.0.0.1 answers 503 twice and then accepts: the event arrives on the third try, the same
+ * event `GET /v1/lineage/events` answers.
+ */
+describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
+  let server: TestServer;
+  let caller: Caller;
+  let projectId: string;
+  let agentToken: string;
+  const received: { status: number; body: any }[] = [];
+  const receiver = http.createServer((request, response) => {
+    let text = '';
+    request.on('data', (chunk) => (text += chunk));
+    request.on('end', () => {
+      const status = received.length < 2 ? 503 : 201;
+      received.push({ status, body: JSON.parse(text) });
+      response.writeHead(status, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+
+  before(async () => {
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    const { port } = receiver.address() as AddressInfo;
+    server = await TestServer.start(kind, {
+      openLineageUrl: new URL(`http://127.0.0.1:${port}/api/v1/lineage`),
+      openLineageAttempts: 5,
+      outboundAllowedRanges: ['127.0.0.1'],
+    });
+    ({ caller, projectId } = await server.prologue());
+    const created = await server.api('POST', '/agents', {
+      token: caller.token,
+      body: { name: 'runner', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' },
+    });
+    const credentials = (await server.api('POST', `/agents/${created.body.agentId}/credentials`, { token: caller.token })).body;
+    agentToken = await server.token(credentials.clientId, credentials.clientSecret);
+    await server.api('POST', `/projects/${projectId}/environments`, {
+      token: caller.token,
+      body: { name: 'prod', defaultAgentId: created.body.agentId },
+    });
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+  });
+  after(async () => {
+    await server.close();
+    receiver.close();
+  });
+
+  test('an event the endpoint refuses at first is tried again until it is taken', async () => {
+    const agentCall = (method: string, apiPath: string, body?: unknown) =>
+      server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
+    const started = await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+      token: caller.token,
+      body: { environmentName: 'prod', pipelineName: 'pipelines/check.orch.yaml' },
+    });
+    assert.equal(started.status, 201, started.text);
+    const work = await agentCall('GET', '/work?waitSeconds=5');
+    const lineage = {
+      inputs: [{ namespace: 'postgres://db:5432', name: 'shop.public.orders' }],
+      outputs: [{ namespace: 'postgres://db:5432', name: 'shop.marts.daily' }],
+    };
+    const reported = await agentCall('POST', `/work/${work.body.workId}/reports`, {
+      type: 'progress',
+      body: { step: { index: 0, name: 'Load', status: 'SUCCESS', startedAt: new Date().toISOString(), lineage } },
+    });
+    assert.equal(reported.status, 200, reported.text);
+    await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done', body: {} });
+
+    await eventually(
+      async () => received.length,
+      (count) => count >= 3,
+      20_000,
+    );
+    assert.deepEqual(
+      received.map((r) => r.status),
+      [503, 503, 201],
+    );
+    const page = await server.api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}`, {
+      token: caller.token,
+    });
+    assert.equal(page.body.total, 1);
+    for (const { body } of received) {
+      assertRunEvent(body);
+      assert.deepEqual(body, page.body.results[0].event);
+    }
+    // Taken: no further try.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    assert.equal(received.length, 3);
+  });
+});
