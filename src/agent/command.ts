@@ -46,6 +46,13 @@ export const agentRunCommand: Command = {
     const objectStore = (values['object-store'] as string | undefined) || process.env.DPC_AGENT_OBJECT_STORE;
     if (objectStore && !URL.canParse(objectStore))
       throw new CliError('--object-store must be a URL such as file:///var/lib/cdc', EXIT.usage);
+    const giveUpSeconds = process.env.DPC_AGENT_GIVE_UP_AFTER_REFUSED_SECONDS;
+    if (
+      giveUpSeconds !== undefined &&
+      giveUpSeconds !== '' &&
+      !(Number.isInteger(Number(giveUpSeconds)) && Number(giveUpSeconds) > 0)
+    )
+      throw new CliError('DPC_AGENT_GIVE_UP_AFTER_REFUSED_SECONDS must be a whole number of seconds, 1 or more', EXIT.config);
     const blobEndpoint = (values['blob-endpoint'] as string | undefined) || process.env.DPC_AGENT_BLOB_ENDPOINT;
     if (blobEndpoint && !URL.canParse(blobEndpoint.replaceAll('{account}', 'account')))
       throw new CliError('--blob-endpoint must be a URL such as http://127.0.0.1:10000/{account}', EXIT.usage);
@@ -67,18 +74,25 @@ export const agentRunCommand: Command = {
       defaultWarehouseUrl: process.env.DPC_AGENT_WAREHOUSE_URL || undefined,
       warehouseRoleKey: process.env.DPC_AGENT_WAREHOUSE_ROLE_KEY || undefined,
       objectStore: objectStore || undefined,
+      ...(giveUpSeconds && { giveUpAfterRefusedMs: Number(giveUpSeconds) * 1000 }),
       blobEndpoint: blobEndpoint || undefined,
       log,
     }).catch((error: Error) => {
       throw new CliError(`the agent could not start: ${error.message}`, EXIT.unreachable);
     });
-    await new Promise<void>((resolve) => {
+    const gaveUp = await new Promise<string | undefined>((resolve) => {
       const stop = (signal: string) => {
         log('info', 'stopping', { signal });
-        agent.stop().then(resolve, resolve);
+        agent.stop().then(
+          () => resolve(undefined),
+          () => resolve(undefined),
+        );
       };
       process.once('SIGTERM', () => stop('SIGTERM'));
       process.once('SIGINT', () => stop('SIGINT'));
+      // Credentials refused without a break (a deleted agent): it exits non-zero rather than asking for ever.
+      void agent.ended.then(resolve);
     });
+    if (gaveUp !== undefined) throw new CliError(`the agent stopped: ${gaveUp}`, EXIT.unreachable);
   },
 };

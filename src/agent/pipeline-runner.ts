@@ -90,6 +90,13 @@ export interface RunOptions {
   services?: RunServices;
 }
 
+/**
+ * How deep iterators, retries and child pipelines may run within each other. A pipeline that runs itself (a
+ * child named through a variable) or iterators that run each other would otherwise run without end: past it the
+ * step fails naming the chain, and so does every later attempt to go deeper in that run.
+ */
+export const MAX_NESTING = 32;
+
 /** Iterations at once for a concurrent iterator unless it says (`maxConcurrency`). */
 const DEFAULT_CONCURRENCY = 4;
 const MAX_CONCURRENCY = 16;
@@ -102,14 +109,23 @@ const SCRIPT_OUTPUT_LIMIT = 8_000;
  * seen everywhere in the pipeline. Keyed by user-chosen names: objects without a prototype.
  */
 class Scope {
-  private readonly own: VariableValues;
+  private own: VariableValues;
 
   constructor(
     values: VariableValues,
     private readonly declared: Pipeline['variables'],
     private readonly root?: Scope,
+    /** The iterators, retries and child pipelines this scope runs within, outermost first (see MAX_NESTING). */
+    readonly nesting: readonly string[] = [],
   ) {
     this.own = Object.assign(Object.create(null) as VariableValues, values);
+  }
+
+  /** This very scope (its variables shared, not copied) one level deeper: what a retry runs its component in. */
+  within(frame: string): Scope {
+    const scope = new Scope({}, this.declared, this.root, [...this.nesting, frame]);
+    scope.own = this.own;
+    return scope;
   }
 
   private isShared(name: string): boolean {
@@ -141,9 +157,9 @@ class Scope {
     else this.own[name] = kept;
   }
 
-  /** A scope for one iteration: COPIED variables copied, SHARED ones still the root's. */
-  copy(): Scope {
-    return new Scope(this.own, this.declared, this.root ?? this);
+  /** A scope for one iteration: COPIED variables copied, SHARED ones still the root's; `frame` nests it one level deeper. */
+  copy(frame?: string): Scope {
+    return new Scope(this.own, this.declared, this.root ?? this, frame === undefined ? this.nesting : [...this.nesting, frame]);
   }
 
   /** Every variable as a plain object (what `${name}` substitution and scripts read). */
@@ -218,6 +234,9 @@ function compareNamed(actual: VariableValue | undefined, comparator: string, exp
   }
 }
 
+/** The longest step message the agent protocol takes (`body.step.message`); a longer one is cut. */
+const MAX_STEP_MESSAGE = 65_535;
+
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
@@ -235,6 +254,8 @@ class Run {
   private readonly clock: () => Date;
   private readonly print: (line: string) => void;
   private warehouseOpened?: Promise<Warehouse>;
+  /** Set once the run went past MAX_NESTING: why every later attempt to go deeper fails at once. */
+  private runaway?: string;
 
   constructor(private readonly options: RunOptions) {
     this.clock = options.now ?? (() => new Date());
@@ -312,6 +333,8 @@ class Run {
       step.message = 'The component is marked skipped.';
     } else {
       try {
+        // Stopped while its start was reported (a cancel, or the server ended the delivery): the step does nothing.
+        this.signal.throwIfAborted();
         const answer = await work();
         this.signal.throwIfAborted();
         step.status = 'SUCCESS';
@@ -330,6 +353,10 @@ class Run {
       }
     }
     step.finishedAt = this.clock().toISOString();
+    // The agent protocol takes a step message of at most MAX_STEP_MESSAGE characters.
+    if (step.message !== undefined && step.message.length > MAX_STEP_MESSAGE) {
+      step.message = `${step.message.slice(0, MAX_STEP_MESSAGE - 1)}…`;
+    }
     await this.options.onStep?.({ ...step });
     return step;
   }
@@ -648,6 +675,15 @@ class Run {
     return rows.map((row) => Object.fromEntries(mapping.map(([column, variable]) => [String(variable), row[String(column)]])));
   }
 
+  /** Refuses to go one level deeper than MAX_NESTING (`frame` the level), naming the chain. */
+  private nest(scope: Scope, frame: string): void {
+    if (this.runaway !== undefined) throw new Error(this.runaway);
+    if (scope.nesting.length >= MAX_NESTING) {
+      this.runaway = `Iterators, retries and child pipelines run within each other more than ${MAX_NESTING} levels deep; the run stops going deeper: ${[...scope.nesting, frame].join(' → ')}`;
+      throw new Error(this.runaway);
+    }
+  }
+
   private attached(component: Component, pipeline: Pipeline): Component {
     const target = component.iterationTarget ?? (component.parameters.iterationTarget as string | undefined);
     const found = target === undefined ? undefined : pipeline.components.get(String(target));
@@ -663,6 +699,8 @@ class Run {
     childPipeline: string | undefined,
   ): Promise<string> {
     const target = this.attached(component, pipeline);
+    const frame = `${component.name}${childPipeline ? ` (${childPipeline})` : ''}`;
+    this.nest(scope, frame);
     const values = await this.iterations(component, pipeline, scope);
     const concurrent = String(component.parameters.concurrency ?? 'Sequential').toLowerCase() === 'concurrent';
     const bound = concurrent
@@ -675,7 +713,7 @@ class Run {
     const worker = async () => {
       while (!stop && next < values.length && !this.signal.aborted) {
         const index = next++;
-        const iteration = scope.copy();
+        const iteration = scope.copy(frame);
         for (const [name, value] of Object.entries(values[index])) iteration.set(name, value);
         const step = await this.step(`${target.name}`, childPipeline, async () => {
           const answer = await this.execute(target, pipeline, iteration, childPipeline);
@@ -708,6 +746,9 @@ class Run {
     childPipeline: string | undefined,
   ): Promise<string> {
     const target = this.attached(component, pipeline);
+    const frame = `${component.name}${childPipeline ? ` (${childPipeline})` : ''}`;
+    this.nest(scope, frame);
+    const within = scope.within(frame);
     const retries = Math.max(
       0,
       Math.min(100, Number(substitute(component.parameters.numberOfRetries ?? 1, scope.values())) || 0),
@@ -716,7 +757,7 @@ class Run {
     for (let attempt = 0; attempt <= retries; attempt += 1) {
       if (attempt > 0 && delay > 0) await sleep(delay * 1000, this.signal);
       const step = await this.step(target.name, childPipeline, async () => {
-        return this.execute(target, pipeline, scope, childPipeline);
+        return this.execute(target, pipeline, within, childPipeline);
       });
       if (step.status === 'SUCCESS') return `Succeeded on attempt ${attempt + 1}.`;
       this.signal.throwIfAborted();
@@ -747,7 +788,7 @@ class Run {
     };
     given('setScalarVariables', false);
     given('setGridVariables', true);
-    return new Scope(values, child.variables);
+    return new Scope(values, child.variables, undefined, [...scope.nesting, path]);
   }
 
   private childFile(component: Component, parameter: string, suffix: string, scope: Scope): { path: string; pipeline: Pipeline } {
@@ -762,6 +803,7 @@ class Run {
   private async runChildOrchestration(component: Component, scope: Scope): Promise<string> {
     const { path, pipeline } = this.childFile(component, 'orchestrationJob', PIPELINE_SUFFIXES.orchestration, scope);
     if (pipeline.kind !== 'orchestration') throw new Error(`orchestrationJob: "${path}" is not an orchestration pipeline.`);
+    this.nest(scope, path);
     const outcome = await this.walk(pipeline, this.childScope(component, pipeline, path, scope), path);
     if (outcome.status === 'CANCELLED') this.signal.throwIfAborted();
     if (outcome.status !== 'SUCCESS') throw new Error(`Child pipeline "${path}" failed: ${outcome.message}`);

@@ -33,7 +33,15 @@ export interface AgentOptions {
   /** The longest one warehouse statement may run, in seconds (default an hour; 0: no bound). */
   statementTimeoutSeconds?: number;
   log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+  /**
+   * How long the server may refuse the agent's credentials without a break before the agent gives up (its
+   * `ended` resolves): the agent was deleted or given new credentials. CREDENTIALS_REFUSED_GIVE_UP_MS unless given.
+   */
+  giveUpAfterRefusedMs?: number;
 }
+
+/** How long credentials refused without a break make the agent give up (see AgentOptions.giveUpAfterRefusedMs). */
+export const CREDENTIALS_REFUSED_GIVE_UP_MS = 60_000;
 
 /** Pieces of work run at once; the agent polls for more only below this. */
 const MAX_CONCURRENT_WORK = 4;
@@ -52,6 +60,8 @@ class ProtocolError extends Error {
 /** The agent's side of the protocol: a token from its credentials (renewed before it expires, or on a 401), and JSON calls. */
 class AgentClient {
   private token?: { value: string; renewAt: number };
+  /** When the token endpoint began refusing the credentials (401/400) without a token granted since; undefined: it is not. */
+  refusedSince?: number;
 
   constructor(
     private readonly base: string,
@@ -65,7 +75,9 @@ class AgentClient {
       method: 'POST',
       body: new URLSearchParams({ grant_type: 'client_credentials', client_id: this.clientId, client_secret: this.clientSecret }),
     });
+    if (answer.status === 401 || answer.status === 400) this.refusedSince ??= Date.now();
     if (!answer.ok) throw new ProtocolError(`the server refused the agent credentials (${answer.status})`, answer.status);
+    this.refusedSince = undefined;
     const body = (await answer.json()) as { access_token: string; expires_in: number };
     this.token = { value: body.access_token, renewAt: Date.now() + (body.expires_in * 1000) / 2 };
     return this.token.value;
@@ -106,10 +118,28 @@ function isTransient(error: unknown): boolean {
   return error instanceof TypeError || error instanceof SyntaxError;
 }
 
+/**
+ * 409 answers to a report meaning that the delivery is no longer the agent's to run: it is stopped at once, and
+ * nothing more is reported on it (but the final report of cancelled work, which the server still takes).
+ */
+const ENDED_PROBLEMS = new Set(['work-redelivered', 'work-already-finished', 'work-cancelled', 'work-delivery-unknown']);
+
+/** The problem name of a problem+json body (the last part of its `type`). */
+function problemName(body: unknown): string | undefined {
+  const type = (body as { type?: unknown } | undefined)?.type;
+  return typeof type === 'string' ? type.slice(type.lastIndexOf('/') + 1) : undefined;
+}
+
 /** Work the agent holds: how to stop it, and where its reports and its lease stand. */
 interface Held {
+  workId: string;
   controller: AbortController;
   delivery: number;
+  /**
+   * Set once the server said this delivery is no longer the agent's to run (cancelled, finished or delivered
+   * again): its runner is stopped and no more progress is reported on it; a final report only when cancelled.
+   */
+  ended?: 'cancelled' | 'finished' | 'redelivered' | 'unknown';
   /** The sequence number of the last report sent (reports of a delivery count from 1). */
   sequence: number;
   /** How long a lease lasts, and when (on this agent's clock) the current one ends unless renewed. */
@@ -131,6 +161,11 @@ type PolledWork = DeliveredWork & { leaseExpiresAt?: string; leaseSeconds?: numb
 export interface RunningAgent {
   /** Stops polling, abandons work in hand (it is delivered again once its lease lapses), signs off. */
   stop(): Promise<void>;
+  /**
+   * Resolves with the reason when the agent gives up by itself: the server refused its credentials for
+   * giveUpAfterRefusedMs without a break (it was deleted, or given new credentials). It has stopped by then.
+   */
+  ended: Promise<string>;
 }
 
 export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
@@ -142,26 +177,43 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
   log('info', 'certificate registered');
 
   const stopping = new AbortController();
+  /** Keyed by work id and delivery: a second delivery of the same work is held beside the first, not over it. */
   const inHand = new Map<string, Held>();
+  const keyOf = (workId: string, delivery: number) => `${workId}#${delivery}`;
+
+  /** Stops a delivery the server no longer counts as the agent's (see Held.ended). */
+  function end(held: Held, reason: NonNullable<Held['ended']>): void {
+    if (held.ended) return;
+    held.ended = reason;
+    log('warn', 'the server ended this delivery; stopping it', { workId: held.workId, delivery: held.delivery, reason });
+    held.controller.abort(new Error(`the server says this delivery is no longer the agent's to run (${reason})`));
+  }
   /** Resolves the wait of a poll loop held back by MAX_CONCURRENT_WORK once a piece of work ends. */
   let slotFreed: (() => void) | undefined;
   let heartbeatSeconds = 10;
 
   async function heartbeat(): Promise<void> {
     const sentAt = Date.now();
-    const held = [...inHand.keys()];
-    const answer = await client.call<{ heartbeatIntervalSeconds: number; cancelledWorkIds: string[] }>('POST', '/heartbeat', {
-      heldWorkIds: held,
+    const held = [...inHand.values()].filter((work) => !work.ended);
+    const answer = await client.call<{
+      heartbeatIntervalSeconds: number;
+      cancelledWorkIds: string[];
+      endedWork?: { workId: string; delivery: number | null; reason: NonNullable<Held['ended']> }[];
+    }>('POST', '/heartbeat', {
+      heldWork: held.map((work) => ({ workId: work.workId, delivery: work.delivery })),
     });
     heartbeatSeconds = answer.body.heartbeatIntervalSeconds;
-    // The server renewed the lease of each piece of work named.
-    for (const workId of held) {
-      const work = inHand.get(workId);
-      if (work) work.leaseEndsAt = Math.max(work.leaseEndsAt, sentAt + work.leaseMs);
+    const ended = new Map((answer.body.endedWork ?? []).map((work) => [keyOf(work.workId, work.delivery ?? 0), work.reason]));
+    for (const work of held) {
+      const reason = ended.get(keyOf(work.workId, work.delivery));
+      // The server renewed the lease of each current delivery named.
+      if (!reason) work.leaseEndsAt = Math.max(work.leaseEndsAt, sentAt + work.leaseMs);
+      // Cancelled work is stopped and still reports its end (the server takes that final report).
+      else if (reason === 'cancelled') work.controller.abort(new Error('the server cancelled the work'));
+      else end(work, reason);
     }
-    for (const workId of answer.body.cancelledWorkIds) {
-      inHand.get(workId)?.controller.abort(new Error('the server cancelled the work'));
-    }
+    const cancelled = new Set(answer.body.cancelledWorkIds);
+    for (const work of held) if (cancelled.has(work.workId)) work.controller.abort(new Error('the server cancelled the work'));
   }
 
   /**
@@ -177,7 +229,10 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     body: unknown,
     signal: AbortSignal = stopping.signal,
   ): Promise<void> {
-    const sent = held.sending.then(() => send(workId, held, type, body, signal));
+    const sent = held.sending.then(() =>
+      // A delivery the server ended is told nothing more (a cancelled one its final report).
+      held.ended && (type === 'progress' || held.ended !== 'cancelled') ? undefined : send(workId, held, type, body, signal),
+    );
     held.sending = sent.catch(() => undefined);
     return sent;
   }
@@ -196,9 +251,24 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       const sentAt = Date.now();
       try {
         const answer = await client.call<{ detail?: string }>('POST', `/work/${workId}/reports`, message);
-        // 409: already finished, cancelled or delivered again on the server; there is nothing more to tell it.
-        if (answer.status === 409) log('warn', 'report not taken', { workId, type, detail: answer.body?.detail });
-        else if (type === 'progress') held.leaseEndsAt = Math.max(held.leaseEndsAt, sentAt + held.leaseMs);
+        // 409: already finished, cancelled or delivered again on the server; there is nothing more to tell it,
+        // and the delivery is stopped (its runner must not go on with effects the server no longer counts).
+        if (answer.status === 409) {
+          log('warn', 'report not taken', { workId, type, detail: answer.body?.detail });
+          const name = problemName(answer.body);
+          if (name !== undefined && ENDED_PROBLEMS.has(name)) {
+            end(
+              held,
+              name === 'work-redelivered'
+                ? 'redelivered'
+                : name === 'work-cancelled'
+                  ? 'cancelled'
+                  : name === 'work-delivery-unknown'
+                    ? 'unknown'
+                    : 'finished',
+            );
+          }
+        } else if (type === 'progress') held.leaseEndsAt = Math.max(held.leaseEndsAt, sentAt + held.leaseMs);
         if (attempt > 1) log('info', 'report taken after retries', { workId, type, sequence: message.sequence, attempt });
         return;
       } catch (error) {
@@ -225,6 +295,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
         ? work.leaseSeconds * 1000
         : Math.max(0, Date.parse(work.leaseExpiresAt ?? '') - receivedAt) || 60_000;
     const held: Held = {
+      workId: work.workId,
       controller,
       delivery: work.delivery,
       sequence: 0,
@@ -233,7 +304,8 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
       sending: Promise.resolve(),
       lasting: work.kind === WORK_KINDS.startStreamingPipeline,
     };
-    inHand.set(work.workId, held);
+    const key = keyOf(work.workId, work.delivery);
+    inHand.set(key, held);
     const signal = AbortSignal.any([controller.signal, stopping.signal]);
     const context: WorkContext = {
       report: (body) => report(work.workId, held, 'progress', body, signal),
@@ -261,7 +333,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
         message: error instanceof Error ? error.message : String(error),
         code: (error as { code?: string }).code,
       };
-      if (!stopping.signal.aborted)
+      if (!stopping.signal.aborted && !held.ended)
         log('warn', 'work failed', { workId: work.workId, kind: work.kind, message: failure.message });
       outcome = { type: 'failed', body: failure };
     }
@@ -271,10 +343,14 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
     } catch (error) {
       log('error', 'could not report', { workId: work.workId, type: outcome.type, message: String(error) });
     } finally {
-      inHand.delete(work.workId);
+      inHand.delete(key);
       slotFreed?.();
     }
   }
+
+  const giveUpAfterMs = options.giveUpAfterRefusedMs ?? CREDENTIALS_REFUSED_GIVE_UP_MS;
+  let giveUp: (reason: string) => void = () => undefined;
+  const ended = new Promise<string>((resolve) => (giveUp = resolve));
 
   /** Runs `step` until the agent stops, waiting after failures (the server may be restarting). */
   async function loop(name: string, step: () => Promise<number>): Promise<void> {
@@ -286,6 +362,16 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
         if (pause > 0) await sleep(pause, undefined, { signal: stopping.signal });
       } catch (error) {
         if (stopping.signal.aborted) return;
+        // Credentials refused for long without a break: the agent was deleted or its credentials replaced.
+        // Asking again for ever would only count against the address's failed-authentication budget.
+        const refusedSince = client.refusedSince;
+        if (refusedSince !== undefined && Date.now() - refusedSince >= giveUpAfterMs) {
+          const reason = `the server has refused the agent credentials for ${Math.round((Date.now() - refusedSince) / 1000)} s (the agent was deleted or given new credentials)`;
+          log('error', 'giving up: the server refuses the agent credentials', { reason });
+          stopping.abort(new Error(reason));
+          giveUp(reason);
+          return;
+        }
         log('warn', `${name} failed; retrying`, { message: error instanceof Error ? error.message : String(error) });
         await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => undefined);
         backoff = Math.min(RETRY_MAX_MS, backoff * 2);
@@ -319,6 +405,7 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
   log('info', 'agent running');
 
   return {
+    ended,
     async stop() {
       stopping.abort(new Error('the agent is stopping'));
       await Promise.all([heartbeats, polls]);

@@ -154,8 +154,46 @@ function checkOrchestrationShape(pipeline: Pipeline): void {
       );
     }
   }
+  checkIterationCycles(pipeline);
   const starts = [...components.values()].filter((component) => component.type === 'start');
   if (starts.length !== 1) throw new PipelineFileError(`The pipeline needs one start component; it has ${starts.length}.`);
+}
+
+/** The component `component` runs as its attached one (an iterator's or retry's `iterationTarget`), if any. */
+function attachedName(component: Component): string | undefined {
+  const named = component.iterationTarget ?? component.parameters.iterationTarget;
+  return typeof named === 'string' ? named : undefined;
+}
+
+/**
+ * An iterator attached to itself, or iterators attached to each other in a ring, would run without end (each
+ * run of one runs the next): refused, naming the component and its `iterationTarget`.
+ */
+function checkIterationCycles(pipeline: Pipeline): void {
+  // Each component is attached to one at most, so the walks follow single links: linear with a memo.
+  const clear = new Set<string>();
+  for (const component of pipeline.components.values()) {
+    const path: string[] = [];
+    const onPath = new Set<string>();
+    let at: string | undefined = component.name;
+    while (at !== undefined && !clear.has(at) && !onPath.has(at)) {
+      path.push(at);
+      onPath.add(at);
+      const current = pipeline.components.get(at);
+      at = current === undefined ? undefined : attachedName(current);
+    }
+    if (at !== undefined && onPath.has(at)) {
+      const ring = path.slice(path.indexOf(at));
+      throw new PipelineFileError(
+        ring.length === 1
+          ? `Component "${at}" iterates over itself (iterationTarget), which would never end`
+          : `Components iterate over each other in a cycle (iterationTarget): ${[...ring, at].map((name) => `"${name}"`).join(' → ')}; it would never end`,
+        at,
+        'iterationTarget',
+      );
+    }
+    for (const name of path) clear.add(name);
+  }
 }
 
 function checkTransformationShape(pipeline: Pipeline): void {

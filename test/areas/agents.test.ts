@@ -126,7 +126,12 @@ describeEachStore('agents and the agent protocol', (kind) => {
     expectProblem(await api('PATCH', `/agents/${agentId}`, { cloudProvider: 'azure' }), 422);
     assert.equal((await api('PATCH', `/agents/${agentId}`, { pausedUntil: null })).body.agentStatus, 'PENDING');
 
-    assert.equal((await api('DELETE', `/agents/${agentId}`)).status, 202);
+    const deleted = await api('DELETE', `/agents/${agentId}`);
+    assert.equal(deleted.status, 202);
+    // No body: not a JSON `null` (attack finding 10).
+    assert.equal(deleted.text, '');
+    assert.equal(deleted.headers.get('content-type'), null);
+    assert.ok([null, '0'].includes(deleted.headers.get('content-length')), String(deleted.headers.get('content-length')));
     expectProblem(await api('GET', `/agents/${agentId}`), 404);
     expectProblem(await api('DELETE', `/agents/${agentId}`), 404);
     expectProblem(await api('GET', '/agents/not-a-uuid'), 400);
@@ -215,7 +220,7 @@ describeEachStore('agents and the agent protocol', (kind) => {
     assert.equal(again.status, 200);
     assert.equal(again.body.delivery, 2);
     assert.equal(
-      (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { step: 1 } })).status,
+      (await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'progress', body: { done: 1 } })).status,
       200,
     );
     const done = await agentCall(token, 'POST', `/work/${workId}/reports`, { type: 'done', body: { ok: true } });
@@ -255,10 +260,26 @@ describeEachStore('agents and the agent protocol', (kind) => {
       );
 
     expectProblem(await report({ type: 'progress', body: {}, delivery: 1, sequence: 1 }), 409, 'work-redelivered');
+    // A delivery that never was is not called "redelivered" (attack finding 10).
+    const unknown = expectProblem(
+      await report({ type: 'progress', body: {}, delivery: 7, sequence: 1 }),
+      409,
+      'work-delivery-unknown',
+    );
+    assert.match(unknown.detail, /delivery 7 does not exist/);
+    // The heartbeat names the stale delivery as no longer the agent's to run, and renews only the current one.
+    const held = [
+      { workId, delivery: 1 },
+      { workId, delivery: 2 },
+    ];
+    const beat = await agentCall(token, 'POST', '/heartbeat', { heldWork: held });
+    assert.equal(beat.status, 200, beat.text);
+    assert.deepEqual(beat.body.endedWork, [{ workId, delivery: 1, reason: 'redelivered' }]);
+    assert.deepEqual(beat.body.cancelledWorkIds, []);
     expectProblem(await report({ type: 'done', body: {}, delivery: 1, sequence: 2 }), 409, 'work-redelivered');
     assert.equal(await sequenceOf(), 0);
     for (let i = 0; i < 2; i += 1) {
-      const progress = await report({ type: 'progress', body: { step: 1 }, delivery: 2, sequence: 1 });
+      const progress = await report({ type: 'progress', body: { done: 1 }, delivery: 2, sequence: 1 });
       assert.deepEqual([progress.status, progress.body], [200, { workId, state: 'delivered' }]);
     }
     assert.equal(await sequenceOf(), 1);
@@ -269,6 +290,12 @@ describeEachStore('agents and the agent protocol', (kind) => {
     }
     const row = await server.db.selectFrom('agentWork').selectAll().where('id', '=', workId).executeTakeFirstOrThrow();
     assert.deepEqual(JSON.parse(row.result!), { attempt: 0 }, 'the repeat is not applied');
+    // Finished: each held delivery is no longer the agent's to run.
+    const finished = await agentCall(token, 'POST', '/heartbeat', { heldWork: held });
+    assert.deepEqual(finished.body.endedWork, [
+      { workId, delivery: 1, reason: 'finished' },
+      { workId, delivery: 2, reason: 'finished' },
+    ]);
     // A new report on finished work is still refused.
     expectProblem(await report({ type: 'failed', body: {}, delivery: 2, sequence: 3 }), 409, 'work-already-finished');
     for (const bad of [{ sequence: 0 }, { delivery: 0 }, { sequence: 1.5 }]) {

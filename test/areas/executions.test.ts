@@ -72,8 +72,8 @@ class Agent {
     const controller = new AbortController();
     this.runs.add(controller);
     const watch = setInterval(() => {
-      renewAgentWork(this.server().db, this.agentId, [work.id], LEASE_MS)
-        .then((cancelled) => cancelled.includes(work.id) && controller.abort())
+      renewAgentWork(this.server().db, this.agentId, [{ workId: work.id }], LEASE_MS)
+        .then(({ cancelledWorkIds }) => cancelledWorkIds.includes(work.id) && controller.abort())
         .catch(() => undefined);
     }, 50);
     const ctx = {

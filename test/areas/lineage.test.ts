@@ -174,6 +174,60 @@ describeEachStore('lineage events', (kind) => {
     await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
   });
 
+  test("a step whose fields are not as typed is refused (400 naming the field); the run's steps still answer (attack finding 4)", async () => {
+    const { executionId, workId } = await startRun();
+    const at = new Date().toISOString();
+    const step = { index: 3, name: 'x', status: 'RUNNING', startedAt: at };
+    const cases: [Record<string, unknown>, string][] = [
+      [{ childPipeline: { a: 1 } }, 'body.body.step.childPipeline'],
+      [{ message: { x: 1 } }, 'body.body.step.message'],
+      [{ status: 'BOGUS' }, 'body.body.step.status'],
+      [{ startedAt: 'yesterday' }, 'body.body.step.startedAt'],
+      [{ finishedAt: 12 }, 'body.body.step.finishedAt'],
+      [{ finishedAt: 'alsonot' }, 'body.body.step.finishedAt'],
+      [{ index: 3_000_000_000 }, 'body.body.step.index'],
+      [{ index: 1e308 }, 'body.body.step.index'],
+      [{ index: -1 }, 'body.body.step.index'],
+      [{ name: 5 }, 'body.body.step.name'],
+    ];
+    for (const [change, field] of cases) {
+      const bad = await agentCall('POST', `/work/${workId}/reports`, {
+        type: 'progress',
+        body: { step: { ...step, ...change } },
+      });
+      const problem = expectProblem(bad, 400);
+      assert.deepEqual(
+        problem.violations?.map((violation: string) => violation.split(':')[0]),
+        [field],
+        `${JSON.stringify(change)}: ${bad.text}`,
+      );
+    }
+    const missing = expectProblem(
+      await agentCall('POST', `/work/${workId}/reports`, { type: 'progress', body: { step: { index: 0 } } }),
+      400,
+    );
+    assert.deepEqual(missing.violations?.map((violation: string) => violation.split(':')[0]).sort(), [
+      'body.body.step.name',
+      'body.body.step.startedAt',
+      'body.body.step.status',
+    ]);
+    const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.equal(steps.status, 200, steps.text);
+    assert.deepEqual(steps.body.results, [], 'no refused step is recorded');
+    const good = await agentCall('POST', `/work/${workId}/reports`, {
+      type: 'progress',
+      body: { step: { ...step, status: 'SUCCESS', finishedAt: at, message: 'ok', childPipeline: 'pipelines/child.orch.yaml' } },
+    });
+    assert.equal(good.status, 200, good.text);
+    const after = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.equal(after.status, 200, after.text);
+    assert.deepEqual(
+      after.body.results.map((row: { id: string; result: { status: string } }) => [row.id, row.result.status]),
+      [['3', 'SUCCESS']],
+    );
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+  });
+
   test("windows: at most 31 days, in order, paged; another account's events are never shown", async () => {
     const from = new Date(Date.now() - 3_600_000).toISOString();
     const mine = await api('GET', `/lineage/events?generatedFrom=${from}&size=1&page=0`);

@@ -9,6 +9,7 @@ export {
   cancelledWorkIds,
   enqueueAgentWork,
   findAgentWork,
+  goneWorkIds,
   unfinishedWorkOf,
   type AgentReport,
   type AgentWork,

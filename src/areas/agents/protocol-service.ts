@@ -9,7 +9,7 @@ import { InvalidToken } from '../../core/auth/tokens.ts';
 import { badRequest, ProblemError } from '../../core/problems.ts';
 import { agentState, setAgentCertificate, signOffAgent } from './repository.ts';
 import { isPaused, touchAgent } from './service.ts';
-import { claimAgentWork, recordAgentWorkReport, renewAgentWork, type AgentReport } from './work.ts';
+import { claimAgentWork, recordAgentWorkReport, renewAgentWork, type AgentReport, type HeldWork } from './work.ts';
 import type { WakeListener } from '../../core/outbox-wakeups.ts';
 
 /** Where a waiting poll learns that work was queued for its agent (a ChannelWakeups on AGENT_WORK_CHANNEL). */
@@ -115,11 +115,16 @@ export class AgentProtocol {
     return { fingerprint256: certificate.fingerprint256, notAfter: new Date(certificate.validTo).toISOString() };
   }
 
-  /** Contact; the leases of the work the agent still holds renewed; which of it was cancelled. */
-  async heartbeat(agentId: string, heldWorkIds: string[]) {
+  /** Contact; the leases of the work the agent still holds renewed; which of it was cancelled or is no longer its to run. */
+  async heartbeat(agentId: string, heldWorkIds: string[], heldWork: HeldWork[] = []) {
     const window = this.settings.connectedWindowSeconds;
     await touchAgent(this.db, agentId);
-    const cancelledWorkIds = await renewAgentWork(this.db, agentId, heldWorkIds, this.settings.leaseMs);
+    const { cancelledWorkIds, endedWork } = await renewAgentWork(
+      this.db,
+      agentId,
+      [...heldWorkIds.map((workId) => ({ workId })), ...heldWork],
+      this.settings.leaseMs,
+    );
     const row = await agentState(this.db, agentId);
     if (!row) throw agentGoneProblem();
     return {
@@ -128,6 +133,7 @@ export class AgentProtocol {
       heartbeatIntervalSeconds: Math.max(1, Math.floor(window / 3)),
       connectedWindowSeconds: window,
       cancelledWorkIds,
+      endedWork,
     };
   }
 

@@ -28,15 +28,39 @@ const HeartbeatRequest = Type.Object(
     heldWorkIds: Type.Optional(
       Type.Array(Type.String({ format: 'uuid' }), { maxItems: 100, description: 'work the agent is still doing' }),
     ),
+    heldWork: Type.Optional(
+      Type.Array(
+        Type.Object(
+          { workId: Type.String({ format: 'uuid' }), delivery: Type.Integer({ minimum: 1, maximum: 2_147_483_647 }) },
+          { additionalProperties: false },
+        ),
+        {
+          maxItems: 100,
+          description:
+            'work the agent is still doing, with the delivery it runs: only the current delivery is renewed, and a stale one is named in endedWork',
+        },
+      ),
+    ),
   },
-  { examples: [{ heldWorkIds: ['3b0c8a2e-4a1f-4bb0-8e1e-8d2a7f2c9d10'] }] },
+  { examples: [{ heldWork: [{ workId: '3b0c8a2e-4a1f-4bb0-8e1e-8d2a7f2c9d10', delivery: 1 }] }] },
 );
 const HeartbeatAnswer = Type.Object({
   agentId: Type.String(),
   agentStatus: Type.String(),
   heartbeatIntervalSeconds: Type.Integer({ description: 'send the next heartbeat within this' }),
   connectedWindowSeconds: Type.Integer(),
-  cancelledWorkIds: Type.Array(Type.String(), { description: 'of heldWorkIds, those cancelled: stop them' }),
+  cancelledWorkIds: Type.Array(Type.String(), { description: 'of the held work, those cancelled: stop them' }),
+  endedWork: Type.Array(
+    Type.Object({
+      workId: Type.String(),
+      delivery: Type.Union([Type.Integer(), Type.Null()], { description: 'as held (null: named in heldWorkIds)' }),
+      reason: Type.Enum(['cancelled', 'finished', 'redelivered', 'unknown']),
+    }),
+    {
+      description:
+        "of the held work, each delivery that is no longer the agent's to run: cancelled, finished, delivered again since (its lease lapsed) or unknown. Stop it at once; report nothing more on it but, if cancelled, its final report",
+    },
+  ),
 });
 const PollQuery = Type.Object({
   waitSeconds: Type.Integer({ minimum: 0, maximum: 300, default: 20, description: 'longest wait (capped by the server)' }),
@@ -51,16 +75,42 @@ const WorkItem = Type.Object({
     description: 'how long a lease lasts: renewed by each heartbeat naming the work and each progress report',
   }),
 });
+/**
+ * A pipeline run's step, as its progress reports carry it (`body.step`): typed here, at the entrance, so that
+ * what is stored and served (the run's steps, their events and lineage) is what the API promises.
+ */
+const ReportedStep = Type.Object(
+  {
+    index: Type.Integer({ minimum: 0, maximum: 2_147_483_647, description: 'position in the run, from 0' }),
+    name: Type.String({ maxLength: 4000 }),
+    status: Type.Enum(['RUNNING', 'SUCCESS', 'FAILED', 'SKIPPED', 'CANCELLED']),
+    startedAt: Type.String({ format: 'date-time' }),
+    finishedAt: Type.Optional(Type.String({ format: 'date-time' })),
+    message: Type.Optional(Type.String({ maxLength: 65_535 })),
+    childPipeline: Type.Optional(Type.String({ maxLength: 4000, description: 'the pipeline file the step belongs to' })),
+    rowsWritten: Type.Optional(Type.Unknown({ description: 'rows its SQL wrote: a whole number, 0 or more' })),
+    lineage: Type.Optional(Type.Unknown({ description: 'the datasets it read and wrote' })),
+  },
+  { description: "a pipeline run's step (a run's progress reports)" },
+);
+
 const ReportRequest = Type.Object(
   {
     type: Type.Enum(['progress', 'done', 'failed']),
     body: Type.Optional(
-      Type.Unknown({ description: 'what the work produced (done), why it failed (failed), how far it got (progress)' }),
+      // Any JSON value; when it is an object with a `step`, that step is checked (a schema of properties with no type).
+      Type.Unsafe<unknown>({
+        description: 'what the work produced (done), why it failed (failed), how far it got (progress)',
+        properties: { step: ReportedStep },
+        additionalProperties: true,
+      }),
     ),
     delivery: Type.Optional(
       Type.Integer({
         minimum: 1,
-        description: "the poll answer's delivery: a report of an earlier delivery than the work's latest is 409 work-redelivered",
+        maximum: 2_147_483_647,
+        description:
+          "the poll answer's delivery: a report of an earlier delivery than the work's latest is 409 work-redelivered, of a later one 409 work-delivery-unknown",
       }),
     ),
     sequence: Type.Optional(
@@ -153,7 +203,7 @@ export async function agentProtocolRoutes(fastify: FastifyInstance): Promise<voi
       },
     },
     async (request) => {
-      return protocol.heartbeat(request.agent.agentId, request.body.heldWorkIds ?? []);
+      return protocol.heartbeat(request.agent.agentId, request.body.heldWorkIds ?? [], request.body.heldWork ?? []);
     },
   );
 

@@ -117,14 +117,15 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
         description: 'Answers 202 with no body, as the real service does (its clients expect 202); the agent is gone at once.',
         tags,
         params: AgentParams,
-        response: { 202: { type: 'null', description: 'The agent is deleted.' }, ...problems(409) },
+        response: { 202: { type: 'null', description: 'The agent is deleted (no body).' }, ...problems(409) },
       },
     },
     async (request, reply) => {
       await app.store.db
         .transaction()
         .execute((trx) => deleteAgent(trx, request.principal.accountId, request.params.agentId, app.agentDeletion));
-      return reply.code(202).send(null);
+      // No body at all (not a JSON `null`), as documented.
+      return reply.code(202).send(undefined as unknown as null);
     },
   );
 

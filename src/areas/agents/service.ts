@@ -177,10 +177,14 @@ export async function updateAgent(
   return next;
 }
 
-/** Removes the agent with its work, unless a check of another area refuses (app.agentDeletion). */
-export async function deleteAgent(db: Executor, accountId: string, agentId: string, checks: AgentDeletion): Promise<void> {
+/**
+ * Removes the agent with its work, unless a check of another area refuses; other areas end what they hold of it
+ * first (app.agentDeletion), in the same transaction.
+ */
+export async function deleteAgent(db: Executor, accountId: string, agentId: string, deletion: AgentDeletion): Promise<void> {
   await requireAgent(db, accountId, agentId);
-  await checks.check(db, agentId);
+  await deletion.check(db, agentId);
+  await deletion.end(db, agentId);
   await deleteAgentRow(db, agentId);
 }
 

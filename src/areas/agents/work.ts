@@ -187,27 +187,72 @@ export async function claimAgentWork(db: Db, dialect: Dialect, agentId: string, 
   return claimed && toWork(claimed);
 }
 
+/** A piece of work an agent says it holds: the delivery it runs, when it says (agents that do not name it hold "the work"). */
+export interface HeldWork {
+  workId: string;
+  delivery?: number;
+}
+
+/** Why held work is no longer the holder's to run. */
+export type EndedReason = 'cancelled' | 'finished' | 'redelivered' | 'unknown';
+
 /**
- * Extends the leases of the delivered work an agent says it still holds, and answers which of the work
- * it holds has been cancelled since (so that it stops).
+ * Extends the leases of the delivered work an agent says it still holds (of the delivery it names: a stale
+ * delivery renews nothing), and answers which of it is no longer the agent's to run, so that it stops:
+ * `cancelledWorkIds` (cancelled since), and `endedWork`, each held delivery that was cancelled, has been
+ * finished (by a final report, of this delivery or another), was delivered again since (its lease lapsed), or
+ * is not known at all.
  */
-export async function renewAgentWork(db: Db, agentId: string, held: string[], leaseMs: number): Promise<string[]> {
-  if (held.length === 0) return [];
-  await db
-    .updateTable('agentWork')
-    .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
-    .where('agentId', '=', agentId)
-    .where('id', 'in', held)
-    .where('state', '=', 'delivered')
-    .execute();
-  const cancelled = await db
+export async function renewAgentWork(
+  db: Db,
+  agentId: string,
+  held: HeldWork[],
+  leaseMs: number,
+): Promise<{ cancelledWorkIds: string[]; endedWork: { workId: string; delivery: number | null; reason: EndedReason }[] }> {
+  if (held.length === 0) return { cancelledWorkIds: [], endedWork: [] };
+  const ids = [...new Set(held.map((work) => work.workId))];
+  const rows = await db
     .selectFrom('agentWork')
-    .select('id')
+    .select(['id', 'state', 'deliveries', 'cancelRequested'])
     .where('agentId', '=', agentId)
-    .where('id', 'in', held)
-    .where((eb) => eb.or([eb('cancelRequested', '=', 1), eb('state', '=', 'cancelled')]))
+    .where('id', 'in', ids)
     .execute();
-  return cancelled.map((row) => row.id);
+  const byId = new Map(rows.map((row) => [row.id, row]));
+  // Renewed: delivered work held at its current delivery (or by an agent that does not say which).
+  const renewed = [
+    ...new Set(
+      held
+        .filter((work) => {
+          const row = byId.get(work.workId);
+          return row && row.state === 'delivered' && (work.delivery === undefined || work.delivery === Number(row.deliveries));
+        })
+        .map((work) => work.workId),
+    ),
+  ];
+  if (renewed.length > 0) {
+    await db
+      .updateTable('agentWork')
+      .set({ leasedUntil: new Date(Date.now() + leaseMs).toISOString() })
+      .where('agentId', '=', agentId)
+      .where('id', 'in', renewed)
+      .where('state', '=', 'delivered')
+      .execute();
+  }
+  const cancelled = (row: (typeof rows)[number]) => Number(row.cancelRequested) === 1 || row.state === 'cancelled';
+  const endedWork = held.flatMap((work) => {
+    const row = byId.get(work.workId);
+    const reason: EndedReason | undefined = !row
+      ? 'unknown'
+      : cancelled(row)
+        ? 'cancelled'
+        : row.state === 'done' || row.state === 'failed'
+          ? 'finished'
+          : work.delivery !== undefined && work.delivery !== Number(row.deliveries)
+            ? 'redelivered'
+            : undefined;
+    return reason ? [{ workId: work.workId, delivery: work.delivery ?? null, reason }] : [];
+  });
+  return { cancelledWorkIds: ids.filter((id) => byId.has(id) && cancelled(byId.get(id)!)), endedWork };
 }
 
 const finishedProblem = (work: AgentWork) =>
@@ -229,7 +274,7 @@ const finishedProblem = (work: AgentWork) =>
  * `delivery` and `sequence` is idempotent: a sequence at or below the highest recorded for the delivery is
  * answered as recorded (a progress report renews the lease) and applied no second time, also once the work
  * is finished; a report of an earlier delivery (its lease lapsed and the work was delivered again) is 409
- * `work-redelivered`.
+ * `work-redelivered`, and one of a later delivery than there has been 409 `work-delivery-unknown`.
  */
 export function recordAgentWorkReport(
   db: Db,
@@ -244,6 +289,13 @@ export function recordAgentWorkReport(
     if (!current || current.agentId !== agentId) throw notFound(`Work ${workId} is not this agent's.`);
     if (current.state === 'queued') {
       throw new ProblemError(409, `Work ${workId} has not been delivered; poll for it first.`, { name: 'work-not-delivered' });
+    }
+    if (report.delivery !== undefined && report.delivery > current.deliveries) {
+      throw new ProblemError(
+        409,
+        `Work ${workId} has had ${current.deliveries} deliveries; delivery ${report.delivery} does not exist, so this report is not taken.`,
+        { name: 'work-delivery-unknown' },
+      );
     }
     if (report.delivery !== undefined && report.delivery !== current.deliveries) {
       throw new ProblemError(
@@ -317,6 +369,15 @@ export async function cancelledWorkIds(db: Executor, workIds: readonly string[])
     .where('state', '=', 'cancelled')
     .execute();
   return new Set(rows.map((row) => row.id));
+}
+
+/** Which of `workIds` no longer exist (their agent was deleted with its work). */
+export async function goneWorkIds(db: Executor, workIds: readonly string[]): Promise<Set<string>> {
+  const ids = [...new Set(workIds)];
+  if (ids.length === 0) return new Set();
+  const rows = await db.selectFrom('agentWork').select('id').where('id', 'in', ids).execute();
+  const found = new Set(rows.map((row) => row.id));
+  return new Set(ids.filter((id) => !found.has(id)));
 }
 
 /** The work of `kinds` an agent has not finished (queued or delivered), with its payload. */

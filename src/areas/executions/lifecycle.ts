@@ -5,10 +5,17 @@
 import type { Db, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
-import { agentsInContactSince, cancelAgentWork, cancelledWorkIds, type AgentReport, type AgentWork } from '../agents/index.ts';
+import {
+  agentsInContactSince,
+  cancelAgentWork,
+  cancelledWorkIds,
+  goneWorkIds,
+  type AgentReport,
+  type AgentWork,
+} from '../agents/index.ts';
 import { recordStepLineage } from '../lineage/index.ts';
 import { emit } from '../../core/outbox.ts';
-import { executionOfWork, heldRuns, quietRuns } from './repository.ts';
+import { executionOfWork, heldRuns, quietRuns, unfinishedRuns } from './repository.ts';
 import { eventPrefix, moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './service.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
@@ -115,9 +122,31 @@ export async function cancelExecution(trx: Executor, run: ExecutionRow, force: b
 }
 
 /**
+ * An agent is deleted (with its work): the runs it had not finished end CANCELLED now, in the deleting
+ * transaction, rather than waiting for it for ever (UNKNOWN, their executionTag taken). Registered with
+ * app.agentDeletion.
+ */
+export async function endRunsOfDeletedAgent(trx: Executor, agentId: string): Promise<void> {
+  for (const run of await unfinishedRuns(trx, { agentId })) {
+    await moveExecution(trx, run.id, 'force-cancel', { message: 'Cancelled: the agent running it was deleted.' });
+  }
+}
+
+/**
+ * A project is deleted (its runs with it): the agent work of the runs it had not finished is cancelled, so
+ * that the agent stops them (named in its next heartbeat answer; its reports are refused). Registered with
+ * app.projectDeletion.
+ */
+export async function cancelWorkOfDeletedProject(trx: Executor, projectId: string): Promise<void> {
+  for (const run of await unfinishedRuns(trx, { projectId })) {
+    if (run.agentWorkId !== null) await cancelAgentWork(trx, run.agentWorkId);
+  }
+}
+
+/**
  * Runs whose agent has been out of contact past `windowMs` become UNKNOWN (a later report resolves
  * them); runs whose work the agents area closed as cancelled (the agent vanished while a cancel was
- * pending) become CANCELLED. Contact is the agent's last poll or heartbeat, or the run's last report.
+ * pending), or whose work is gone (its agent was deleted), become CANCELLED. Contact is the agent's last poll or heartbeat, or the run's last report.
  */
 export async function sweepExecutions(db: Db, windowMs: number): Promise<number> {
   const cutoff = new Date(Date.now() - windowMs).toISOString();
@@ -132,7 +161,11 @@ export async function sweepExecutions(db: Db, windowMs: number): Promise<number>
     db,
     held.map((row) => row.agentWorkId),
   );
-  const closed = held.filter((row) => cancelled.has(row.agentWorkId)).slice(0, 500);
+  const gone = await goneWorkIds(
+    db,
+    held.map((row) => row.agentWorkId),
+  );
+  const closed = held.filter((row) => cancelled.has(row.agentWorkId) || gone.has(row.agentWorkId)).slice(0, 500);
   const moves: [string, ExecutionEvent, string][] = [
     ...lost.map((row): [string, ExecutionEvent, string] => [
       row.id,
@@ -142,7 +175,9 @@ export async function sweepExecutions(db: Db, windowMs: number): Promise<number>
     ...closed.map((row): [string, ExecutionEvent, string] => [
       row.id,
       'agent-cancelled',
-      'Cancelled; the agent stopped holding the run.',
+      gone.has(row.agentWorkId)
+        ? 'Cancelled: the agent running it was deleted.'
+        : 'Cancelled; the agent stopped holding the run.',
     ]),
   ];
   let moved = 0;

@@ -158,6 +158,20 @@ export function quietRuns(db: Executor, cutoff: string) {
   };
 }
 
+/** The runs not finished (RUNNING, CANCELLING, UNKNOWN) of an agent or of a project, with the agent work they carry. */
+export async function unfinishedRuns(
+  db: Executor,
+  of: { agentId: string } | { projectId: string },
+): Promise<{ id: string; agentWorkId: string | null }[]> {
+  return db
+    .selectFrom('executions')
+    .select(['id', 'agentWorkId'])
+    .where('status', 'in', ['RUNNING', 'CANCELLING', 'UNKNOWN'])
+    .$if('agentId' in of, (query) => query.where('agentId', '=', (of as { agentId: string }).agentId))
+    .$if('projectId' in of, (query) => query.where('projectId', '=', (of as { projectId: string }).projectId))
+    .execute();
+}
+
 /** Runs cancelling or of unknown outcome, with the agent work they carry. */
 export async function heldRuns(db: Executor): Promise<{ id: string; agentWorkId: string }[]> {
   const rows = await db

@@ -32,7 +32,13 @@ import {
   type ExecutionRow,
 } from './service.ts';
 import { preparePipelineRun, prepareTestRun } from './run-start.ts';
-import { applyAgentReport, cancelExecution, sweepExecutions } from './lifecycle.ts';
+import {
+  applyAgentReport,
+  cancelExecution,
+  cancelWorkOfDeletedProject,
+  endRunsOfDeletedAgent,
+  sweepExecutions,
+} from './lifecycle.ts';
 import type { ExecutionStatus } from './states.ts';
 import { runPeriodically } from '../../core/ticker.ts';
 
@@ -57,6 +63,11 @@ function detailsOf(row: ExecutionRow) {
 export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   for (const kind of Object.values(AGENT_WORK_KINDS)) app.agentWorkReports.on(kind, applyAgentReport);
+  // Deleting an agent ends the runs it had not finished; deleting a project cancels its runs' work on the agents.
+  app.agentDeletion.alsoEnd(endRunsOfDeletedAgent);
+  app.projectDeletion.inTransaction('executions', (trx, _dialect, _accountId, projectId) =>
+    cancelWorkOfDeletedProject(trx, projectId),
+  );
   // Runs whose agent is out of contact move to UNKNOWN, then FAILED.
   runPeriodically(app, 'execution sweep', app.config.schedulerIntervalMs, () =>
     sweepExecutions(app.store.db, app.config.executionLostAfterMs),
