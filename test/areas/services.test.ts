@@ -62,6 +62,17 @@ describeEachStore('services, called directly', (kind) => {
   });
   after(() => server.close());
 
+  /** The agent protocol as the routes use it, without wake-ups (a poll looks once). */
+  const protocolOf = () =>
+    new AgentProtocol(
+      server.db,
+      server.server.app.store.dialect,
+      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
+      server.server.app.agentWorkReports,
+      () => false,
+      { subscribe: () => () => undefined },
+    );
+
   const run = (overrides: Record<string, unknown> = {}) =>
     preparePipelineRun(server.db, {
       accountId: caller.accountId,
@@ -126,15 +137,7 @@ describeEachStore('services, called directly', (kind) => {
   });
 
   test('agent protocol: a poll hands queued work once, a report finishes it, a deleted agent is answered 401', async () => {
-    const app = server.server.app;
-    const protocol = new AgentProtocol(
-      server.db,
-      app.store.dialect,
-      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
-      app.agentWorkReports,
-      () => false,
-      { subscribe: () => () => undefined },
-    );
+    const protocol = protocolOf();
     const agent = await insertAgent(server, caller.accountId);
     assert.equal(await protocol.poll(agent, 0, () => false), undefined, 'nothing queued');
     const workId = await server.db
@@ -154,15 +157,7 @@ describeEachStore('services, called directly', (kind) => {
   });
 
   test('agent protocol: two reports of one delivery at once keep the higher sequence; the lower one is a repeat', async () => {
-    const app = server.server.app;
-    const protocol = new AgentProtocol(
-      server.db,
-      app.store.dialect,
-      { connectedWindowSeconds: 30, leaseMs: 60_000, pollMaxWaitSeconds: 1 },
-      app.agentWorkReports,
-      () => false,
-      { subscribe: () => () => undefined },
-    );
+    const protocol = protocolOf();
     const agent = await insertAgent(server, caller.accountId);
     const workId = await server.db
       .transaction()
