@@ -229,6 +229,22 @@ describeEachStore('the platform-hosted agent', (kind) => {
     assert.equal(await finished(id), 'FAILED');
     assert.match((await steps(id)).find((step) => step.name === 'Script')!.result.message!, /scripts are not allowed/);
   });
+
+  test("a deleted hosted agent's process is stopped; the next run gets a new hosted agent and a process of its own", async () => {
+    const running = (server.server.app.hostedAgents as unknown as { running: Map<string, { exitCode: number | null }> }).running;
+    const agents = (await server.api('GET', '/agents?type=PLATFORM_HOSTED', { token: caller.token })).body.results;
+    assert.equal(agents.length, 1);
+    const child = running.get(agents[0].agentId);
+    assert.ok(child, 'the hosted agent runs here');
+    assert.equal((await server.api('DELETE', `/agents/${agents[0].agentId}`, { token: caller.token })).status, 202);
+    await eventually(
+      async () => running.has(agents[0].agentId),
+      (still) => !still,
+      20_000,
+    );
+    const id = await start('pipelines/load-orders');
+    assert.equal(await finished(id), 'SUCCESS');
+  });
 });
 
 describeEachStore('without the platform-hosted agent (DPC_HOSTED_AGENT=false)', (kind) => {

@@ -113,6 +113,13 @@ export class HostedAgents {
       .where('name', '=', HOSTED_AGENT_NAME)
       .execute();
     for (const row of rows) await this.ensure(row.accountId, row.id);
+    // A hosted agent deleted since (on any instance): its process would only be refused from now on.
+    const kept = new Set(rows.map((row) => row.id));
+    for (const [agentId, child] of this.running) {
+      if (kept.has(agentId)) continue;
+      this.log.info({ hostedAgentId: agentId }, 'hosted agent deleted; its process is stopped');
+      child.kill('SIGTERM');
+    }
   }
 
   async stop(): Promise<void> {
