@@ -255,8 +255,8 @@ export async function runPostgresPipeline(settings: RunSettings): Promise<Stream
 
     const stream = settings.source.stream(slot, publication, committed.position, {
       onMessage,
-      onKeepalive(lsn, shouldRespond) {
-        if (!open && batcher.idle) {
+      onKeepalive(lsn, shouldRespond, drained) {
+        if (drained && !open && batcher.idle) {
           batcher.caughtUp();
           // Everything the source sent before this keepalive is written and committed: the slot may release
           // WAL up to it, also when only other tables (or other databases) change.

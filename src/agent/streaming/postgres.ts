@@ -245,7 +245,12 @@ export class PostgresSource {
     from: string,
     handlers: {
       onMessage(lsn: string, message: Pgoutput.Message): Promise<void> | void;
-      onKeepalive(lsn: string, shouldRespond: boolean): void;
+      /**
+       * A keepalive at `lsn`. `drained`: every change message received before it has been handed to
+       * `onMessage` and settled (the library queues changes but sends keepalives at once, so a keepalive can
+       * overtake changes still waiting: acknowledging its position then would release them unwritten).
+       */
+      onKeepalive(lsn: string, shouldRespond: boolean, drained: boolean): void;
       onError(error: Error): void;
     },
   ): ChangeStream {
@@ -254,8 +259,11 @@ export class PostgresSource {
       { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: true } },
     );
     service.on('data', (lsn: string, message: Pgoutput.Message) => handlers.onMessage(lsn, message));
+    // The library's queue of received changes (internal fields; if a version drops them, never drained).
+    const queue = service as unknown as { _messageQueue?: unknown[]; _processing?: boolean };
+    const drained = () => Array.isArray(queue._messageQueue) && queue._messageQueue.length === 0 && queue._processing === false;
     service.on('heartbeat', (lsn: string, _timestamp: number, shouldRespond: boolean) =>
-      handlers.onKeepalive(lsn, shouldRespond),
+      handlers.onKeepalive(lsn, shouldRespond, drained()),
     );
     service.on('error', (error: Error) => handlers.onError(error));
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [publication] });
