@@ -279,6 +279,10 @@ export class PostgresSource {
         });
       }
     });
+    service.on('heartbeat', (lsn: string, _timestamp: number, shouldRespond: boolean) =>
+      handlers.onKeepalive(lsn, shouldRespond),
+    );
+    service.on('error', (error: Error) => handlers.onError(error));
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [publication] });
     fastTuples(plugin);
     const started = service.subscribe(plugin, slot, from);
