@@ -249,36 +249,11 @@ export class PostgresSource {
       onError(error: Error): void;
     },
   ): ChangeStream {
-    // The library's flow control queues every message and awaits each listener in turn (a queue, promises and
-    // a pause and resume of the socket per message). Here each message is handled as it is parsed, in order with
-    // the keepalives, and the socket is paused only while the handler asks to wait (a second batch is due).
     const service = new LogicalReplicationService(
       { ...clientConfig(this.connection) },
-      { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } },
+      { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: true } },
     );
-    let waiting = 0;
-    const socket = () => (service as unknown as { _connection?: { stream?: NodeJS.ReadableStream } })._connection?.stream;
-    const resume = () => {
-      waiting -= 1;
-      if (waiting === 0) socket()?.resume();
-    };
-    service.on('data', (lsn: string, message: Pgoutput.Message) => {
-      let wait: Promise<void> | void;
-      try {
-        wait = handlers.onMessage(lsn, message);
-      } catch (error) {
-        handlers.onError(error as Error);
-        return;
-      }
-      if (wait) {
-        waiting += 1;
-        if (waiting === 1) socket()?.pause();
-        wait.then(resume, (error: Error) => {
-          resume();
-          handlers.onError(error);
-        });
-      }
-    });
+    service.on('data', (lsn: string, message: Pgoutput.Message) => handlers.onMessage(lsn, message));
     service.on('heartbeat', (lsn: string, _timestamp: number, shouldRespond: boolean) =>
       handlers.onKeepalive(lsn, shouldRespond),
     );
@@ -289,11 +264,7 @@ export class PostgresSource {
     return {
       started: started.then(() => undefined),
       acknowledge: (lsn) => service.acknowledge(lsn).then(() => undefined),
-      stop: () => {
-        // A paused socket would hold back the end of the connection.
-        socket()?.resume();
-        return service.destroy().then(() => undefined);
-      },
+      stop: () => service.destroy().then(() => undefined),
     };
   }
 }
