@@ -76,6 +76,9 @@ export async function bench(): Promise<void> {
     await sql.query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [BASELINE_SLOT]);
 
     const ratios: number[] = [];
+    // The agent's CPU time (user + system of this process, which runs the pipeline in-process) while it reads
+    // the round's changes: less sensitive to other load on the machine than the rate.
+    const agentCpuMs: number[] = [];
     let nextId = 1;
     for (let round = 0; round < CDC_ROUNDS; round += 1) {
       // 100 transactions of CHANGES/100 rows: inserts, then a third of them updated (changes counted once each).
@@ -103,6 +106,7 @@ export async function bench(): Promise<void> {
       const viaAgent = async () => {
         const before = (await loadState(stateDir, PIPELINE))!.rowsPerTable['public.changes'] ?? 0;
         const stop = new AbortController();
+        const cpuBefore = process.cpuUsage();
         const started = performance.now();
         const running = run(new FolderStore(lake), stop.signal);
         for (;;) {
@@ -111,6 +115,8 @@ export async function bench(): Promise<void> {
           await new Promise((r) => setTimeout(r, 5));
         }
         const elapsed = performance.now() - started;
+        const cpu = process.cpuUsage(cpuBefore);
+        agentCpuMs.push((cpu.user + cpu.system) / 1000);
         stop.abort();
         await running;
         return elapsed;
@@ -154,11 +160,15 @@ export async function bench(): Promise<void> {
       ratios.push(ratio);
       console.log(
         `round ${round + 1}: ${CHANGES} changes; agent to folder ${agentMs.toFixed(0)} ms (${((CHANGES / agentMs) * 1000).toFixed(0)}/s), ` +
-          `pg_recvlogical ${baselineMs.toFixed(0)} ms (${((CHANGES / baselineMs) * 1000).toFixed(0)}/s), ratio ${ratio.toFixed(2)}`,
+          `pg_recvlogical ${baselineMs.toFixed(0)} ms (${((CHANGES / baselineMs) * 1000).toFixed(0)}/s), ratio ${ratio.toFixed(2)}; ` +
+          `agent CPU ${agentCpuMs.at(-1)!.toFixed(0)} ms (${((agentCpuMs.at(-1)! / CHANGES) * 100_000).toFixed(0)} ms per 100,000 changes)`,
       );
     }
     const ratio = median(ratios);
-    console.log(`streaming-cdc: agent rate / pg_recvlogical rate = ${ratio.toFixed(2)} (median of ${CDC_ROUNDS})`);
+    console.log(
+      `streaming-cdc: agent rate / pg_recvlogical rate = ${ratio.toFixed(2)} (median of ${CDC_ROUNDS}); ` +
+        `agent CPU per 100,000 changes ${((median(agentCpuMs) / CHANGES) * 100_000).toFixed(0)} ms (median)`,
+    );
     record({
       name: `streaming-cdc: ${CHANGES} changes PG -> folder, agent / pg_recvlogical rate`,
       measured: ratio,

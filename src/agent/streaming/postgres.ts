@@ -267,6 +267,7 @@ export class PostgresSource {
     );
     service.on('error', (error: Error) => handlers.onError(error));
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [publication] });
+    fastTuples(plugin);
     const started = service.subscribe(plugin, slot, from);
     return {
       started: started.then(() => undefined),
@@ -274,6 +275,51 @@ export class PostgresSource {
       stop: () => service.destroy().then(() => undefined),
     };
   }
+}
+
+type TupleColumn = { name: string; parser: (text: string) => unknown };
+type TupleReader = {
+  readInt16(): number;
+  readInt32(): number;
+  readUint8(): number;
+  read(n: number): Uint8Array;
+  decodeText(bytes: Uint8Array): string;
+};
+
+/**
+ * The library's tuples are made with Object.create(null): objects in V8's slow (dictionary) mode, which
+ * JSON.stringify and every later read take the slow way. Here a tuple is a plain object whose columns are set
+ * in the relation's order (so the rows of a table share one shape), with the same values the library gives:
+ * text parsed by node-postgres's parser of the column's type, binary as bytes, null, and an unchanged TOASTed
+ * value taken from the old row when there is one. A relation with a column named __proto__ keeps the library's
+ * way (on a plain object that name would set the prototype).
+ */
+function fastTuples(plugin: PgoutputPlugin): void {
+  const parser = (plugin as unknown as { parser: Record<string, unknown> }).parser;
+  const libraryRead = parser.readTuple as (reader: TupleReader, relation: unknown, fallback?: unknown) => unknown;
+  const plain = new WeakMap<object, boolean>();
+  parser.readTuple = function readTuple(
+    reader: TupleReader,
+    relation: { columns: TupleColumn[] },
+    unchangedToastFallback?: Record<string, unknown> | null,
+  ) {
+    let ok = plain.get(relation);
+    if (ok === undefined) plain.set(relation, (ok = !relation.columns.some((column) => column.name === '__proto__')));
+    if (!ok) return libraryRead.call(this, reader, relation, unchangedToastFallback);
+    const { columns } = relation;
+    const count = reader.readInt16();
+    const tuple: Record<string, unknown> = {};
+    for (let i = 0; i < count; i += 1) {
+      const { name, parser: parse } = columns[i]!;
+      const kind = reader.readUint8();
+      if (kind === 0x74 /* t: text */) tuple[name] = parse(reader.decodeText(reader.read(reader.readInt32())));
+      else if (kind === 0x6e /* n: null */) tuple[name] = null;
+      else if (kind === 0x75 /* u: unchanged TOASTed value */) tuple[name] = unchangedToastFallback?.[name];
+      else if (kind === 0x62 /* b: binary */) tuple[name] = reader.read(reader.readInt32());
+      else throw Error(`unknown attribute kind ${String.fromCharCode(kind)}`);
+    }
+    return tuple;
+  };
 }
 
 export interface ChangeStream {
