@@ -182,7 +182,7 @@ export async function bench(): Promise<void> {
       async put(key, body) {
         await folder.put(key, body);
         const written = Date.now();
-        for (const line of body.split('\n')) {
+        for (const line of String(body).split('\n')) {
           if (line) lags.push((written - Date.parse((JSON.parse(line) as { commitTime: string }).commitTime)) / 1000);
         }
       },

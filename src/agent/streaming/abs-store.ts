@@ -20,10 +20,10 @@ export class AzureBlobStore implements ObjectStore {
     this.container = new BlobServiceClient(this.url, credential).getContainerClient(options.container);
   }
 
-  async put(key: string, body: string): Promise<void> {
+  async put(key: string, body: string | Uint8Array, contentType = 'application/x-ndjson'): Promise<void> {
     await this.container
       .getBlockBlobClient(key)
-      .upload(body, Buffer.byteLength(body), { blobHTTPHeaders: { blobContentType: 'application/x-ndjson' } });
+      .upload(body, Buffer.byteLength(body), { blobHTTPHeaders: { blobContentType: contentType } });
   }
 
   async list(folder: string): Promise<string[]> {

@@ -18,7 +18,7 @@ import { describeMysqlTable, runMysqlPipeline } from './mysql.ts';
 import { runPostgresPipeline, slotNameOf } from './pipeline.ts';
 import { PostgresSource, SourceNotReady, type TableName } from './postgres.ts';
 import { removeState } from './state.ts';
-import { FileTarget, type ChangeTarget } from './target.ts';
+import { FILE_FORMATS, FileTarget, type ChangeTarget, type FileFormat } from './target.ts';
 import {
   TABLE_PREFIX_TYPES,
   TEMPORAL_MAPPINGS,
@@ -27,6 +27,9 @@ import {
   WarehouseTarget,
   type SourceCatalog,
 } from './warehouse-target.ts';
+
+/** The advanced property that chooses the change files' format. */
+const FILE_FORMAT_PROPERTY = 'file.format';
 
 /** Every secret reference in a definition, wherever its source or target type keeps one (password, accountKey, privateKey, ...). */
 function secretReferencesIn(value: unknown): StreamingSecretReference[] {
@@ -119,6 +122,17 @@ function oneOf<T extends string>(field: string, value: string | undefined, known
   return given;
 }
 
+/** `advancedProperties["file.format"]`: how change files are written (JSON lines unless it says parquet). */
+export function fileFormatOf(payload: StreamingPipelinePayload): FileFormat {
+  const value = payload.definition.advancedProperties?.[FILE_FORMAT_PROPERTY];
+  if (value === undefined) return 'jsonl';
+  if ((FILE_FORMATS as readonly string[]).includes(value)) return value as FileFormat;
+  throw new WorkFailure(
+    `advancedProperties.${FILE_FORMAT_PROPERTY} is ${value}; this agent writes ${FILE_FORMATS.join(' or ')}`,
+    FAILURE_CODES.notSupported,
+  );
+}
+
 /**
  * The change target of a definition: files in the agent's object store for `s3`; for `snowflake`, tables in
  * the agent's own warehouse (the one its pipelines run on when their environment names none), standing in
@@ -131,6 +145,7 @@ async function changeTargetOf(
   catalog: SourceCatalog,
   ctx: WorkContext,
 ): Promise<ChangeTarget> {
+  const format = fileFormatOf(payload);
   if (target.type === 'snowflake') {
     const transformationType = oneOf('transformationType', target.transformationType, TRANSFORMATION_TYPES);
     const temporalMapping = oneOf('temporalMapping', target.temporalMapping, TEMPORAL_MAPPINGS, 'native');
@@ -174,7 +189,7 @@ async function changeTargetOf(
       container: target.container,
       endpoint: ctx.blobEndpoint,
     });
-    return new FileTarget(store, target.prefix ?? '');
+    return new FileTarget(store, target.prefix ?? '', format);
   }
   if (target.type !== 's3') {
     throw new WorkFailure(`target type ${target.type} is not supported by this agent`, FAILURE_CODES.notSupported);
@@ -186,7 +201,7 @@ async function changeTargetOf(
       FAILURE_CODES.notSupported,
     );
   }
-  return new FileTarget(store, target.prefix ?? '');
+  return new FileTarget(store, target.prefix ?? '', format);
 }
 
 /** The runs of this agent process, by pipeline: how to stop each and when it has ended. */

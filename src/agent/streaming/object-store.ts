@@ -10,7 +10,8 @@ import { writeDurably } from './state.ts';
 
 export interface ObjectStore {
   /** Writes the object whole (durably, for a folder) or not at all. */
-  put(key: string, body: string): Promise<void>;
+  /** Writes the object whole; `contentType` for stores that keep one (JSON lines by default). */
+  put(key: string, body: string | Uint8Array, contentType?: string): Promise<void>;
   /** The names of the objects directly under `folder` (a key prefix ending in `/`). */
   list(folder: string): Promise<string[]>;
   remove(key: string): Promise<void>;
@@ -30,7 +31,7 @@ export class FolderStore implements ObjectStore {
     return resolved;
   }
 
-  put(key: string, body: string): Promise<void> {
+  put(key: string, body: string | Uint8Array): Promise<void> {
     return writeDurably(this.pathOf(key), body, 0o644);
   }
 

@@ -20,10 +20,8 @@ export class S3Store {
     });
   }
 
-  async put(key: string, body: string): Promise<void> {
-    await this.client.send(
-      new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body, ContentType: 'application/x-ndjson' }),
-    );
+  async put(key: string, body: string | Uint8Array, contentType = 'application/x-ndjson'): Promise<void> {
+    await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body, ContentType: contentType }));
   }
 
   async list(folder: string): Promise<string[]> {

@@ -91,8 +91,35 @@ export function folderOf(prefix: string, schema: string, table: string): string 
   return `${base ? `${base}/` : ''}${schema}/${table}/`;
 }
 
-export const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.jsonl$/;
-export const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.jsonl$/;
+export const SNAPSHOT_FILE = /^([0-9A-F]{16})-snapshot-(\d+)\.(?:jsonl|parquet)$/;
+export const CHANGE_FILE = /^([0-9A-F]{16})-([0-9A-F]{16})\.(?:jsonl|parquet)$/;
+
+/** How change files are written: JSON lines, or Parquet (`advancedProperties["file.format"]`). */
+export const FILE_FORMATS = ['jsonl', 'parquet'] as const;
+export type FileFormat = (typeof FILE_FORMATS)[number];
+
+/**
+ * The events as one Parquet file (hyparquet-writer, loaded on first use): a row per event with the JSON
+ * lines' fields as columns; `before` and `after` are JSON columns, `xid` an INT64 (null where none).
+ */
+async function parquetOf(events: ChangeEvent[]): Promise<Uint8Array> {
+  const { parquetWriteBuffer } = await import('hyparquet-writer');
+  const text = (pick: (event: ChangeEvent) => string | null) => events.map(pick);
+  const buffer = parquetWriteBuffer({
+    columnData: [
+      { name: 'op', data: text((event) => event.op), type: 'STRING', nullable: false },
+      { name: 'schema', data: text((event) => event.schema), type: 'STRING', nullable: false },
+      { name: 'table', data: text((event) => event.table), type: 'STRING', nullable: false },
+      { name: 'lsn', data: text((event) => event.lsn), type: 'STRING' },
+      { name: 'commitLsn', data: text((event) => event.commitLsn), type: 'STRING' },
+      { name: 'commitTime', data: text((event) => event.commitTime), type: 'STRING' },
+      { name: 'xid', data: events.map((event) => (typeof event.xid === 'number' ? BigInt(event.xid) : null)), type: 'INT64' },
+      { name: 'before', data: text((event) => (event.before == null ? null : JSON.stringify(event.before))), type: 'JSON' },
+      { name: 'after', data: text((event) => (event.after == null ? null : JSON.stringify(event.after))), type: 'JSON' },
+    ],
+  });
+  return new Uint8Array(buffer);
+}
 
 const EVENT_KEYS = 'op,schema,table,lsn,commitLsn,commitTime,xid,before,after';
 
@@ -158,7 +185,15 @@ export class FileTarget implements ChangeTarget {
   constructor(
     readonly store: ObjectStore,
     readonly prefix: string,
+    readonly format: FileFormat = 'jsonl',
   ) {}
+
+  /** Writes `events` to `name` (without extension) in the target's format. */
+  private async put(name: string, events: ChangeEvent[]): Promise<void> {
+    if (this.format === 'parquet')
+      await this.store.put(`${name}.parquet`, await parquetOf(events), 'application/vnd.apache.parquet');
+    else await this.store.put(`${name}.jsonl`, lines(events));
+  }
 
   describe(): string {
     return this.store.describe();
@@ -172,10 +207,7 @@ export class FileTarget implements ChangeTarget {
   }
 
   async writeSnapshot({ schema, table }: TableName, key: string, part: number, events: ChangeEvent[]): Promise<void> {
-    await this.store.put(
-      `${folderOf(this.prefix, schema, table)}${key}-snapshot-${String(part).padStart(6, '0')}.jsonl`,
-      lines(events),
-    );
+    await this.put(`${folderOf(this.prefix, schema, table)}${key}-snapshot-${String(part).padStart(6, '0')}`, events);
   }
 
   async streamFrom(): Promise<void> {
@@ -209,7 +241,7 @@ export class FileTarget implements ChangeTarget {
     }
     await Promise.all(
       [...byTable.values()].map(({ first, last, events }) =>
-        this.store.put(`${folderOf(this.prefix, events[0]!.schema, events[0]!.table)}${first}-${last}.jsonl`, lines(events)),
+        this.put(`${folderOf(this.prefix, events[0]!.schema, events[0]!.table)}${first}-${last}`, events),
       ),
     );
   }
