@@ -182,7 +182,7 @@ function walkPipelines(
   const chain: { file: string; component: string; parameter: string }[] = [];
   const onChain = new Set<string>();
   // Walked with a stack of its own, not recursion: a chain of thousands of files is no stack overflow.
-  const frames: { path: string; components: Iterator<Component> }[] = [];
+  const frames: { path: string; components: Iterator<Component>; required: Record<string, string[]> }[] = [];
   /** Starts walking `path`: answers whether it is on the chain now (a file that cannot be read is not). */
   const enter = (path: string): boolean => {
     done.add(path);
@@ -194,18 +194,14 @@ function walkPipelines(
       return false;
     }
     onChain.add(path);
-    frames.push({ path, components: pipeline.components.values() });
-    required.set(
-      path,
-      pipeline.kind === 'orchestration' ? REQUIRED_ORCHESTRATION_PARAMETERS : REQUIRED_TRANSFORMATION_PARAMETERS,
-    );
+    const required = pipeline.kind === 'orchestration' ? REQUIRED_ORCHESTRATION_PARAMETERS : REQUIRED_TRANSFORMATION_PARAMETERS;
+    frames.push({ path, components: pipeline.components.values(), required });
     return true;
   };
-  const required = new Map<string, Record<string, string[]>>();
   for (const root of roots) {
     if (done.has(root) || !enter(root)) continue;
     while (frames.length > 0) {
-      const { path, components } = frames.at(-1)!;
+      const { path, components, required } = frames.at(-1)!;
       const next = components.next();
       if (next.done) {
         frames.pop();
@@ -215,7 +211,7 @@ function walkPipelines(
       }
       const component = next.value;
       if (component.skipped) continue;
-      for (const parameter of required.get(path)![component.type] ?? []) {
+      for (const parameter of required[component.type] ?? []) {
         if (missing(component.parameters[parameter])) {
           violations.push({ file: path, component: component.name, parameter, message: 'required' });
         }
