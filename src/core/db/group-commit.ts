@@ -23,6 +23,14 @@ const GROUP_SIZE = 64;
 /** Outbox rows per insert (SQLite binds at most 32,766 values; a row is 7). */
 const OUTBOX_ROWS = 4000;
 
+const DATA_VERSION = CompiledQuery.raw('pragma data_version');
+
+/** The last outbox id handed out on the file: past every event kept, and past the floor of those deleted. */
+const LAST_EVENT_ID = CompiledQuery.raw(
+  `select max((select last_id from outbox_counter),
+    coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0)) as lastId`,
+);
+
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
 
@@ -96,6 +104,11 @@ class GroupCommitDriver implements Driver {
   #inTransaction = false;
   /** The outbox events of the transaction holding the connection (deferred-events.ts). */
   #events: DeferredEvent[] = [];
+  /**
+   * The last outbox id this connection handed out, and SQLite's data_version when it did (another
+   * connection's commit changes it): see #writeEvents.
+   */
+  #lastEventId: { id: number; dataVersion: number } | undefined;
   /** The pending event of the audited write the transaction belongs to, and SQLite's change count at its start. */
   #pending: { write: PendingWriteEvent; changesBefore: number } | undefined;
 
@@ -309,14 +322,20 @@ class GroupCommitDriver implements Driver {
   }
 
   /**
-   * The group's outbox events, ids taken from the one counter (the write lock is held: ids are handed out
-   * and committed in order, by every process on the file), in one statement per OUTBOX_ROWS.
+   * The group's outbox events, in one statement per OUTBOX_ROWS. The write lock is held: ids are handed out
+   * and committed in order, by every process on the file. The next id follows the last this connection handed
+   * out, kept in memory (no counter row to write with each commit) while SQLite's data_version says no other
+   * connection has committed since; otherwise it is found again: past every event kept (one seek per account)
+   * and past the counter's floor (raised before events are deleted: an id is never handed out twice).
    */
   async #writeEvents(events: readonly DeferredEvent[]): Promise<void> {
-    const { rows } = await this.#connection.executeQuery<{ lastId: number }>(
-      CompiledQuery.raw('update outbox_counter set last_id = last_id + ? returning last_id as lastId', [events.length]),
-    );
-    let id = Number(rows[0].lastId) - events.length;
+    const { rows: versions } = await this.#connection.executeQuery<{ data_version: number }>(DATA_VERSION);
+    const dataVersion = Number(versions[0].data_version);
+    if (this.#lastEventId?.dataVersion !== dataVersion) {
+      const { rows } = await this.#connection.executeQuery<{ lastId: number }>(LAST_EVENT_ID);
+      this.#lastEventId = { id: Number(rows[0].lastId), dataVersion };
+    }
+    let id = this.#lastEventId.id;
     for (let i = 0; i < events.length; i += OUTBOX_ROWS) {
       const chunk = events.slice(i, i + OUTBOX_ROWS);
       const parameters = chunk.flatMap((event) => {
@@ -330,6 +349,8 @@ class GroupCommitDriver implements Driver {
         ),
       );
     }
+    // Handed out even if the commit then fails: ids may have gaps, never repeats.
+    this.#lastEventId.id = id;
   }
 
   #run(statement: string): Promise<unknown> {
