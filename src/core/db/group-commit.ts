@@ -23,6 +23,23 @@ const GROUP_SIZE = 64;
 /** Outbox rows per insert (SQLite binds at most 32,766 values; a row is 7). */
 const OUTBOX_ROWS = 4000;
 
+/** Values bound by one statement at most (SQLite's limit is 32,766). */
+const VALUES_PER_STATEMENT = 32_000;
+
+/**
+ * Rows of one table that transactions hand to their group's commit instead of inserting them one statement
+ * each (deferInsertOnSqlite): the group writes each kind's rows in one statement, before its commit. For
+ * rows nothing reads back in the transaction that writes them (it cannot see them) and whose ids it does not need.
+ */
+export interface DeferredInsert {
+  /** `insert into <table> (<columns>)`, without `values`. */
+  readonly into: string;
+  /** How many values a row has. */
+  readonly columns: number;
+  /** After the values: `on conflict … do nothing`, or nothing. */
+  readonly then?: string;
+}
+
 const DATA_VERSION = CompiledQuery.raw('pragma data_version');
 
 /** The last outbox id handed out on the file: past every event kept, and past the floor of those deleted. */
@@ -63,6 +80,8 @@ class Group {
   members = 0;
   /** The outbox events of its members that committed into it, written just before its commit. */
   readonly events: DeferredEvent[] = [];
+  /** The deferred rows of its members that committed into it, by kind, written just before its commit. */
+  readonly rows = new Map<DeferredInsert, unknown[][]>();
   readonly committed: Promise<void>;
   settle!: (failure?: unknown) => void;
   constructor() {
@@ -104,6 +123,8 @@ class GroupCommitDriver implements Driver {
   #inTransaction = false;
   /** The outbox events of the transaction holding the connection (deferred-events.ts). */
   #events: DeferredEvent[] = [];
+  /** The deferred rows of the transaction holding the connection (deferInsert). */
+  #rows: [DeferredInsert, unknown[]][] = [];
   /**
    * The last outbox id this connection handed out, and SQLite's data_version when it did (another
    * connection's commit changes it): see #writeEvents.
@@ -145,6 +166,13 @@ class GroupCommitDriver implements Driver {
     this.#events.push(event);
   }
 
+  /** Keeps `row` for the transaction holding the connection, for its group's commit (see defer). */
+  deferInsert(insert: DeferredInsert, row: unknown[]): void {
+    if (!this.#inTransaction) throw new Error('A deferred row is written in a transaction.');
+    if (row.length !== insert.columns) throw new Error(`A deferred row has ${insert.columns} values, not ${row.length}.`);
+    this.#rows.push([insert, row]);
+  }
+
   async acquireConnection(): Promise<DatabaseConnection> {
     await this.#turns.take();
     return this.#lent;
@@ -160,6 +188,7 @@ class GroupCommitDriver implements Driver {
     group.members += 1;
     this.#inTransaction = true;
     this.#events = [];
+    this.#rows = [];
     const write = claimableWriteEvent();
     this.#pending = write && { write, changesBefore: await this.#totalChanges() };
   }
@@ -168,6 +197,8 @@ class GroupCommitDriver implements Driver {
     const group = this.#member();
     const events = this.#events;
     this.#events = [];
+    const rows = this.#rows;
+    this.#rows = [];
     // The audited write's event goes with the first of its transactions that changed something.
     const pending = this.#pending;
     this.#pending = undefined;
@@ -179,6 +210,11 @@ class GroupCommitDriver implements Driver {
     await this.#run('release member');
     this.#inTransaction = false;
     group.events.push(...events);
+    for (const [insert, row] of rows) {
+      const kept = group.rows.get(insert);
+      if (kept) kept.push(row);
+      else group.rows.set(insert, [row]);
+    }
     if (write) write.committing = true;
     try {
       if (group.members >= GROUP_SIZE) await this.#commit();
@@ -204,6 +240,7 @@ class GroupCommitDriver implements Driver {
     const group = this.#member();
     this.#inTransaction = false;
     this.#events = [];
+    this.#rows = [];
     this.#pending = undefined;
     if (this.sqliteInTransaction()) {
       await this.#run('rollback to member');
@@ -282,6 +319,7 @@ class GroupCommitDriver implements Driver {
     this.#group = undefined;
     try {
       if (group.events.length > 0) await this.#writeEvents(group.events);
+      for (const [insert, rows] of group.rows) await this.#writeRows(insert, rows);
       await this.#run('commit');
       group.settle();
       announceCommitted(group.events);
@@ -353,6 +391,21 @@ class GroupCommitDriver implements Driver {
     this.#lastEventId.id = id;
   }
 
+  /** The group's deferred rows of one kind, in as few statements as SQLite binds values for. */
+  async #writeRows(insert: DeferredInsert, rows: readonly unknown[][]): Promise<void> {
+    const perStatement = Math.max(1, Math.floor(VALUES_PER_STATEMENT / insert.columns));
+    const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
+    for (let i = 0; i < rows.length; i += perStatement) {
+      const chunk = rows.slice(i, i + perStatement);
+      await this.#connection.executeQuery(
+        CompiledQuery.raw(
+          `${insert.into} values ${chunk.map(() => row).join(', ')}${insert.then ? ` ${insert.then}` : ''}`,
+          chunk.flat(),
+        ),
+      );
+    }
+  }
+
   #run(statement: string): Promise<unknown> {
     return this.#connection.executeQuery(CompiledQuery.raw(statement));
   }
@@ -369,6 +422,17 @@ export function deferOnSqlite(adapter: DialectAdapter, event: DeferredEvent): bo
   const driver = driversByAdapter.get(adapter);
   if (!driver) return false;
   driver.defer(event);
+  return true;
+}
+
+/**
+ * Hands `row` to the commit of the SQLite transaction of `adapter` holding the connection (DeferredInsert);
+ * false when the adapter is not of a group-commit SQLite store, where the caller inserts it itself.
+ */
+export function deferInsertOnSqlite(adapter: DialectAdapter, insert: DeferredInsert, row: unknown[]): boolean {
+  const driver = driversByAdapter.get(adapter);
+  if (!driver) return false;
+  driver.deferInsert(insert, row);
   return true;
 }
 
