@@ -26,6 +26,7 @@ import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
 const TEST_ORCHESTRATION = PIPELINE_SUFFIXES.test;
+const TRANSFORMATION = PIPELINE_SUFFIXES.transformation;
 
 /**
  * The artifact a run reads: version `versionName` (404 when unknown, 410 when disabled), or the latest
@@ -43,8 +44,17 @@ async function orchestrationPaths(db: Executor, artifactId: number): Promise<str
   return (await artifactFilePaths(db, artifactId)).filter((path) => path.endsWith(ORCHESTRATION));
 }
 
-/** The path of pipeline `name` (a path, with or without `.orch.yaml`) among `paths`, or a 404. */
-function requirePipelinePath(paths: string[], name: string, what = 'Pipeline'): string {
+/**
+ * The path of pipeline `name` (a path, with or without `.orch.yaml`) among `paths`, or a 404. A run names an
+ * orchestration pipeline: a transformation pipeline's file is a 400 naming `field` (one runs only from an
+ * orchestration pipeline's run-transformation component).
+ */
+function requirePipelinePath(paths: string[], name: string, field: string, what = 'Pipeline'): string {
+  if (name.endsWith(TRANSFORMATION)) {
+    throw badRequest(`"${name}" is a transformation pipeline: only orchestration pipelines (${ORCHESTRATION}) run.`, [
+      `${field}: only orchestration pipelines run; "${name}" is a transformation pipeline (run it from one with run-transformation)`,
+    ]);
+  }
   const path = [name, `${name}${ORCHESTRATION}`].find((candidate) => paths.includes(candidate));
   if (!path) throw notFound(`${what} "${name}" is not an orchestration pipeline of this version.`);
   return path;
@@ -79,9 +89,7 @@ async function chooseAgent(
  */
 async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: readonly string[]): Promise<Record<string, string>> {
   const paths = new Set(
-    (await artifactFilePaths(db, artifactId)).filter(
-      (path) => path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation),
-    ),
+    (await artifactFilePaths(db, artifactId)).filter((path) => path.endsWith(ORCHESTRATION) || path.endsWith(TRANSFORMATION)),
   );
   const files = Object.create(null) as Record<string, string>;
   const waiting = [...roots];
@@ -256,7 +264,7 @@ export async function preparePipelineRun(
 ): Promise<PreparedRun & { pipelineName: string }> {
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
   const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
-  const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
+  const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName, 'body.pipelineName');
   const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName]);
   const pipeline = parseOrRefuse(pipelineName, files);
   const agentId = await chooseAgent(
@@ -300,9 +308,9 @@ export async function prepareTestRun(
 ): Promise<PreparedRun & { tests: string[]; pipelineName: string | null; testName: string | null }> {
   const missing =
     request.scope === 'TEST' && request.testName === undefined
-      ? 'testName: required for scope TEST'
+      ? 'body.testName: required for scope TEST'
       : request.scope === 'PIPELINE' && request.pipelineName === undefined
-        ? 'pipelineName: required for scope PIPELINE'
+        ? 'body.pipelineName: required for scope PIPELINE'
         : undefined;
   if (missing) throw badRequest('The scope needs a name.', [missing]);
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
@@ -319,11 +327,12 @@ export async function prepareTestRun(
       name.endsWith(TEST_ORCHESTRATION)
         ? name
         : `${name.endsWith(ORCHESTRATION) ? name.slice(0, -ORCHESTRATION.length) : name}${TEST_ORCHESTRATION}`,
+      'body.testName',
       'Test',
     );
     tests = [testName];
   } else if (request.scope === 'PIPELINE') {
-    pipelineName = requirePipelinePath(paths, request.pipelineName!);
+    pipelineName = requirePipelinePath(paths, request.pipelineName!, 'body.pipelineName');
     const stem = pipelineName.slice(0, -ORCHESTRATION.length);
     tests = allTests.filter((path) => path !== pipelineName && path.startsWith(stem));
   } else {
