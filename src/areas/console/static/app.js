@@ -294,7 +294,7 @@ async function runView(projectId, runId) {
         ? h(
             'p',
             { className: 'note', 'data-steps-left-out': leftOut },
-            `This run has ${count(stepsTotal)} steps: the first ${count(steps.length)} are shown, ${count(leftOut)} are left out (read them all through the API: GET ${base}/steps?page=&size=).`,
+            `This run has ${count(stepsTotal)} steps: the first ${count(steps.length)} are shown, ${count(leftOut)} are left out (read them all through the API: GET /dpc/v1${base}/steps?page=&size=).`,
           )
         : '',
       drawGantt(steps, run),
