@@ -92,7 +92,7 @@ function datasetsOf(value: unknown, field: string, violations: string[]): Lineag
  * names; 400 naming each field that is wrong. (The slow way: writtenLineage takes it only for a report
  * that is wrong or carries more than StepLineage names.)
  */
-export function checkedLineage(value: unknown, field = 'body.step.lineage'): StepLineage {
+export function checkedLineage(value: unknown, field = 'body.body.step.lineage'): StepLineage {
   const violations: string[] = [];
   if (!isObject(value)) throw badRequest('The step lineage is not an object.', [`${field}: must be an object`]);
   const lineage: StepLineage = {
@@ -155,7 +155,7 @@ function datasetsFit(value: unknown): value is unknown[] {
  * that is right and has both lists (the agent's every report) is checked by a walk that allocates nothing
  * and serialised as it came; any other is checked and copied field by field (checkedLineage).
  */
-export function writtenLineage(value: unknown, field = 'body.step.lineage'): { json: string; datasets: number } {
+export function writtenLineage(value: unknown, field = 'body.body.step.lineage'): { json: string; datasets: number } {
   if (
     isObject(value) &&
     datasetsFit(value.inputs) &&
