@@ -5,7 +5,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { BlobServiceClient, StorageSharedKeyCredential, type ContainerClient } from '@azure/storage-blob';
 import { freePort } from '../helpers/processes.ts';
-import { postgresSource, startLogicalSource, StreamingRig, tempDir, until, type LogicalSource } from '../helpers/streaming.ts';
+import { sourceDefinition, startLogicalSource, StreamingRig, tempDir, until, type LogicalSource } from '../helpers/streaming.ts';
 
 /**
  * An `abs` target: the agent (a real process) writes its change files to an Azure Blob container through
@@ -103,7 +103,7 @@ test('change files reach an Azure Blob container (Azurite); after a kill -9 and 
   const { sql } = source;
   const pipelineId = await rig.createPipeline({
     name: 'orders-to-abs',
-    streamingSource: postgresSource(source.cluster, ['orders']),
+    streamingSource: sourceDefinition(source.cluster, ['orders']),
     streamingTarget: {
       type: 'abs',
       accountName: ACCOUNT,

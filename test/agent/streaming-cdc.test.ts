@@ -8,7 +8,7 @@ import { describeEachStore } from '../helpers/harness.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
 import {
   folderEvents,
-  postgresSource,
+  sourceDefinition,
   startLogicalSource,
   StreamingRig,
   tempDir,
@@ -44,7 +44,7 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
     return {
       name,
       advancedProperties: { 'snapshot.mode': 'initial' },
-      streamingSource: postgresSource(cluster, tables, { type, database: type !== 'db2ibmi' && 'postgres' }),
+      streamingSource: sourceDefinition(cluster, tables, { type, database: type !== 'db2ibmi' && 'postgres' }),
       streamingTarget: { type: 's3', bucket: 'lake', prefix: 'cdc/' },
     };
   }

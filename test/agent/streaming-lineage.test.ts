@@ -8,7 +8,7 @@ import { describeEachStore } from '../helpers/harness.ts';
 import { assertRunEvent } from '../helpers/openlineage.ts';
 import {
   folderEvents,
-  postgresSource,
+  sourceDefinition,
   startLogicalSource,
   StreamingRig,
   tempDir,
@@ -78,7 +78,7 @@ describeEachStore('streaming lineage from a real agent: source tables → change
     const id = await rig.createPipeline({
       name: 'orders-to-folder',
       advancedProperties: { 'snapshot.mode': 'initial' },
-      streamingSource: postgresSource(source.cluster, ['orders', 'notes']),
+      streamingSource: sourceDefinition(source.cluster, ['orders', 'notes']),
       streamingTarget: { type: 's3', bucket: 'lake', prefix: 'cdc/' },
     });
     await rig.startStreaming(id);
@@ -121,7 +121,7 @@ describeEachStore('streaming lineage from a real agent: source tables → change
     const id = await rig.createPipeline({
       name: 'orders-to-warehouse',
       advancedProperties: { 'snapshot.mode': 'initial' },
-      streamingSource: postgresSource(source.cluster, ['orders']),
+      streamingSource: sourceDefinition(source.cluster, ['orders']),
       streamingTarget: {
         type: 'snowflake',
         connection: {

@@ -4,7 +4,7 @@ import { after, before, test } from 'node:test';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import S3rver from 's3rver';
 import { freePort } from '../helpers/processes.ts';
-import { postgresSource, startLogicalSource, StreamingRig, tempDir, type LogicalSource } from '../helpers/streaming.ts';
+import { sourceDefinition, startLogicalSource, StreamingRig, tempDir, type LogicalSource } from '../helpers/streaming.ts';
 
 /**
  * An `s3` target on an S3-compatible store: the agent (a real process) is given `--object-store
@@ -85,7 +85,7 @@ test('change files reach an S3-compatible bucket; after a kill -9 and a restart,
   const { sql } = source;
   const pipelineId = await rig.createPipeline({
     name: 'orders-to-s3',
-    streamingSource: postgresSource(source.cluster, ['orders']),
+    streamingSource: sourceDefinition(source.cluster, ['orders']),
     streamingTarget: { type: 's3', bucket: 'lake', prefix: 'cdc' },
   });
   await rig.startStreaming(pipelineId);

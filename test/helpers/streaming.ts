@@ -66,8 +66,12 @@ export async function startLogicalSource(statements: string[] = []): Promise<Log
   };
 }
 
-/** A pipeline's `streamingSource` for `tables` of a PostgreSQL cluster, its password a secret reference. */
-export function postgresSource(
+/**
+ * A pipeline's `streamingSource` for `tables` (`table` in `public`, or `schema.table`) of a server: PostgreSQL
+ * and its `postgres` database unless told otherwise (`database: false` for MySQL, which names none); its
+ * password a secret reference to `secretName`.
+ */
+export function sourceDefinition(
   cluster: { host: string; port: number; user: string },
   tables: string[],
   options: { secretName?: string; type?: string; database?: string | false } = {},
