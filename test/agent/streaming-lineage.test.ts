@@ -10,8 +10,11 @@ import {
   folderEvents,
   sourceDefinition,
   startLogicalSource,
+  snowflakeTarget,
+  STAND_IN_PRIVATE_KEY,
   StreamingRig,
   tempDir,
+  warehouseBeside,
   type LogicalSource,
 } from '../helpers/streaming.ts';
 
@@ -33,22 +36,19 @@ describeEachStore('streaming lineage from a real agent: source tables → change
 
   before(async () => {
     source = await startLogicalSource([
-      'CREATE DATABASE warehouse',
       'CREATE TABLE orders (id integer PRIMARY KEY, item text NOT NULL)',
       'CREATE TABLE notes (id integer PRIMARY KEY, body text)',
       "INSERT INTO orders VALUES (1, 'apple'), (2, 'bread'), (3, 'cheese')",
     ]);
-    const warehouseUrl = new URL(source.cluster.url);
-    warehouseUrl.pathname = '/warehouse';
-    warehouse = new pg.Client(warehouseUrl.toString());
-    await warehouse.connect();
+    let warehouseUrl: string;
+    ({ url: warehouseUrl, client: warehouse } = await warehouseBeside(source));
     lakeDir = tempDir('dpc-lake-lineage-');
     rig = await StreamingRig.start({
       kind,
-      agentEnv: { DPC_AGENT_OBJECT_STORE: pathToFileURL(lakeDir).href, DPC_AGENT_WAREHOUSE_URL: warehouseUrl.toString() },
+      agentEnv: { DPC_AGENT_OBJECT_STORE: pathToFileURL(lakeDir).href, DPC_AGENT_WAREHOUSE_URL: warehouseUrl },
       secrets: {
         'cdc-source': source.cluster.password,
-        'snowflake-key': '-----BEGIN PRIVATE KEY-----\nnot used by the stand-in\n-----END PRIVATE KEY-----',
+        'snowflake-key': STAND_IN_PRIVATE_KEY,
       },
     });
   });
@@ -122,26 +122,7 @@ describeEachStore('streaming lineage from a real agent: source tables → change
       name: 'orders-to-warehouse',
       advancedProperties: { 'snapshot.mode': 'initial' },
       streamingSource: sourceDefinition(source.cluster, ['orders']),
-      streamingTarget: {
-        type: 'snowflake',
-        connection: {
-          accountName: 'acme-eu1',
-          username: 'STREAMING',
-          authentication: {
-            type: 'key-pair',
-            privateKey: { secretName: 'snowflake-key', key: 'password', secretType: 'PASSWORD' },
-          },
-        },
-        role: 'STREAMING_ROLE',
-        warehouse: 'STREAMING_WH',
-        database: 'RAW',
-        stageSchema: 'STAGE',
-        stageName: 'CDC_STAGE',
-        tableSchema: 'raw_cdc',
-        tablePrefixType: 'none',
-        transformationType: 'copy_table',
-        temporalMapping: 'native',
-      },
+      streamingTarget: snowflakeTarget('raw_cdc'),
     });
     await rig.startStreaming(id);
     assert.equal((await warehouse.query('SELECT count(*)::int AS n FROM raw_cdc.orders')).rows[0].n, 3);

@@ -93,6 +93,49 @@ export function sourceDefinition(
   };
 }
 
+/** What the agent's vault holds for a `snowflake` target's private key: the warehouse stand-in reads none. */
+export const STAND_IN_PRIVATE_KEY = '-----BEGIN PRIVATE KEY-----\nnot used by the stand-in\n-----END PRIVATE KEY-----';
+
+/**
+ * A `snowflake` target writing to `tableSchema` (the tables' names as the source's), its private key the
+ * secret `snowflake-key`. An agent given DPC_AGENT_WAREHOUSE_URL writes it to that warehouse instead.
+ */
+export function snowflakeTarget(tableSchema: string) {
+  return {
+    type: 'snowflake',
+    connection: {
+      accountName: 'acme-eu1',
+      username: 'STREAMING',
+      authentication: {
+        type: 'key-pair',
+        privateKey: { secretName: 'snowflake-key', key: 'password', secretType: 'PASSWORD' },
+      },
+    },
+    role: 'STREAMING_ROLE',
+    warehouse: 'STREAMING_WH',
+    database: 'RAW',
+    stageSchema: 'STAGE',
+    stageName: 'CDC_STAGE',
+    tableSchema,
+    tablePrefixType: 'none',
+    transformationType: 'copy_table',
+    temporalMapping: 'native',
+  };
+}
+
+/**
+ * A database `warehouse` on the source's cluster, for the agent's warehouse (DPC_AGENT_WAREHOUSE_URL): its
+ * URL, and a client connected to it.
+ */
+export async function warehouseBeside(source: LogicalSource): Promise<{ url: string; client: pg.Client }> {
+  await source.sql.query('CREATE DATABASE warehouse');
+  const url = new URL(source.cluster.url);
+  url.pathname = '/warehouse';
+  const client = new pg.Client(url.toString());
+  await client.connect();
+  return { url: url.toString(), client };
+}
+
 /** A change event as the agent writes it to a change file (a line of JSON). */
 export interface ChangeEvent {
   op: string;
