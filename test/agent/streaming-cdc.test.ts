@@ -12,6 +12,7 @@ import {
   startLogicalSource,
   StreamingRig,
   tempDir,
+  writeInBackground,
   type LogicalSource,
 } from '../helpers/streaming.ts';
 
@@ -138,19 +139,10 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
   test('a kill -9 of the agent mid-stream: once restarted it resumes, no change lost and none twice at the target', async () => {
     const transactions = 300;
     const perTransaction = 5;
-    const writer = (async () => {
-      const client = new pg.Client(source.cluster.url);
-      await client.connect();
-      try {
-        for (let t = 0; t < transactions; t += 1) {
-          const values = Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`);
-          await client.query(`INSERT INTO notes VALUES ${values.join(', ')}`);
-          await new Promise((resolve) => setTimeout(resolve, 10));
-        }
-      } finally {
-        await client.end();
-      }
-    })();
+    /** Transaction t's rows: ids from t * perTransaction + 1 on. */
+    const notesOf = (t: number) =>
+      Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`).join(', ');
+    const writer = writeInBackground(source.cluster.url, transactions, (t) => [`INSERT INTO notes VALUES ${notesOf(t)}`]);
     await rig.until('some notes are in the folder', async () => eventsOf('notes').length >= 100);
     await rig.killAgent();
     const atKill = eventsOf('notes').length;

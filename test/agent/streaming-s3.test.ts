@@ -4,7 +4,14 @@ import { after, before, test } from 'node:test';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import S3rver from 's3rver';
 import { freePort } from '../helpers/processes.ts';
-import { sourceDefinition, startLogicalSource, StreamingRig, tempDir, type LogicalSource } from '../helpers/streaming.ts';
+import {
+  onceAcrossAKill,
+  sourceDefinition,
+  startLogicalSource,
+  StreamingRig,
+  tempDir,
+  type LogicalSource,
+} from '../helpers/streaming.ts';
 
 /**
  * An `s3` target on an S3-compatible store: the agent (a real process) is given `--object-store
@@ -89,53 +96,7 @@ test('change files reach an S3-compatible bucket; after a kill -9 and a restart,
     streamingTarget: { type: 's3', bucket: 'lake', prefix: 'cdc' },
   });
   await rig.startStreaming(pipelineId);
-  await sql.query("INSERT INTO orders VALUES (3, 'cheese')");
-  await sql.query("UPDATE orders SET item = 'apples' WHERE id = 1");
-  await sql.query('DELETE FROM orders WHERE id = 2');
-  const events = await rig.until('the changes are in the bucket', async () => {
-    const all = await eventsOf('orders');
-    return all.length >= 5 && all;
-  });
-  assert.deepEqual(
-    events.map((event) => [event.op, event.after]),
-    [
-      ['snapshot', { id: 1, item: 'apple' }],
-      ['snapshot', { id: 2, item: 'bread' }],
-      ['insert', { id: 3, item: 'cheese' }],
-      ['update', { id: 1, item: 'apples' }],
-      ['delete', null],
-    ],
-  );
-
-  // Killed while changes flow; they are all in the bucket once the restarted agent has caught up.
-  const writer = (async () => {
-    for (let id = 100; id < 400; id += 1) {
-      await sql.query('INSERT INTO orders VALUES ($1, $2)', [id, `item ${id}`]);
-      if (id % 10 === 0) await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  })();
-  await rig.until('some of them arrive', async () => (await eventsOf('orders')).length >= 30);
-  await rig.killAgent();
-  await writer;
-  await rig.startAgent();
-  const all = await rig.until(
-    'every change is in the bucket',
-    async () => {
-      const current = await eventsOf('orders');
-      return current.length >= 305 && current;
-    },
-    60_000,
-  );
-  await new Promise((resolve) => setTimeout(resolve, 1000));
-  const ids = (await eventsOf('orders')).slice(5).map((event) => event.after?.id);
-  assert.equal(all.length, 305);
-  assert.deepEqual(
-    ids,
-    Array.from({ length: 300 }, (_, i) => i + 100),
-    'each change once, in order',
-  );
-  const shown = await rig.status(pipelineId);
-  assert.deepEqual(shown.rowsPerTable, { 'public.orders': 305 });
+  await onceAcrossAKill(rig, source, pipelineId, eventsOf);
 
   // SIGTERM with a pipeline running: the agent ends the run cleanly and exits 0; the pipeline stays RUNNING,
   // to be resumed by the next agent (its work is delivered again once the lease lapses).

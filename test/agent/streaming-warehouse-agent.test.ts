@@ -10,6 +10,7 @@ import {
   startLogicalSource,
   StreamingRig,
   warehouseBeside,
+  writeInBackground,
   type LogicalSource,
 } from '../helpers/streaming.ts';
 
@@ -136,20 +137,13 @@ describeEachStore(
     test('a kill -9 of the agent mid-stream: once restarted it resumes, each change once in the change table and the applied copy', async () => {
       const transactions = 300;
       const perTransaction = 5;
-      const writer = (async () => {
-        const client = new pg.Client(source.cluster.url);
-        await client.connect();
-        try {
-          for (let t = 0; t < transactions; t += 1) {
-            const values = Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`);
-            await client.query(`INSERT INTO notes VALUES ${values.join(', ')}`);
-            if (t % 50 === 49) await client.query(`UPDATE notes SET body = 'updated' WHERE id = ${t * perTransaction}`);
-            await new Promise((resolve) => setTimeout(resolve, 10));
-          }
-        } finally {
-          await client.end();
-        }
-      })();
+      /** Transaction t's rows: ids from t * perTransaction + 1 on. */
+      const notesOf = (t: number) =>
+        Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`).join(', ');
+      const writer = writeInBackground(source.cluster.url, transactions, (t) => [
+        `INSERT INTO notes VALUES ${notesOf(t)}`,
+        ...(t % 50 === 49 ? [`UPDATE notes SET body = 'updated' WHERE id = ${t * perTransaction}`] : []),
+      ]);
       const count = async (table: string) => Number((await rows(`SELECT count(*) AS n FROM raw_cdc.${table}`))[0]?.n ?? 0);
       await rig.until('some notes are in the warehouse', async () => (await count('notes_changes')) >= 100);
       await rig.killAgent();

@@ -163,6 +163,86 @@ export function folderEvents(folder: string): ChangeEvent[] {
     );
 }
 
+/**
+ * Writes in the background, on a connection of its own to `url`: `transactions` times the statements of
+ * `statementsOf(t)` (one transaction each unless they say otherwise), pausing `pauseMs` after every
+ * `pauseEvery`th. Resolves once all are written.
+ */
+export async function writeInBackground(
+  url: string,
+  transactions: number,
+  statementsOf: (t: number) => string[],
+  { pauseMs = 10, pauseEvery = 1 } = {},
+): Promise<void> {
+  const client = new pg.Client(url);
+  await client.connect();
+  try {
+    for (let t = 0; t < transactions; t += 1) {
+      for (const statement of statementsOf(t)) await client.query(statement);
+      if ((t + 1) % pauseEvery === 0) await new Promise((resolve) => setTimeout(resolve, pauseMs));
+    }
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * What the object store tests (s3, abs) check of their store, through `eventsOf` (the events of a table's
+ * change files, in order): a pipeline streaming `orders` (rows 1 apple, 2 bread at its snapshot) gets an
+ * insert, an update and a delete; then a kill -9 while 300 inserts flow, and a restart: each change is in
+ * the store once, in order, and the status counts them.
+ */
+export async function onceAcrossAKill(
+  rig: StreamingRig,
+  source: LogicalSource,
+  pipelineId: string,
+  eventsOf: (table: string) => Promise<{ op: string; after: Record<string, unknown> | null }[]>,
+): Promise<void> {
+  await source.sql.query("INSERT INTO orders VALUES (3, 'cheese')");
+  await source.sql.query("UPDATE orders SET item = 'apples' WHERE id = 1");
+  await source.sql.query('DELETE FROM orders WHERE id = 2');
+  const events = await rig.until('the changes are in the store', async () => {
+    const all = await eventsOf('orders');
+    return all.length >= 5 && all;
+  });
+  assert.deepEqual(
+    events.map((event) => [event.op, event.after]),
+    [
+      ['snapshot', { id: 1, item: 'apple' }],
+      ['snapshot', { id: 2, item: 'bread' }],
+      ['insert', { id: 3, item: 'cheese' }],
+      ['update', { id: 1, item: 'apples' }],
+      ['delete', null],
+    ],
+  );
+
+  // Killed while changes flow; they are all in the store once the restarted agent has caught up.
+  const writer = writeInBackground(
+    source.cluster.url,
+    300,
+    (t) => [`INSERT INTO orders VALUES (${100 + t}, 'item ${100 + t}')`],
+    {
+      pauseMs: 20,
+      pauseEvery: 10,
+    },
+  );
+  await rig.until('some of them arrive', async () => (await eventsOf('orders')).length >= 30);
+  await rig.killAgent();
+  await writer;
+  await rig.startAgent();
+  await rig.until('every change is in the store', async () => (await eventsOf('orders')).length >= 305, 60_000);
+  // Another moment: nothing more arrives.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const all = await eventsOf('orders');
+  assert.equal(all.length, 305, 'no change twice');
+  assert.deepEqual(
+    all.slice(5).map((event) => event.after?.id),
+    Array.from({ length: 300 }, (_, i) => i + 100),
+    'each change once, in order',
+  );
+  assert.deepEqual((await rig.status(pipelineId)).rowsPerTable, { 'public.orders': 305 });
+}
+
 export interface StreamingRigOptions {
   /** The server's store; SQLite unless named. */
   kind?: StoreKind;
