@@ -11,6 +11,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
 import { TestServer, type Answer, type Caller, type StoreKind } from './harness.ts';
 import { spawnAgent } from './processes.ts';
 import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.ts';
@@ -64,6 +65,17 @@ export async function startLogicalSource(statements: string[] = []): Promise<Log
       await cluster.stop();
     },
   };
+}
+
+/** The agent's PostgreSQL source for a cluster's `postgres` database, for a run in the test's own process. */
+export function postgresSourceOf(cluster: PrivatePostgres): PostgresSource {
+  return new PostgresSource({
+    host: cluster.host,
+    port: cluster.port,
+    database: 'postgres',
+    user: cluster.user,
+    password: cluster.password,
+  });
 }
 
 /**
