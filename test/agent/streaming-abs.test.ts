@@ -5,12 +5,14 @@ import { after, before, test } from 'node:test';
 import { BlobServiceClient, StorageSharedKeyCredential, type ContainerClient } from '@azure/storage-blob';
 import { freePort } from '../helpers/processes.ts';
 import {
+  eventsOfText,
   onceAcrossAKill,
   sourceDefinition,
   startLogicalSource,
   StreamingRig,
   tempDir,
   until,
+  type ChangeEvent,
   type LogicalSource,
 } from '../helpers/streaming.ts';
 
@@ -20,11 +22,6 @@ import {
  * its endpoint with DPC_AGENT_BLOB_ENDPOINT). Snapshot, insert, update, delete; a kill -9 mid-stream and a
  * restart leave each change in the container once. The server's store plays no part, so SQLite only.
  */
-
-interface ChangeEvent {
-  op: string;
-  after: Record<string, unknown> | null;
-}
 
 // Azurite's development account, as documented by Azure.
 const ACCOUNT = 'devstoreaccount1';
@@ -51,13 +48,7 @@ async function eventsOf(table: string): Promise<ChangeEvent[]> {
         throw error;
       });
     if (!body) continue;
-    events.push(
-      ...body
-        .toString('utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map((line) => JSON.parse(line) as ChangeEvent),
-    );
+    events.push(...eventsOfText(body.toString('utf8')));
   }
   return events;
 }

@@ -5,11 +5,13 @@ import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/clien
 import S3rver from 's3rver';
 import { freePort } from '../helpers/processes.ts';
 import {
+  eventsOfText,
   onceAcrossAKill,
   sourceDefinition,
   startLogicalSource,
   StreamingRig,
   tempDir,
+  type ChangeEvent,
   type LogicalSource,
 } from '../helpers/streaming.ts';
 
@@ -19,12 +21,6 @@ import {
  * @aws-sdk/client-s3 to an S3 stand-in on loopback (s3rver), with credentials from its environment. The
  * server's store plays no part in what reaches the bucket, so this runs on SQLite only.
  */
-
-interface ChangeEvent {
-  op: string;
-  after: Record<string, unknown> | null;
-  before: Record<string, unknown> | null;
-}
 
 let rig: StreamingRig;
 let source: LogicalSource;
@@ -46,13 +42,7 @@ async function eventsOf(table: string): Promise<ChangeEvent[]> {
       throw error;
     });
     if (!object) continue;
-    const text = await object.Body!.transformToString();
-    events.push(
-      ...text
-        .split('\n')
-        .filter(Boolean)
-        .map((line) => JSON.parse(line) as ChangeEvent),
-    );
+    events.push(...eventsOfText(await object.Body!.transformToString()));
   }
   return events;
 }

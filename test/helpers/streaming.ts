@@ -161,18 +161,21 @@ export interface ChangeEvent {
   after: Record<string, unknown> | null;
 }
 
+/** The events of a change file's text (JSON lines), in order. */
+export function eventsOfText(text: string): ChangeEvent[] {
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as ChangeEvent);
+}
+
 /** Every event of the change files (JSON lines) in `folder`: files in name order, lines in order. */
 export function folderEvents(folder: string): ChangeEvent[] {
   if (!existsSync(folder)) return [];
   return readdirSync(folder)
     .filter((name) => name.endsWith('.jsonl'))
     .sort()
-    .flatMap((name) =>
-      readFileSync(path.join(folder, name), 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map((line) => JSON.parse(line) as ChangeEvent),
-    );
+    .flatMap((name) => eventsOfText(readFileSync(path.join(folder, name), 'utf8')));
 }
 
 /**
