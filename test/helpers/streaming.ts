@@ -1,10 +1,12 @@
 /**
- * What the streaming tests share: a real server, a streaming agent registered on it and run as a process
- * (`dpc agent run`, with the environment each test's target needs), the agent's vault written through the
- * API, and the steps of a pipeline (create, START/STOP, wait for a status); a PostgreSQL source cluster of
- * the test's own with wal_level=logical, its definition as a pipeline's `streamingSource`, the change files
- * of a folder target read back; and `until`, which waits for a condition and, on timeout, says what the
- * agent last logged. `close()` ends what the rig started, the agent first.
+ * What the streaming tests share. For those with real processes (StreamingRig): a real server, a streaming
+ * agent registered on it and run as a process (`dpc agent run`, with the environment each test's target
+ * needs), the agent's vault written through the API, and the steps of a pipeline (create, START/STOP, wait
+ * for a status); `close()` ends what it started, the agent first. For all: a PostgreSQL source cluster of the
+ * test's own with wal_level=logical, its definition as a pipeline's `streamingSource` (or the agent's source
+ * object, in-process), a `snowflake` target and the warehouse beside the source that stands in for it,
+ * change files read back, a writer in the background, the scenario the object store tests share, and
+ * `until`, which waits for a condition and, on timeout, says what the agent last logged.
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -55,8 +57,14 @@ export interface LogicalSource {
 export async function startLogicalSource(statements: string[] = []): Promise<LogicalSource> {
   const cluster = await startPrivatePostgres({ wal_level: 'logical' });
   const sql = new pg.Client(cluster.url);
-  await sql.connect();
-  for (const statement of statements) await sql.query(statement);
+  try {
+    await sql.connect();
+    for (const statement of statements) await sql.query(statement);
+  } catch (error) {
+    await sql.end().catch(() => undefined);
+    await cluster.stop();
+    throw error;
+  }
   return {
     cluster,
     sql,
