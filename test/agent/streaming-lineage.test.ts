@@ -74,7 +74,7 @@ describeEachStore('streaming lineage from a real agent: source tables → change
   const datasets = (list: { namespace: string; name: string }[]) => list.map((dataset) => `${dataset.namespace} ${dataset.name}`);
   const input = (table: string) => `postgres://${source.cluster.host}:${source.cluster.port} postgres.public.${table}`;
 
-  test('a run to a folder: START with every table, RUNNING as each gets its first rows, COMPLETE once stopped; the outputs are where the files are', async () => {
+  test('a run to a folder, through a kill -9 of its agent: START with every table, RUNNING as each gets its first rows, COMPLETE once stopped; the outputs are where the files are', async () => {
     const id = await rig.createPipeline({
       name: 'orders-to-folder',
       advancedProperties: { 'snapshot.mode': 'initial' },
@@ -88,6 +88,15 @@ describeEachStore('streaming lineage from a real agent: source tables → change
       () => folderEvents(path.join(lakeDir, 'lake', 'cdc', 'public', 'notes')).length === 1,
     );
     await rig.until('the status counts it', async () => (await rig.status(id)).rowsPerTable?.['public.notes'] === 1);
+    // A kill -9 and a restart: the run is delivered again and goes on; it is still the one run, started once.
+    await rig.killAgent();
+    await source.sql.query("INSERT INTO notes VALUES (2, 'second note')");
+    await rig.startAgent();
+    await rig.until(
+      'the run goes on after the restart',
+      async () => (await rig.status(id)).rowsPerTable?.['public.notes'] === 2,
+      60_000,
+    );
     await rig.stop(id);
 
     const events = await lineageOf('orders-to-folder');
