@@ -14,9 +14,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
+import type { ChangeEvent } from '../../src/agent/streaming/target.ts';
 import { TestServer, type Answer, type Caller, type StoreKind } from './harness.ts';
 import { spawnAgent } from './processes.ts';
 import { startPrivatePostgres, type PrivatePostgres } from './private-postgres.ts';
+
+export type { ChangeEvent };
 
 export type SpawnedAgent = Awaited<ReturnType<typeof spawnAgent>>;
 
@@ -154,19 +157,6 @@ export async function warehouseBeside(source: LogicalSource): Promise<{ url: str
   const client = new pg.Client(url.toString());
   await client.connect();
   return { url: url.toString(), client };
-}
-
-/** A change event as the agent writes it to a change file (a line of JSON). */
-export interface ChangeEvent {
-  op: string;
-  schema: string;
-  table: string;
-  lsn: string;
-  commitLsn: string;
-  commitTime: string;
-  xid: number | null;
-  before: Record<string, unknown> | null;
-  after: Record<string, unknown> | null;
 }
 
 /** The events of a change file's text (JSON lines), in order. */
