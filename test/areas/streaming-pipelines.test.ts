@@ -299,9 +299,31 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     const work = await agentCall('GET', '/work?waitSeconds=2');
     assert.equal(work.body.payload.streamingPipelineId, id);
     expectProblem(await api('POST', `${pipelines()}/${id}/stop`), 409);
+    // The run had begun: its lineage has a START, and nothing will end it but the forced stop (ABORT).
+    const progress = {
+      state: 'RUNNING',
+      phase: 'snapshot',
+      position: '0/1',
+      lagSeconds: 0,
+      rowsPerTable: {},
+      reportedAt: new Date().toISOString(),
+    };
+    assert.equal(
+      (await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'progress', body: progress })).status,
+      200,
+    );
     const forced = await api('POST', `${pipelines()}/${id}/stop?force=true`);
     assert.equal(forced.status, 202, forced.text);
     assert.equal(forced.body.status, 'STOPPED');
+    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+    const events = page.body.results
+      .map((result: { event: any }) => result.event)
+      .filter((event: any) => event.run.runId === work.body.workId);
+    for (const event of events) assertRunEvent(event);
+    assert.deepEqual(
+      events.map((event: any) => event.eventType),
+      ['START', 'ABORT'],
+    );
     const late = await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'done' });
     assert.equal(late.status, 200, late.text);
     assert.equal((await status()).status, 'STOPPED');

@@ -258,7 +258,7 @@ export interface StreamingLineage {
   runId: string;
   /** The streaming pipeline's name. */
   jobName: string;
-  eventType: 'START' | 'RUNNING' | 'COMPLETE' | 'FAIL';
+  eventType: 'START' | 'RUNNING' | 'COMPLETE' | 'FAIL' | 'ABORT';
   /** The source tables and the target datasets they are written to, as the server names them from the definition. */
   inputs: LineageDataset[];
   outputs: LineageDataset[];

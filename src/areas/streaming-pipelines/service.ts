@@ -363,7 +363,11 @@ async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typ
   if (IDLE.includes(row.status as StreamingPipelineStatus)) {
     throw conflict(`The streaming pipeline is ${row.status} already.`);
   }
-  await cancelRunsOf(db, row, [START_WORK, STOP_WORK]);
+  // A run that had begun (its START recorded) ends ABORT: nobody will report it done or failed.
+  for (const runId of await cancelRunsOf(db, row, [START_WORK])) {
+    if (row.progress !== null) await reportLineage(db, runId, row.id, 'ABORT');
+  }
+  await cancelRunsOf(db, row, [STOP_WORK]);
   await moveStatus(db, row.id, 'STOPPED', 'stopped by force, without the agent');
   return statusOf(await requirePipeline(db, row.projectId, row.id));
 }
@@ -389,14 +393,14 @@ function failureMessage(body: unknown): string {
  * The lineage of a run (its id: the start work's), as OpenLineage events of the streaming job: START with
  * the run's first progress report (every table of the definition, source → target), RUNNING when a table
  * gets its first rows of the run, COMPLETE when the run ends (by itself, or stopped: on the stop's report),
- * FAIL when it fails. The tables a report names
+ * FAIL when it fails, ABORT when it is stopped by force (without its agent). The tables a report names
  * are checked against the definition (tablesFirstWritten); the datasets are named from the definition.
  */
 async function reportLineage(
   db: Executor,
   runId: string,
   pipelineId: string,
-  progress: StreamingProgress | 'COMPLETE' | 'FAIL',
+  progress: StreamingProgress | 'COMPLETE' | 'FAIL' | 'ABORT',
 ): Promise<void> {
   const row = await findPipelineById(db, pipelineId);
   if (!row) return;
@@ -404,7 +408,7 @@ async function reportLineage(
   if (!accountId) return;
   const { definition } = readStoredDefinition(row.definition);
   const at = { accountId, projectId: row.projectId, runId, jobName: row.name };
-  if (progress === 'COMPLETE' || progress === 'FAIL') {
+  if (typeof progress === 'string') {
     await recordStreamingLineage(db, { ...at, eventType: progress, ...streamingDatasets(definition) });
     return;
   }
