@@ -156,6 +156,7 @@ export async function createConnection(db: Executor, projectId: string, createdB
     ...connectionFields(request),
     createdBy,
     createdAt: now(),
+    rowVersion: 0,
   };
   try {
     await insertConnection(db, row);

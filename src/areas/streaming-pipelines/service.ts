@@ -204,6 +204,7 @@ export async function createPipeline(
     statusChangedAt: at,
     createdAt: at,
     progress: null,
+    rowVersion: 0,
   };
   try {
     await insertPipeline(db, row);
