@@ -32,14 +32,11 @@ export interface VersionedRow {
   idParam?: string;
   /**
    * Finds the row the request writes where the path has no id (a name in the query or body, a key of two
-   * columns): its identity, as the repository passes it to expectedRowVersion, and its version.
+   * columns): its identity, as the repository passes it to expectedRowVersion, and its version; undefined when
+   * there is none. Where a GET answers the URL without a row too (a PUT that creates it), the version is
+   * NO_ROW: If-Match naming that answer expects none, and the write inserts it or is a 412.
    */
   find?: (db: Db, request: FastifyRequest) => Promise<{ id: string; version: number } | undefined>;
-  /**
-   * A GET answers the URL while there is no row too (the write creates it): If-Match naming that answer expects
-   * no row, which the write sees as expectedRowVersion() === NO_ROW.
-   */
-  answersWithoutRow?: boolean;
 }
 
 /** The expected version of a row the check found absent: no row has it, so an UPDATE or DELETE comparing it is a 412. */
@@ -56,7 +53,7 @@ declare module 'fastify' {
 interface VersionExpectation {
   table: string;
   id: string;
-  /** NO_ROW where the check found none (answersWithoutRow). */
+  /** NO_ROW where the check found none (and the GET answered without it). */
   version: number;
   /** The write compared it once: later statements of the request change the row it changed. */
   used: boolean;
@@ -196,14 +193,8 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
       const after = await versionedRowOf(db, versioned, request);
       if (before?.id !== after?.id || before?.version !== after?.version) continue;
       if (!matches(current)) throw stale(current);
-      if (after) {
-        request.expectedVersion = { table: versioned.table, id: after.id, version: after.version, used: false };
-      } else if (versioned.answersWithoutRow) {
-        const id = String((request.params as Record<string, unknown>)[versioned.idParam ?? 'id']);
-        request.expectedVersion = { table: versioned.table, id, version: NO_ROW, used: false };
-      } else {
-        throw stale(undefined);
-      }
+      if (after === undefined) throw stale(undefined);
+      request.expectedVersion = { table: versioned.table, id: after.id, version: after.version, used: false };
       return;
     }
     throw stale(undefined);

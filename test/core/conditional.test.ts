@@ -254,13 +254,6 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
           `${resource}: ${answers.map((answer) => answer.text).join('\n')}`,
         );
       }
-      // Nothing is left held once the answers are sent (released just after each).
-      let held = await server.db.selectFrom('conditionalWriteLocks').selectAll().execute();
-      for (let i = 0; i < 40 && held.length > 0; i += 1) {
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        held = await server.db.selectFrom('conditionalWriteLocks').selectAll().execute();
-      }
-      assert.deepEqual(held, []);
     } finally {
       await beside.close();
     }
