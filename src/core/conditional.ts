@@ -85,6 +85,17 @@ export function heldExpectedVersion(table: string, id: string, held: boolean): v
   expected.used = true;
 }
 
+/**
+ * Where a write reads its row before it decides, and may answer otherwise than by changing it (a 409 on a run
+ * that has finished meanwhile): the version it read. Another version than its check saw is a 412 at once; the
+ * write's own UPDATE still compares (a write that lands after this read).
+ */
+export function checkExpectedVersion(table: string, id: string, version: number): void {
+  const expected = expectations.getStore();
+  if (!expected || expected.used || expected.table !== table || expected.id !== id) return;
+  if (expected.version !== version) throw lostUpdate();
+}
+
 function lostUpdate(): ProblemError {
   return new ProblemError(412, 'The resource changed since the version If-Match names: read it again, then send the change.', {
     violations: ['If-Match: does not name the current version'],
@@ -148,7 +159,9 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
   /** The ETag of what a GET of the request's URL answers now, or undefined when there is none (404, no GET). */
   const currentTag = async (request: FastifyRequest): Promise<string | undefined> => {
     const headers: Record<string, string> = {};
-    for (const name of ['authorization', 'account-id']) {
+    // The caller's identity, and the address it reached (an answer may name URLs of the server: a hosted
+    // repository's clone URL), so that the GET answers as it answered the caller.
+    for (const name of ['authorization', 'account-id', 'host', 'x-forwarded-host', 'x-forwarded-proto']) {
       const value = request.headers[name];
       if (typeof value === 'string') headers[name] = value;
     }

@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
+import { describeEachStore, expectProblem, TestServer, type Answer, type Caller } from '../helpers/harness.ts';
+import { eventually, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { oauthConnectionBody } from '../helpers/oauth.ts';
 
 describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind) => {
   let server: TestServer;
@@ -161,6 +164,379 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
       }
     });
   }
+
+  /** A write: its method, the URL it goes to (a GET of it answers the ETag If-Match names) and its body. */
+  interface Write {
+    method: string;
+    body?: unknown;
+  }
+  /**
+   * A resource of an area whose PUT, PATCH or DELETE changes one row, made new for each test: the URL its writes
+   * go to, the write with If-Match (`mine`), another client's write without it (`theirs`), and what the GET
+   * shows of each (`shown`; undefined where theirs deletes).
+   */
+  interface Resource {
+    path: string;
+    mine: Write;
+    theirs: Write;
+    shown?: (answer: Answer) => unknown;
+  }
+  const unique = () => randomBytes(4).toString('hex');
+  /** start → end success. */
+  const RUN = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["End Success"]
+    End Success:
+      type: "end-success"
+`);
+  const pipelineBody = (agentId: string, name: string) => ({
+    name,
+    agentId,
+    streamingSource: {
+      type: 'postgres',
+      connection: {
+        host: 'db.internal',
+        port: 5432,
+        database: 'orders',
+        username: 'replicator',
+        password: { secretName: 'orders-db', secretKey: 'password' },
+      },
+      tables: [{ schema: 'public', table: 'orders' }],
+    },
+    streamingTarget: {
+      type: 'abs',
+      accountName: 'lake',
+      accountKey: { secretName: 'lake', secretKey: 'key' },
+      container: 'cdc',
+      prefix: 'orders/',
+    },
+  });
+  const created = (answer: Answer, status = 201) => {
+    assert.equal(answer.status, status, answer.text);
+    return answer.body;
+  };
+  // Fixtures shared by the resources: a project with an environment whose default agent never polls (its runs
+  // stay QUEUED), a version of it to run, and a streaming agent.
+  let projectId: string;
+  let streamingAgentId: string;
+  const environment = 'dev';
+  before(async () => {
+    projectId = await server.newProject(caller);
+    const idle = await insertAgent(server, caller.accountId);
+    created(
+      await server.api('POST', `/projects/${projectId}/environments`, {
+        token: caller.token,
+        body: { name: environment, defaultAgentId: idle },
+      }),
+    );
+    await uploadVersion(server, caller, projectId, environment, 'v1', {
+      'pipelines/run.orch.yaml': RUN,
+      'pipelines/run.test.orch.yaml': RUN,
+    });
+    streamingAgentId = created(
+      await server.api('POST', '/agents', {
+        token: caller.token,
+        body: { name: `streaming ${unique()}`, agentType: 'CUSTOMER_HOSTED', cloudProvider: 'azure', deployment: 'aks' },
+      }),
+    ).agentId;
+  });
+  const post = async (path: string, body: unknown) => created(await server.api('POST', path, { token: caller.token, body }));
+  const byName = (answer: Answer, key: string, name: string) =>
+    (answer.body.results as Record<string, any>[]).find((item) => item[key] === name);
+
+  const resources: Record<string, () => Promise<Resource>> = {
+    webhook: async () => {
+      const { webhookId } = await post('/webhooks', { url: 'https://hooks.example.com/t', description: 'v1' });
+      return {
+        path: `/webhooks/${webhookId}`,
+        mine: { method: 'PATCH', body: { description: 'mine' } },
+        theirs: { method: 'PATCH', body: { description: 'theirs' } },
+        shown: (answer) => answer.body.description,
+      };
+    },
+    schedule: async () => {
+      const { scheduleId } = await post(`/projects/${projectId}/schedules`, {
+        name: `s ${unique()}`,
+        cronExpression: '0 3 * * *',
+        pipelineName: 'pipelines/run.orch.yaml',
+        environmentName: environment,
+        scheduleEnabled: false,
+      });
+      const name = unique();
+      return {
+        path: `/projects/${projectId}/schedules/${scheduleId}`,
+        mine: { method: 'PATCH', body: { name: `mine ${name}` } },
+        theirs: { method: 'PATCH', body: { name: `theirs ${name}` } },
+        shown: (answer) => answer.body.name.split(' ')[0],
+      };
+    },
+    'streaming pipeline': async () => {
+      const name = unique();
+      const { streamingPipelineId } = await post(
+        `/projects/${projectId}/streaming-pipelines`,
+        pipelineBody(streamingAgentId, `v1-${name}`),
+      );
+      return {
+        path: `/projects/${projectId}/streaming-pipelines/${streamingPipelineId}`,
+        mine: { method: 'PUT', body: pipelineBody(streamingAgentId, `mine-${name}`) },
+        theirs: { method: 'PUT', body: pipelineBody(streamingAgentId, `theirs-${name}`) },
+        shown: (answer) => answer.body.name.split('-')[0],
+      };
+    },
+    project: async () => ({
+      path: `/projects/${await server.newProject(caller)}`,
+      mine: { method: 'DELETE' },
+      theirs: { method: 'DELETE' },
+    }),
+    agent: async () => {
+      const { agentId } = await post('/agents', {
+        name: `a ${unique()}`,
+        description: 'v1',
+        agentType: 'CUSTOMER_HOSTED',
+        cloudProvider: 'aws',
+        deployment: 'eks',
+      });
+      return {
+        path: `/agents/${agentId}`,
+        mine: { method: 'PATCH', body: { description: 'mine' } },
+        theirs: { method: 'PATCH', body: { description: 'theirs' } },
+        shown: (answer) => answer.body.description,
+      };
+    },
+    'custom connector': async () => {
+      const profile = (name: string) => ({
+        name,
+        endpoints: [{ name: 'e', url: 'https://api.example.com/x', httpMethod: 'GET', auth: 'NONE' }],
+      });
+      const { id } = await post('/custom-connectors', profile('v1'));
+      return {
+        path: `/custom-connectors/${id}`,
+        mine: { method: 'PUT', body: profile('mine') },
+        theirs: { method: 'PUT', body: profile('theirs') },
+        shown: (answer) => answer.body.name,
+      };
+    },
+    'OAuth connection': async () => {
+      const { id, oauthConnectionId } = await post('/oauth-connections', oauthConnectionBody(`o-${unique()}`));
+      return {
+        path: `/oauth-connections/${oauthConnectionId ?? id}?confirm=true`,
+        mine: { method: 'DELETE' },
+        theirs: { method: 'DELETE' },
+      };
+    },
+    'pipeline execution': async () => {
+      const { pipelineExecutionId } = await post(`/projects/${projectId}/pipeline-executions`, {
+        pipelineName: 'pipelines/run',
+        environmentName: environment,
+      });
+      return {
+        path: `/projects/${projectId}/pipeline-executions/${pipelineExecutionId}`,
+        mine: { method: 'PATCH', body: { status: 'CANCELLED', forceUpdate: true } },
+        theirs: { method: 'PATCH', body: { status: 'CANCELLED' } },
+        shown: (answer) => (answer.body.message === 'Cancelled by a user (forced).' ? 'mine' : 'theirs'),
+      };
+    },
+    'test execution': async () => {
+      const { testExecutionId } = await post(`/projects/${projectId}/test-executions`, {
+        environmentName: environment,
+        scope: 'PROJECT',
+      });
+      return {
+        path: `/projects/${projectId}/test-executions/${testExecutionId}`,
+        mine: { method: 'PATCH', body: { status: 'CANCELLED', forceUpdate: true } },
+        theirs: { method: 'PATCH', body: { status: 'CANCELLED' } },
+        shown: (answer) => (answer.body.message === 'Cancelled by a user (forced).' ? 'mine' : 'theirs'),
+      };
+    },
+    connection: async () => {
+      const name = `c-${unique()}`;
+      const details = (secretName: string) => ({
+        authType: 'GENERIC_SECRET',
+        platformConnectionType: 'COMPONENT_BASIC',
+        connectionDetails: { connectionProperties: { secretName } },
+      });
+      await post(`/projects/${projectId}/connections`, { name, ...details('v1') });
+      return {
+        // The GET of this URL is the project's list of connections: what If-Match names is its ETag.
+        path: `/projects/${projectId}/connections?connectionName=${name}`,
+        mine: { method: 'PUT', body: details('mine') },
+        theirs: { method: 'PUT', body: details('theirs') },
+        shown: (answer) => byName(answer, 'name', name)?.connectionDetails.connectionProperties.secretName,
+      };
+    },
+    'connection override': async () => {
+      const connectionName = `c-${unique()}`;
+      const details = (secretName: string) => ({ connectionProperties: { secretName } });
+      await post(`/projects/${projectId}/connections`, {
+        name: connectionName,
+        authType: 'GENERIC_SECRET',
+        platformConnectionType: 'COMPONENT_BASIC',
+      });
+      await post(`/projects/${projectId}/connections/environment-overrides`, {
+        connectionName,
+        environmentName: environment,
+        connectionDetails: details('v1'),
+      });
+      return {
+        path: `/projects/${projectId}/connections/environment-overrides?environmentName=${environment}&connectionName=${connectionName}`,
+        mine: { method: 'PUT', body: { connectionDetails: details('mine') } },
+        theirs: { method: 'PUT', body: { connectionDetails: details('theirs') } },
+        shown: (answer) => byName(answer, 'connectionName', connectionName)?.connectionDetails.connectionProperties.secretName,
+      };
+    },
+    'git repository (hosted: no row yet)': async () => {
+      const external = (name: string) => ({ cloneUrl: `https://github.com/acme/${name}.git`, provider: 'github', name });
+      return {
+        path: `/projects/${await server.newProject(caller)}/git-repository`,
+        mine: { method: 'PUT', body: external('mine') },
+        theirs: { method: 'PUT', body: external('theirs') },
+        shown: (answer) => answer.body.name,
+      };
+    },
+    'git repository (external)': async () => {
+      const external = (name: string) => ({ cloneUrl: `https://github.com/acme/${name}.git`, provider: 'github', name });
+      const path = `/projects/${await server.newProject(caller)}/git-repository`;
+      created(await server.api('PUT', path, { token: caller.token, body: external('v1') }), 200);
+      return {
+        path,
+        mine: { method: 'PUT', body: external('mine') },
+        theirs: { method: 'PUT', body: external('theirs') },
+        shown: (answer) => answer.body.name,
+      };
+    },
+    'artifact version': async () => {
+      const versionName = `v-${unique()}`;
+      await uploadVersion(server, caller, projectId, environment, versionName, { 'pipelines/run.orch.yaml': RUN });
+      const enabled = (value: boolean) => ({ environmentName: environment, versionName, enabled: value });
+      return {
+        // The GET of this URL is the environment's list of versions (the body names the version).
+        path: `/projects/${projectId}/artifacts?environmentName=${environment}&size=100`,
+        mine: { method: 'PATCH', body: enabled(true) },
+        theirs: { method: 'PATCH', body: enabled(false) },
+        shown: (answer) => (byName(answer, 'versionName', versionName)?.enabled ? 'mine' : 'theirs'),
+      };
+    },
+  };
+
+  const read = (path: string) => server.api('GET', path, { token: caller.token });
+  const send = (path: string, write: Write, ifMatch?: string) =>
+    server.api(write.method, path, {
+      token: caller.token,
+      body: write.body,
+      headers: ifMatch === undefined ? {} : { 'if-match': ifMatch },
+    });
+  const succeeded = (answer: Answer) => assert.ok(answer.status >= 200 && answer.status < 300, answer.text);
+
+  for (const [area, make] of Object.entries(resources)) {
+    test(`If-Match (${area}): the current ETag passes, a stale one is 412, and a write without If-Match landing between the check and the write makes it 412`, async () => {
+      // The current version: the write is done.
+      {
+        const resource = await make();
+        const tag = (await read(resource.path)).headers.get('etag')!;
+        succeeded(await send(resource.path, resource.mine, tag));
+        const after = await read(resource.path);
+        if (resource.mine.method === 'DELETE') assert.equal(after.status, 404);
+        else assert.equal(resource.shown!(after), 'mine');
+      }
+      // A stale version (theirs came first): 412, and theirs stands.
+      {
+        const resource = await make();
+        const tag = (await read(resource.path)).headers.get('etag')!;
+        succeeded(await send(resource.path, resource.theirs));
+        const lost = expectProblem(await send(resource.path, resource.mine, tag), 412);
+        assert.deepEqual(lost.violations, ['If-Match: does not name the current version']);
+        const after = await read(resource.path);
+        if (resource.shown) assert.equal(resource.shown(after), 'theirs');
+        else assert.equal(after.status, 404);
+      }
+      // Theirs lands right after the check read the resource (through the server: app.inject), before mine writes.
+      {
+        const resource = await make();
+        const before = await read(resource.path);
+        const tag = before.headers.get('etag')!;
+        const app = server.server.app;
+        const inject = app.inject;
+        let interleaved = 0;
+        app.inject = (async (options: { method: string; url: string }) => {
+          const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
+          if (interleaved === 0 && options.method === 'GET' && options.url.endsWith(resource.path)) {
+            interleaved += 1;
+            succeeded(await send(resource.path, resource.theirs));
+          }
+          return answer;
+        }) as unknown as typeof app.inject;
+        try {
+          expectProblem(await send(resource.path, resource.mine, tag), 412);
+        } finally {
+          app.inject = inject;
+        }
+        assert.equal(interleaved, 1, 'their write landed between the check and the write');
+        const after = await read(resource.path);
+        if (resource.shown) assert.equal(resource.shown(after), 'theirs', 'their write stands');
+        else assert.equal(after.status, 404);
+      }
+    });
+  }
+
+  test("the scheduler's move of a schedule's next due time is a version on: a write whose check saw the earlier time is 412", async () => {
+    const { scheduleId } = await post(`/projects/${projectId}/schedules`, {
+      name: `moving ${unique()}`,
+      cronExpression: '* * * * *',
+      pipelineName: 'pipelines/run.orch.yaml',
+      environmentName: environment,
+      scheduleEnabled: true,
+    });
+    const path = `/projects/${projectId}/schedules/${scheduleId}`;
+    // Due in 1.5 s: the check below reads it before the scheduler (a tick a second) moves it on.
+    const dueAt = new Date(Date.now() + 1500).toISOString();
+    await server.db.updateTable('schedules').set({ nextRunAt: dueAt }).where('id', '=', scheduleId).execute();
+    const version = async () =>
+      Number(
+        (await server.db.selectFrom('schedules').select('rowVersion').where('id', '=', scheduleId).executeTakeFirstOrThrow())
+          .rowVersion,
+      );
+    const due = await read(path);
+    assert.equal(due.body.nextRunAt, dueAt);
+    const dueVersion = await version();
+    const app = server.server.app;
+    const inject = app.inject;
+    let waited = false;
+    app.inject = (async (options: { method: string; url: string }) => {
+      const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
+      if (!waited && options.method === 'GET' && options.url.endsWith(path)) {
+        waited = true;
+        // The check has read the due time; the scheduler moves the schedule on before the write.
+        const moved = await eventually(
+          () => read(path),
+          (answer) => answer.body.nextRunAt !== dueAt,
+        );
+        assert.notEqual(moved.body.nextRunAt, dueAt);
+      }
+      return answer;
+    }) as unknown as typeof app.inject;
+    try {
+      expectProblem(
+        await server.api('PATCH', path, {
+          token: caller.token,
+          body: { name: 'renamed' },
+          headers: { 'if-match': due.headers.get('etag')! },
+        }),
+        412,
+      );
+    } finally {
+      app.inject = inject;
+    }
+    assert.ok(waited);
+    const moved = await read(path);
+    assert.ok(moved.body.nextRunAt > dueAt, 'the move stands');
+    assert.notEqual(moved.headers.get('etag'), due.headers.get('etag'));
+    assert.ok((await version()) > dueVersion, 'the version moved with the due time');
+    // A write without If-Match that does not change the timing leaves the moved due time as it is.
+    const renamed = await server.api('PATCH', path, { token: caller.token, body: { name: 'renamed' } });
+    assert.equal(renamed.status, 200, renamed.text);
+    assert.equal(renamed.body.nextRunAt, moved.body.nextRunAt);
+  });
 
   // A row lock held by another transaction while a write waits on it: PostgreSQL only (SQLite has no row locks).
   if (kind === 'postgres')
