@@ -73,6 +73,11 @@ export function expectedRowVersion(table: string, id: string): number | undefine
   return expected && !expected.used && expected.table === table && expected.id === id ? expected.version : undefined;
 }
 
+/** Whether the code running now is the write of a request with If-Match (whose check passed). */
+export function writingWithIfMatch(): boolean {
+  return expectations.getStore() !== undefined;
+}
+
 /**
  * After a write that compared expectedRowVersion: when no row had that version, another write came between the
  * request's check and its write (or the row is gone), and this is a 412 (thrown in the write's transaction,

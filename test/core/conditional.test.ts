@@ -5,6 +5,7 @@ import pg from 'pg';
 import { describeEachStore, expectProblem, TestServer, type Answer, type Caller } from '../helpers/harness.ts';
 import { eventually, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
 import { oauthConnectionBody } from '../helpers/oauth.ts';
+import { writingWithIfMatch } from '../../src/core/conditional.ts';
 
 describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind) => {
   let server: TestServer;
@@ -14,6 +15,47 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     caller = await server.newAccount();
   });
   after(() => server.close());
+
+  /**
+   * Runs `mine` (a request with If-Match to `path`) with `theirs` made to land between its check and its write:
+   * the check reads the resource through the server (app.inject), then the write runs in a transaction of the
+   * store; theirs is done just before that transaction begins. Answers mine's answer, how many times the check
+   * read the resource (1: it did not find the resource changing under it and retry) and whether theirs landed.
+   */
+  async function between<T>(path: string, theirs: () => Promise<unknown>, mine: () => Promise<T>) {
+    const app = server.server.app;
+    const inject = app.inject;
+    const db = app.store.db;
+    const transaction = db.transaction;
+    let reads = 0;
+    let landed = false;
+    app.inject = (async (options: { method: string; url: string }) => {
+      const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
+      if (options.method === 'GET' && options.url.endsWith(path)) reads += 1;
+      return answer;
+    }) as unknown as typeof app.inject;
+    db.transaction = function (this: typeof db) {
+      const builder = transaction.call(this);
+      if (landed || reads === 0 || !writingWithIfMatch()) return builder;
+      landed = true;
+      return new Proxy(builder, {
+        get: (target, property, receiver) =>
+          property === 'execute'
+            ? async (work: never) => {
+                await theirs();
+                return target.execute(work);
+              }
+            : Reflect.get(target, property, receiver),
+      });
+    } as typeof db.transaction;
+    try {
+      const answer = await mine();
+      return { answer, reads, landed };
+    } finally {
+      app.inject = inject;
+      db.transaction = transaction;
+    }
+  }
 
   test('reads and list pages carry an ETag; If-None-Match answers 304 until the answer changes', async () => {
     const projectId = await server.newProject(caller);
@@ -128,40 +170,24 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
         field = 'name';
       }
       const v1 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
-      // The check reads the resource through the server (app.inject): another client's write, without If-Match,
-      // is made to land right after that read, before the If-Match request writes.
-      const app = server.server.app;
-      const inject = app.inject;
-      let between: string | undefined;
-      const interleaved: string[] = [];
-      app.inject = (async (options: { method: string; url: string }) => {
-        const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
-        if (between && options.method === 'GET' && options.url.endsWith(path)) {
-          const value = between;
-          between = undefined;
-          const theirs = await server.api('PATCH', path, { token: caller.token, body: { [field]: value } });
-          assert.equal(theirs.status, 200, theirs.text);
-          interleaved.push(value);
-        }
-        return answer;
-      }) as unknown as typeof app.inject;
-      try {
-        between = 'theirs';
-        const mine = await server.api('PATCH', path, {
-          token: caller.token,
-          body: { [field]: 'mine' },
-          headers: { 'if-match': v1 },
-        });
-        expectProblem(mine, 412);
-        assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs', 'their write stands');
-        const v2 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
-        between = 'theirs again';
-        expectProblem(await server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v2 } }), 412);
-        assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs again', 'not deleted');
-        assert.deepEqual(interleaved, ['theirs', 'theirs again']);
-      } finally {
-        app.inject = inject;
-      }
+      // Another client's write, without If-Match, is made to land after the check passed, before the write.
+      const theirs = (value: string) => async () => {
+        const answer = await server.api('PATCH', path, { token: caller.token, body: { [field]: value } });
+        assert.equal(answer.status, 200, answer.text);
+      };
+      const mine = await between(path, theirs('theirs'), () =>
+        server.api('PATCH', path, { token: caller.token, body: { [field]: 'mine' }, headers: { 'if-match': v1 } }),
+      );
+      assert.deepEqual([mine.landed, mine.reads], [true, 1]);
+      expectProblem(mine.answer, 412);
+      assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs', 'their write stands');
+      const v2 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+      const deletion = await between(path, theirs('theirs again'), () =>
+        server.api('DELETE', path, { token: caller.token, headers: { 'if-match': v2 } }),
+      );
+      assert.deepEqual([deletion.landed, deletion.reads], [true, 1]);
+      expectProblem(deletion.answer, 412);
+      assert.equal((await server.api('GET', path, { token: caller.token })).body[field], 'theirs again', 'not deleted');
     });
   }
 
@@ -450,28 +476,18 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
         if (resource.shown) assert.equal(resource.shown(after), 'theirs');
         else assert.equal(after.status, 404);
       }
-      // Theirs lands right after the check read the resource (through the server: app.inject), before mine writes.
+      // Theirs lands after the check passed, just before mine writes: the write's own comparison makes it 412.
       {
         const resource = await make();
-        const before = await read(resource.path);
-        const tag = before.headers.get('etag')!;
-        const app = server.server.app;
-        const inject = app.inject;
-        let interleaved = 0;
-        app.inject = (async (options: { method: string; url: string }) => {
-          const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
-          if (interleaved === 0 && options.method === 'GET' && options.url.endsWith(resource.path)) {
-            interleaved += 1;
-            succeeded(await send(resource.path, resource.theirs));
-          }
-          return answer;
-        }) as unknown as typeof app.inject;
-        try {
-          expectProblem(await send(resource.path, resource.mine, tag), 412);
-        } finally {
-          app.inject = inject;
-        }
-        assert.equal(interleaved, 1, 'their write landed between the check and the write');
+        const tag = (await read(resource.path)).headers.get('etag')!;
+        const { answer, reads, landed } = await between(
+          resource.path,
+          async () => succeeded(await send(resource.path, resource.theirs)),
+          () => send(resource.path, resource.mine, tag),
+        );
+        assert.ok(landed, 'their write landed between the check and the write');
+        assert.equal(reads, 1, "the check passed at once: the 412 is the write's");
+        expectProblem(answer, 412);
         const after = await read(resource.path);
         if (resource.shown) assert.equal(resource.shown(after), 'theirs', 'their write stands');
         else assert.equal(after.status, 404);
@@ -499,35 +515,23 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     const due = await read(path);
     assert.equal(due.body.nextRunAt, dueAt);
     const dueVersion = await version();
-    const app = server.server.app;
-    const inject = app.inject;
-    let waited = false;
-    app.inject = (async (options: { method: string; url: string }) => {
-      const answer = await (inject as (o: unknown) => Promise<unknown>).call(app, options);
-      if (!waited && options.method === 'GET' && options.url.endsWith(path)) {
-        waited = true;
-        // The check has read the due time; the scheduler moves the schedule on before the write.
-        const moved = await eventually(
+    // The check reads the due time and passes; the scheduler moves the schedule on before the write.
+    const mine = await between(
+      path,
+      () =>
+        eventually(
           () => read(path),
           (answer) => answer.body.nextRunAt !== dueAt,
-        );
-        assert.notEqual(moved.body.nextRunAt, dueAt);
-      }
-      return answer;
-    }) as unknown as typeof app.inject;
-    try {
-      expectProblem(
-        await server.api('PATCH', path, {
+        ),
+      () =>
+        server.api('PATCH', path, {
           token: caller.token,
           body: { name: 'renamed' },
           headers: { 'if-match': due.headers.get('etag')! },
         }),
-        412,
-      );
-    } finally {
-      app.inject = inject;
-    }
-    assert.ok(waited);
+    );
+    assert.deepEqual([mine.landed, mine.reads], [true, 1]);
+    expectProblem(mine.answer, 412);
     const moved = await read(path);
     assert.ok(moved.body.nextRunAt > dueAt, 'the move stands');
     assert.notEqual(moved.headers.get('etag'), due.headers.get('etag'));
