@@ -23,7 +23,7 @@ const opaque = (tag: string) => tag.replace(/^W\//, '');
 /**
  * The one row a write to a route changes, whose version a write with If-Match compares in the write itself
  * (`config.rowVersion` of the route). Its table has a `row_version` column that every UPDATE of the row moves
- * on (migrations 0038_row_versions and 0039_row_versions_everywhere).
+ * on (migrations 0038_row_versions and 0040_row_versions_everywhere).
  */
 export interface VersionedRow {
   /** The table, as the code names it (camelCase). */

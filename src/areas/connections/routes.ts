@@ -52,7 +52,10 @@ const overrideRow: VersionedRow = {
   table: 'connectionOverrides',
   find: (db, request) => {
     const { params, query } = request as Addressed;
-    return overrideVersion(db, params.projectId, { connectionName: query.connectionName, environmentName: query.environmentName });
+    return overrideVersion(db, params.projectId, {
+      connectionName: query.connectionName,
+      environmentName: query.environmentName,
+    });
   },
 };
 

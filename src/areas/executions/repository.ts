@@ -65,8 +65,7 @@ export async function setExecutionIf(
   from: string,
   set: Partial<Pick<ExecutionRow, 'status' | 'message' | 'lastReportAt' | 'finishedAt' | 'runningTag'>>,
 ): Promise<boolean> {
-  const answered =
-    (set.status !== undefined && set.status !== from) || set.message !== undefined || set.finishedAt !== undefined;
+  const answered = (set.status !== undefined && set.status !== from) || set.message !== undefined || set.finishedAt !== undefined;
   const expected = expectedRowVersion('executions', id);
   let update = db
     .updateTable('executions')

@@ -48,7 +48,11 @@ export function externalRepositoryOf(db: Executor, projectId: string): Promise<E
  * NO_ROW while the server hosts it (the GET answers that too, and a PUT creates the row).
  */
 export async function externalRepositoryVersion(db: Executor, projectId: string) {
-  const row = await db.selectFrom('projectRepositories').select('rowVersion').where('projectId', '=', projectId).executeTakeFirst();
+  const row = await db
+    .selectFrom('projectRepositories')
+    .select('rowVersion')
+    .where('projectId', '=', projectId)
+    .executeTakeFirst();
   return { id: projectId, version: row === undefined ? NO_ROW : Number(row.rowVersion) };
 }
 

@@ -5,7 +5,10 @@ import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.
 import type { ScheduleTable } from './tables.ts';
 
 /** What an update may change. */
-export type ScheduleChanges = Pick<ScheduleTable, 'name' | 'pipelineName' | 'cronExpression' | 'timezone' | 'enabled' | 'environmentId'> &
+export type ScheduleChanges = Pick<
+  ScheduleTable,
+  'name' | 'pipelineName' | 'cronExpression' | 'timezone' | 'enabled' | 'environmentId'
+> &
   Partial<Pick<ScheduleTable, 'nextRunAt'>>;
 
 /** Inserts a schedule. A name taken in the project is a unique violation. */
