@@ -1,21 +1,19 @@
+import { fork } from 'node:child_process';
 import http from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { loadConfig } from '../src/core/config.ts';
-import { migrate, openStore, type Store } from '../src/core/db/database.ts';
-import { createAccount } from '../src/core/auth/accounts.ts';
-import { emit } from '../src/core/outbox.ts';
-import { BENCH_POSTGRES_URL, median, record, startBenchServer } from './lib.ts';
-import pg from 'pg';
-import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { createDatabase, median, record, startBenchServer } from './lib.ts';
 
 /**
  * Issue 33's targets. (1) One server process holds SUBSCRIBERS idle event streams in at most 300 MB of
  * resident memory and delivers one event to all of them with p99 at most 1 s (from the write's request to
- * each subscriber reading the event). (2) An outbox write adds at most 10 % to a run-state change (a
- * transaction that reads the run and moves its status), on SQLite and PostgreSQL.
+ * each subscriber reading the event). (2) An outbox write adds at most 10 % to a run-state change (an
+ * agent's report applied to its run, as the server does it), on SQLite and PostgreSQL.
  */
+const WORKER = fileURLToPath(new URL('./support/report-worker.ts', import.meta.url));
+const WITHOUT_OUTBOX = fileURLToPath(new URL('./support/without-outbox.mjs', import.meta.url));
 const SUBSCRIBERS = Number(process.env.BENCH_SUBSCRIBERS ?? 10_000);
 
 /** Opens one event stream; resolves once subscribed; `onEvent` gets the time each `id:` line arrives. */
@@ -90,152 +88,93 @@ async function streams(): Promise<void> {
   }
 }
 
-/** A run row in the shape a run-state change reads and moves (the executions table needs its project and environment). */
-async function seedRuns(store: Store, accountId: string, count: number): Promise<string[]> {
-  const projectId = randomUUID();
-  const environmentId = randomUUID();
-  const at = new Date().toISOString();
-  await store.db
-    .insertInto('projects')
-    .values({ id: projectId, accountId, name: `bench ${projectId}`, description: null, createdBy: 'bench', createdAt: at })
-    .execute();
-  await store.db
-    .insertInto('environments' as never)
-    .values({ id: environmentId, projectId, name: 'bench', createdAt: at } as never)
-    .execute();
-  const ids = Array.from({ length: count }, () => randomUUID());
-  for (let i = 0; i < ids.length; i += 200) {
-    await store.db
-      .insertInto('executions')
-      .values(
-        ids.slice(i, i + 200).map((id) => ({
-          id,
-          accountId,
-          projectId,
-          environmentId,
-          environmentName: 'bench',
-          kind: 'PIPELINE',
-          pipelineName: 'p.orch.yaml',
-          testScope: null,
-          testName: null,
-          versionName: 'v1',
-          agentId: 'a',
-          agentWorkId: null,
-          executionTag: null,
-          runningTag: null,
-          trigger: 'API',
-          scheduleId: null,
-          scheduledFor: null,
-          status: 'RUNNING',
-          message: null,
-          variables: '{}',
-          startedAt: at,
-          finishedAt: null,
-          lastReportAt: null,
-        })),
-      )
-      .execute();
-  }
-  return ids;
+/** A report-applying process (support/report-worker.ts) on its own store, with or without the outbox. */
+interface ReportWorker {
+  report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
+  stop(): Promise<void>;
 }
 
-/** Time per run-state change (read the run, move its status), with and without its outbox event. */
-async function stateChanges(store: Store, accountId: string, ids: string[], withEvent: boolean): Promise<number> {
-  const started = performance.now();
-  // 8 at a time, as reports of several agents arrive.
-  for (let i = 0; i < ids.length; i += 8) {
-    await Promise.all(
-      ids.slice(i, i + 8).map((id) =>
-        store.db.transaction().execute(async (trx) => {
-          const run = await trx.selectFrom('executions').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
-          await trx
-            .updateTable('executions')
-            .set({ status: 'SUCCESS', finishedAt: new Date().toISOString(), runningTag: null })
-            .where('id', '=', id)
-            .where('status', '=', run.status)
-            .execute();
-          if (withEvent) {
-            await emit(trx, {
-              accountId,
-              type: 'pipeline-execution.finished',
-              projectId: run.projectId,
-              subject: `pipeline-executions/${id}`,
-              data: { executionId: id, status: 'SUCCESS', previousStatus: run.status },
-            });
-          }
-        }),
-      ),
-    );
-  }
-  return ((performance.now() - started) * 1000) / ids.length;
-}
-
-async function outboxOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
+async function startReportWorker(kind: 'sqlite' | 'postgres', withoutOutbox: boolean): Promise<ReportWorker> {
+  const database = kind === 'postgres' ? await createDatabase() : undefined;
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-outbox-'));
-  let database: string | undefined;
-  if (kind === 'postgres') {
-    database = `dpc_bench_${randomUUID().replaceAll('-', '')}`;
-    const admin = new pg.Client({ connectionString: BENCH_POSTGRES_URL });
-    await admin.connect();
-    await admin.query(`create database ${database}`);
-    await admin.end();
-  }
-  const url = database ? Object.assign(new URL(BENCH_POSTGRES_URL), { pathname: `/${database}` }).toString() : undefined;
-  const store = openStore({ ...loadConfig({}), dataDir, databaseUrl: url, rememberReads: false });
+  const child = fork(WORKER, [], {
+    execArgv: ['--import', 'tsx', ...(withoutOutbox ? ['--import', WITHOUT_OUTBOX] : [])],
+    env: { ...process.env, BENCH_DATA_DIR: dataDir, ...(database && { BENCH_DATABASE_URL: database.url }) },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const next = () =>
+    new Promise<any>((resolve, reject) => {
+      const exited = (code: number | null) => reject(new Error(`report worker exited (${code})`));
+      child.once('exit', exited);
+      child.once('message', (message) => {
+        child.off('exit', exited);
+        resolve(message);
+      });
+    });
+  await next(); // ready: migrated and seeded
+  return {
+    report(steps) {
+      const answer = next();
+      child.send({ steps });
+      return answer;
+    },
+    async stop() {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.send({ stop: true });
+      await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+      await database?.drop();
+    },
+  };
+}
+
+/**
+ * (2) The outbox's cost on run-state changes as the server makes them: agents' reports applied to runs
+ * (applyAgentReport: the run read and moved, the step recorded, and the event of each), the same reports in
+ * two processes alike but for the outbox (one runs with emit() doing nothing, support/without-outbox.mjs).
+ * ROUNDS quadruples A B B A (A without, B with; each a set of 8 runs of STEPS steps, a few ms), each giving
+ * (B1 + B2) / (A1 + A2) − 1: a drift within a quadruple cancels out, and the median passes over the
+ * quadruples a burst of load fell on. Also the processes' CPU time per report, which the machine's load moves
+ * far less than wall time.
+ */
+async function outboxOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
+  const rounds = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 60);
+  const steps = 4;
+  const [without, withEvents] = await Promise.all([startReportWorker(kind, true), startReportWorker(kind, false)]);
   try {
-    await migrate(store);
-    const { accountId } = await createAccount(store.db, 'bench');
-    // Many short rounds, the two kinds interleaved (each going first in every other round, so that the machine's
-    // drift and what follows seeding, a WAL checkpoint or a bigger table, fall on both alike); each round gives
-    // one ratio, and the median ratio decides: a round slowed by another process moves one ratio, not the answer.
-    const rounds = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 21);
-    const per = kind === 'sqlite' ? 600 : 240;
-    // A round of each first, not counted: the statements are prepared, the tables and caches warm.
-    const warm = [await seedRuns(store, accountId, per), await seedRuns(store, accountId, per)];
-    await stateChanges(store, accountId, warm[0], false);
-    await stateChanges(store, accountId, warm[1], true);
-    const ratios: number[] = [];
-    const without: number[] = [];
-    const withEvent: number[] = [];
-    // Also this process's CPU time per change: on SQLite the store's work is this process's (better-sqlite3
-    // runs on its thread), and CPU time moves far less than wall time when other processes take the CPUs.
-    const cpuRatios: number[] = [];
-    for (let round = 0; round < rounds; round += 1) {
-      const runs = [await seedRuns(store, accountId, per), await seedRuns(store, accountId, per)];
-      const took: Record<string, number> = {};
-      const cpu: Record<string, number> = {};
-      for (const event of round % 2 ? [true, false] : [false, true]) {
-        const before = process.cpuUsage();
-        took[String(event)] = await stateChanges(store, accountId, runs[Number(event)], event);
-        const used = process.cpuUsage(before);
-        cpu[String(event)] = used.user + used.system;
-      }
-      without.push(took.false);
-      withEvent.push(took.true);
-      ratios.push(took.true / took.false);
-      cpuRatios.push(cpu.true / cpu.false);
+    // Not counted: statements prepared, caches and the JIT warm.
+    for (let i = 0; i < 4; i += 1) {
+      await without.report(steps);
+      await withEvents.report(steps);
     }
-    const sorted = [...ratios].sort((a, b) => a - b);
-    const quartile = (q: number) => sorted[Math.round((sorted.length - 1) * q)];
+    const ratios: number[] = [];
+    const cpuRatios: number[] = [];
+    const a: number[] = [];
+    const b: number[] = [];
+    for (let round = 0; round < rounds; round += 1) {
+      const a1 = await without.report(steps);
+      const b1 = await withEvents.report(steps);
+      const b2 = await withEvents.report(steps);
+      const a2 = await without.report(steps);
+      a.push((a1.micros + a2.micros) / 2);
+      b.push((b1.micros + b2.micros) / 2);
+      ratios.push((b1.micros + b2.micros) / (a1.micros + a2.micros));
+      cpuRatios.push((b1.cpuMicros + b2.cpuMicros) / (a1.cpuMicros + a2.cpuMicros));
+    }
+    const sorted = [...ratios].sort((x, y) => x - y);
+    const quartile = (q: number) => (sorted[Math.round((sorted.length - 1) * q)] - 1) * 100;
     const added = (median(ratios) - 1) * 100;
     console.log(
-      `${kind}: a run-state change takes ${median(without).toFixed(0)} µs, with its outbox event ${median(withEvent).toFixed(0)} µs; ` +
-        `median of ${rounds} interleaved rounds' ratios +${added.toFixed(1)} % (quartiles ${((quartile(0.25) - 1) * 100).toFixed(1)} to ${((quartile(0.75) - 1) * 100).toFixed(1)} %)`,
+      `${kind}: an agent's report applied to its run takes ${median(a).toFixed(0)} µs, with its outbox event ${median(b).toFixed(0)} µs; ` +
+        `added ${added.toFixed(1)} % (median of ${rounds} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %)`,
     );
     console.log(
-      `${kind}: this process's CPU time per change, median of the rounds' ratios: +${((median(cpuRatios) - 1) * 100).toFixed(1)} %` +
+      `${kind}: the applying process's CPU time per report: +${((median(cpuRatios) - 1) * 100).toFixed(1)} %` +
         (kind === 'postgres' ? ' (the store works in its own processes: not the whole cost)' : ''),
     );
     record({ name: `outbox write added to a run-state change, ${kind} (%)`, measured: added, atMost: 10 });
   } finally {
-    await store.close();
-    rmSync(dataDir, { recursive: true, force: true });
-    if (database) {
-      const admin = new pg.Client({ connectionString: BENCH_POSTGRES_URL });
-      await admin.connect();
-      await admin.query(`drop database if exists ${database} with (force)`);
-      await admin.end();
-    }
+    await Promise.all([without.stop(), withEvents.stop()]);
   }
 }
 

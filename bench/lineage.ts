@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -8,6 +8,7 @@ import { migrate, openStore, type Store } from '../src/core/db/database.ts';
 import { createAccount } from '../src/core/auth/accounts.ts';
 import { applyAgentReport } from '../src/areas/executions/lifecycle.ts';
 import { createDatabase, median, record, startBenchServer } from './lib.ts';
+import { seedProject, seedRuns } from './support/runs.ts';
 
 /**
  * Issue 34's targets, on SQLite and PostgreSQL. (a) Lineage written for runs of a 20-step pipeline slows a
@@ -83,58 +84,6 @@ async function seedEvents(store: Store, accountId: string, projectId: string): P
     store.db,
   );
   console.log(`  ${total} lineage events seeded in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-}
-
-async function seedProject(store: Store, accountId: string): Promise<{ projectId: string; environmentId: string }> {
-  const projectId = randomUUID();
-  const environmentId = randomUUID();
-  const at = new Date().toISOString();
-  await store.db
-    .insertInto('projects')
-    .values({ id: projectId, accountId, name: `bench ${projectId}`, description: null, createdBy: 'bench', createdAt: at })
-    .execute();
-  await store.db
-    .insertInto('environments' as never)
-    .values({ id: environmentId, projectId, name: 'bench', createdAt: at } as never)
-    .execute();
-  return { projectId, environmentId };
-}
-
-/** `count` RUNNING runs, each held by an agent work (its id the run's `agentWorkId`); answers the work ids. */
-async function seedRuns(store: Store, accountId: string, projectId: string, environmentId: string, count: number) {
-  const at = new Date().toISOString();
-  const works = Array.from({ length: count }, () => randomUUID());
-  await store.db
-    .insertInto('executions')
-    .values(
-      works.map((workId) => ({
-        id: randomUUID(),
-        accountId,
-        projectId,
-        environmentId,
-        environmentName: 'bench',
-        kind: 'PIPELINE',
-        pipelineName: 'marts/orders.orch.yaml',
-        testScope: null,
-        testName: null,
-        versionName: 'v1',
-        agentId: 'a',
-        agentWorkId: workId,
-        executionTag: null,
-        runningTag: null,
-        trigger: 'API',
-        scheduleId: null,
-        scheduledFor: null,
-        status: 'RUNNING',
-        message: null,
-        variables: '{}',
-        startedAt: at,
-        finishedAt: null,
-        lastReportAt: null,
-      })),
-    )
-    .execute();
-  return works;
 }
 
 /**

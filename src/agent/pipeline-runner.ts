@@ -234,7 +234,7 @@ function compareNamed(actual: VariableValue | undefined, comparator: string, exp
   }
 }
 
-/** The longest step message the agent protocol takes (`body.step.message`); a longer one is cut. */
+/** The longest step message the agent protocol takes (`body.body.step.message` of a progress report); a longer one is cut. */
 const MAX_STEP_MESSAGE = 65_535;
 
 function messageOf(error: unknown): string {

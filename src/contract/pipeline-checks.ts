@@ -72,19 +72,15 @@ function childOf(component: Component, has: (path: string) => boolean) {
  * `file` and every pipeline it runs, theirs, and so on (children named through variables are known only
  * when the run gets there); files that cannot be read are listed and not followed.
  */
-export function pipelinesRunBy(file: string, files: Record<string, string>): string[] {
+export function pipelinesRunBy(file: string, files: Record<string, string>, parsed: ParsedFiles = new Map()): string[] {
   const seen = new Set<string>();
   const waiting = [file];
   while (waiting.length > 0) {
     const path = waiting.pop()!;
     if (seen.has(path) || !Object.hasOwn(files, path)) continue;
     seen.add(path);
-    let pipeline: Pipeline;
-    try {
-      pipeline = parsePipelineFile(files[path]);
-    } catch {
-      continue;
-    }
+    const pipeline = parsedFile(path, files, parsed);
+    if (pipeline instanceof PipelineFileError) continue;
     for (const component of pipeline.components.values()) {
       const child = component.skipped ? undefined : childOf(component, (path) => Object.hasOwn(files, path));
       if (child?.target !== undefined) waiting.push(child.target);
@@ -94,16 +90,18 @@ export function pipelinesRunBy(file: string, files: Record<string, string>): str
 }
 
 /**
- * The child pipelines the pipeline in `text` runs, as paths among `paths`, and whether it names one through
- * a variable (then the run may reach any pipeline of the version). A file that cannot be read runs none.
+ * The child pipelines the pipeline at `path` (among `files`) runs, as paths among `paths`, and whether it
+ * names one through a variable (then the run may reach any pipeline of the version). A file that cannot be
+ * read runs none.
  */
-export function childPipelines(text: string, paths: ReadonlySet<string>): { paths: string[]; throughVariables: boolean } {
-  let pipeline: Pipeline;
-  try {
-    pipeline = parsePipelineFile(text);
-  } catch {
-    return { paths: [], throughVariables: false };
-  }
+export function childPipelines(
+  path: string,
+  files: Record<string, string>,
+  paths: ReadonlySet<string>,
+  parsed: ParsedFiles = new Map(),
+): { paths: string[]; throughVariables: boolean } {
+  const pipeline = parsedFile(path, files, parsed);
+  if (pipeline instanceof PipelineFileError) return { paths: [], throughVariables: false };
   const children: string[] = [];
   let throughVariables = false;
   for (const component of pipeline.components.values()) {
@@ -115,10 +113,15 @@ export function childPipelines(text: string, paths: ReadonlySet<string>): { path
   return { paths: children, throughVariables };
 }
 
-/** Files parsed once by path: the pipeline, or why it cannot be read. */
+/**
+ * Files parsed once by path: the pipeline, or why it cannot be read. One map is handed through everything
+ * that reads the same `files` (a run start: the files it sends, its checks, the review), so each file is
+ * parsed once; its entries are read, never changed.
+ */
 export type ParsedFiles = Map<string, Pipeline | PipelineFileError>;
 
-function parsedOnce(path: string, files: Record<string, string>, parsed: ParsedFiles): Pipeline | PipelineFileError {
+/** The file at `path` of `files`, parsed the first time it is asked for and kept in `parsed`. */
+export function parsedFile(path: string, files: Record<string, string>, parsed: ParsedFiles): Pipeline | PipelineFileError {
   let entry = parsed.get(path);
   if (entry === undefined) {
     try {
@@ -137,10 +140,10 @@ function parsedOnce(path: string, files: Record<string, string>, parsed: ParsedF
  * A file that cannot be parsed at all throws PipelineFileError (the caller's 422); everything else is
  * answered as violations (the caller's 400).
  */
-export function checkPipeline(file: string, files: Record<string, string>): PipelineViolation[] {
-  const top = parsedOnce(file, files, new Map());
+export function checkPipeline(file: string, files: Record<string, string>, parsed: ParsedFiles = new Map()): PipelineViolation[] {
+  const top = parsedFile(file, files, parsed);
   if (top instanceof PipelineFileError && top.component === undefined) throw top;
-  return walkPipelines([file], files, new Map(), true);
+  return walkPipelines([file], files, parsed, true);
 }
 
 /**
@@ -186,7 +189,7 @@ function walkPipelines(
   /** Starts walking `path`: answers whether it is on the chain now (a file that cannot be read is not). */
   const enter = (path: string): boolean => {
     done.add(path);
-    const pipeline = parsedOnce(path, files, parsed);
+    const pipeline = parsedFile(path, files, parsed);
     if (pipeline instanceof PipelineFileError) {
       if (unreadable) {
         violations.push({ file: path, component: pipeline.component, parameter: pipeline.parameter, message: pipeline.message });

@@ -126,7 +126,11 @@ export function parsePipelineFile(text: string): Pipeline {
 
 /** Reads an orchestration pipeline file (the kind a run starts from). */
 export function parsePipeline(text: string): Pipeline {
-  const pipeline = parsePipelineFile(text);
+  return orchestrationOnly(parsePipelineFile(text));
+}
+
+/** `pipeline` when it is an orchestration pipeline (the kind a run starts from); else PipelineFileError. */
+export function orchestrationOnly(pipeline: Pipeline): Pipeline {
   if (pipeline.kind !== 'orchestration') {
     throw new PipelineFileError(`Only orchestration pipelines run; this file is of type "${pipeline.kind}".`);
   }

@@ -91,16 +91,22 @@ export async function emitMany(trx: Executor, events: NewEvent[]): Promise<void>
 const SAFE_POINT = sql<number>`pg_snapshot_xmin(pg_current_snapshot())::text::bigint * ${sql.lit(EVENTS_PER_TRANSACTION)}`;
 
 /**
- * The id up to which every event is committed and visible to any later read, of every account (0 before
- * the first). A stream that starts "now" starts after it.
+ * An id up to which every event of the account is committed and visible to any later read (0 before the
+ * first): a stream that starts "now" starts after it. PostgreSQL: the safe point, of every account; SQLite,
+ * which commits ids in order: the account's last event.
  */
-export async function lastEventId(db: Executor, _accountId?: string): Promise<number> {
+export async function lastEventId(db: Executor, accountId: string): Promise<number> {
   if (statementsAreRoundTrips(db)) {
     const { rows } = await sql<{ head: number }>`select ${SAFE_POINT} - 1 as head`.execute(db);
     return Number(rows[0].head);
   }
-  const row = await db.selectFrom('outboxCounter').select('lastId').executeTakeFirst();
-  return row ? Number(row.lastId) : 0;
+  // SQLite commits ids in order: every later event of the account gets an id past its last one.
+  const row = await db
+    .selectFrom('outboxEvents')
+    .select((eb) => eb.fn.max('id').as('id'))
+    .where('accountId', '=', accountId)
+    .executeTakeFirst();
+  return Number(row?.id ?? 0);
 }
 
 /**
@@ -174,13 +180,11 @@ export async function readEvents(db: Executor, accountId: string, afterId: numbe
         left join lateral (
           select * from outbox_events where account_id = ${accountId} and id > ${afterId} order by id limit ${limit}
         ) e on true`
-      : sql<OutboxEventTable & { final: number }>`
-        select c.last_id as final, e.* from outbox_counter c
-        left join (
-          select * from outbox_events where account_id = ${accountId} and id > ${afterId} order by id limit ${limit}
-        ) e on 1`
+      : // SQLite: ids are handed out and committed in order, so every event visible is final.
+        sql<OutboxEventTable & { final: number }>`
+        select null as final, e.* from outbox_events e where account_id = ${accountId} and id > ${afterId} order by id limit ${limit}`
   ).execute(db);
-  const final = Number(found[0]?.final ?? 0);
+  const final = postgres ? Number(found[0]?.final ?? 0) : Number(found.at(-1)?.id ?? afterId);
   const rows = found.filter((row) => row.id !== null);
   const events = rows.filter((row) => Number(row.id) <= final).map(storedEvent);
   const heldBack = events.length < rows.length;
@@ -220,6 +224,12 @@ function storedEvent(row: OutboxEventTable): StoredEvent {
  */
 export async function pruneEvents(db: Executor, before: string): Promise<number> {
   let deleted = 0;
+  if (!statementsAreRoundTrips(db)) {
+    // SQLite hands the next id out past the last event kept (db/group-commit.ts): first the counter's floor
+    // is raised past every id handed out, so that one whose event goes is not handed out again.
+    await sql`update outbox_counter set last_id = max(last_id,
+      coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0))`.execute(db);
+  }
   for (const { id: accountId } of await db.selectFrom('accounts').select('id').execute()) {
     const kept = await db
       .selectFrom('outboxEvents')

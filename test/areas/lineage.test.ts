@@ -140,8 +140,8 @@ describeEachStore('lineage events', (kind) => {
     });
     const problem = expectProblem(bad, 400);
     assert.deepEqual(problem.violations, [
-      'body.step.lineage.inputs[0].namespace: must be a string of 1 to 1024 characters',
-      'body.step.lineage.outputs: must be a list of at most 500 datasets',
+      'body.body.step.lineage.inputs[0].namespace: must be a string of 1 to 1024 characters',
+      'body.body.step.lineage.outputs: must be a list of at most 500 datasets',
     ]);
     const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
     assert.equal(steps.status, 200, steps.text);
@@ -156,7 +156,9 @@ describeEachStore('lineage events', (kind) => {
         type: 'progress',
         body: { step: { index: 0, name: 'Load', status: 'SUCCESS', startedAt: new Date().toISOString(), rowsWritten } },
       });
-      assert.deepEqual(expectProblem(bad, 400).violations, ['body.step.rowsWritten: must be a whole number of rows, 0 or more']);
+      assert.deepEqual(expectProblem(bad, 400).violations, [
+        'body.body.step.rowsWritten: must be a whole number of rows, 0 or more',
+      ]);
     }
     const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
     assert.deepEqual(steps.body.results, [], 'the step of a refused report is not recorded');
@@ -189,6 +191,9 @@ describeEachStore('lineage events', (kind) => {
       [{ index: 1e308 }, 'body.body.step.index'],
       [{ index: -1 }, 'body.body.step.index'],
       [{ name: 5 }, 'body.body.step.name'],
+      // Checked past the schema, and named the same way (attack finding: once `body.step.…` here).
+      [{ rowsWritten: -1 }, 'body.body.step.rowsWritten'],
+      [{ lineage: 'everything' }, 'body.body.step.lineage'],
     ];
     for (const [change, field] of cases) {
       const bad = await agentCall('POST', `/work/${workId}/reports`, {

@@ -105,6 +105,10 @@ describeEachStore('shared pipeline artifacts', (kind) => {
           ['aliased.orch.yaml', aliased],
           ['broken.tran.yaml', 'a: ['],
           ['huge.orch.yaml', `description: big\nx: "${'y'.repeat(1024 * 1024)}"\n`],
+          // Many nodes and not one alias (attack finding: once refused as if aliases expanded too much).
+          ['many.orch.yaml', `description: many\nx: [${Array(120_000).fill('1').join(',')}]\n`],
+          // Nested deeper than any pipeline (attack finding: once a stack overflow's text as the reason).
+          ['deep.orch.yaml', `description: deep\nx: ${'['.repeat(5000)}${']'.repeat(5000)}\n`],
         ],
         { sharedPipelineIdPrefix: 'bounded', versionName: 'v1' },
       );
@@ -112,7 +116,9 @@ describeEachStore('shared pipeline artifacts', (kind) => {
       const reasons = Object.fromEntries(
         answer.body.ignoredResources.map((r: { name: string; reason: string }) => [r.name, r.reason]),
       );
-      assert.match(reasons['bomb.orch.yaml'], /^not a pipeline: its aliases expand past \d+ nodes$/);
+      assert.match(reasons['bomb.orch.yaml'], /^not a pipeline: larger than \d+ YAML nodes once its aliases are expanded$/);
+      assert.match(reasons['many.orch.yaml'], /^not a pipeline: larger than 100000 YAML nodes$/);
+      assert.equal(reasons['deep.orch.yaml'], 'not a pipeline: nested more than 100 levels deep');
       assert.match(reasons['broken.tran.yaml'], /^not a pipeline: not valid YAML/);
       assert.match(reasons['huge.orch.yaml'], /^not a pipeline: larger than \d+ bytes$/);
       assert.equal(reasons['aliased.orch.yaml'], undefined, 'a file with a few aliases is a pipeline');

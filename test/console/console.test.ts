@@ -314,6 +314,7 @@ describe('the web console', () => {
         assert.equal(await page.locator(`[data-step="${step}"]`).getAttribute('data-status'), 'SUCCESS', step);
       }
       assert.equal(await page.getByRole('button', { name: 'Cancel' }).count(), 0, 'a finished run has no cancel');
+      assert.equal(await page.locator('[data-steps-left-out]').count(), 0, 'a run of a few steps leaves none out');
       await accessible(page, 'run');
       await screenshot(page, 'run');
 
@@ -433,6 +434,50 @@ describe('the web console', () => {
       assert.equal(await page.locator('[data-run-status="RUNNING"]').count(), 1, 'the page shows what it last read');
       await setHidden(false);
       await page.locator('[data-run-status="CANCELLED"]').waitFor({ timeout: 30_000 });
+    } finally {
+      await context.close();
+    }
+  });
+
+  test('a run of more steps than the page draws says how many it has and how many are left out', async () => {
+    const runId = (
+      await call('POST', `/projects/${projectId}/pipeline-executions`, {
+        environmentName: 'dev',
+        pipelineName: 'pipelines/quick.orch.yaml',
+        scalarVariables: { region: 'eu' },
+      })
+    ).pipelineExecutionId as string;
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const page = await context.newPage();
+    // The run's steps list answers as the API does for a run of 1,234 steps (running that many is slow):
+    // pages of at most `size`, each with the list's `total`.
+    const TOTAL = 1234;
+    const reads: number[] = [];
+    await page.route(new RegExp(`/pipeline-executions/${runId}/steps\\?`), async (route) => {
+      const query = new URL(route.request().url()).searchParams;
+      const [number, size] = [Number(query.get('page')), Number(query.get('size'))];
+      reads.push(number);
+      const at = new Date().toISOString();
+      const results = Array.from({ length: Math.max(0, Math.min(size, TOTAL - number * size)) }, (_, i) => ({
+        id: String(number * size + i),
+        name: `Step ${number * size + i + 1}`,
+        result: { status: 'SUCCESS', startedAt: at, finishedAt: at, message: '' },
+        childPipeline: null,
+      }));
+      await route.fulfill({ json: { results, page: number, size, total: TOTAL } });
+    });
+    try {
+      await signIn(page, admin);
+      await page.goto(`${serve.url}/dpc/console/#/runs/${projectId}/${runId}`);
+      const note = page.locator('[data-steps-left-out]');
+      await note.waitFor();
+      assert.equal(await note.getAttribute('data-steps-left-out'), '234');
+      assert.match(await note.innerText(), /^This run has 1,234 steps: the first 1,000 are shown, 234 are left out/);
+      assert.equal(await page.locator('[data-step]').count(), 1000, 'the first 1,000 steps are drawn');
+      assert.deepEqual(reads.slice(0, 10), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 'ten pages of 100 read, no more');
+      await accessible(page, 'run with steps left out');
+      // The top of the page (the whole of it is 1,000 rows long).
+      await page.screenshot({ path: path.join(ARTIFACTS, 'run-steps-left-out.png') });
     } finally {
       await context.close();
     }

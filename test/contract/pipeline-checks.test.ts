@@ -1,6 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { checkPipeline, checkPipelines, describeViolation, pipelinesRunBy } from '../../src/contract/pipeline-checks.ts';
+import {
+  checkPipeline,
+  checkPipelines,
+  childPipelines,
+  describeViolation,
+  pipelinesRunBy,
+  type ParsedFiles,
+} from '../../src/contract/pipeline-checks.ts';
+import { errorsBeforeRun } from '../../src/areas/reviews/index.ts';
 
 /** An orchestration whose Start runs each of `children` (by name) in turn. */
 function runs(...children: string[]): string {
@@ -56,4 +64,34 @@ test('the pipelines a run reaches: each once, through long chains, not past a fi
   const reached = pipelinesRunBy('p0.orch.yaml', files);
   assert.equal(reached.length, 20_001);
   assert.ok(!reached.includes('unused.orch.yaml'));
+});
+
+test('one map of parsed files is read by every check of a run start: a file it holds is not parsed again', () => {
+  const files: Record<string, string> = {
+    'root.orch.yaml': runs('child', 'gone'),
+    // A child with a missing parameter (a violation) that runs a transformation.
+    'child.orch.yaml': `type: orchestration\npipeline:\n  components:\n    Start:\n      type: start\n      transitions:\n        unconditional: [Query, Load]\n    Query:\n      type: sql-executor\n      parameters: {}\n    Load:\n      type: run-transformation\n      parameters:\n        transformationJob: "load"\n`,
+    'load.tran.yaml': `type: transformation\npipeline:\n  components:\n    Read:\n      type: table-input\n      parameters:\n        targetTable: "t"\n`,
+    'other.orch.yaml': runs(),
+  };
+  const paths = new Set(Object.keys(files));
+  const context = { projectVariables: new Set<string>(), sqlDialect: 'postgresql' };
+  const everything = (from: Record<string, string>, parsed: ParsedFiles) => ({
+    reached: pipelinesRunBy('root.orch.yaml', from, parsed).sort(),
+    children: childPipelines('child.orch.yaml', from, paths, parsed),
+    violations: checkPipeline('root.orch.yaml', from, parsed).map(describeViolation),
+    errors: errorsBeforeRun('root.orch.yaml', from, context, parsed),
+  });
+  const parsed: ParsedFiles = new Map();
+  const first = everything(files, parsed);
+  assert.deepEqual(first.reached, ['child.orch.yaml', 'load.tran.yaml', 'root.orch.yaml']);
+  assert.deepEqual(first.children, { paths: ['load.tran.yaml'], throughVariables: false });
+  assert.ok(first.violations.includes('child.orch.yaml: components.Query.parameters.sqlScript: required'));
+  assert.ok(first.errors.length > 0, 'the review finds the errors too');
+  assert.deepEqual([...parsed.keys()].sort(), first.reached, 'each file reached is parsed into the map');
+  // Every text made unreadable: answered from the map all the same, so nothing was parsed again.
+  const unreadable = Object.fromEntries(Object.keys(files).map((path) => [path, 'pipeline: [']));
+  assert.deepEqual(everything(unreadable, parsed), first);
+  // Without the map the same texts are what they are: unreadable (so the comparison above can fail).
+  assert.throws(() => checkPipeline('root.orch.yaml', unreadable));
 });

@@ -5,6 +5,7 @@ import SQLite from 'better-sqlite3';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, sql, type Executor, type Store } from '../../src/core/db/database.ts';
 import { scratchStore } from '../helpers/harness.ts';
+import { deferInsertOnSqlite, type DeferredInsert } from '../../src/core/db/group-commit.ts';
 
 const addAccount = (db: Executor, name: string) =>
   db.insertInto('accounts').values({ id: crypto.randomUUID(), name, createdAt: new Date().toISOString() }).execute();
@@ -57,6 +58,7 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
     );
     await sql`create table grouped_refused (id text)`.execute(store.db);
     await sql`create table grouped_named (name text primary key)`.execute(store.db);
+    await sql`create table grouped_deferred (name text primary key, n integer)`.execute(store.db);
     await sql`create trigger grouped_refuse before insert on grouped_refused begin select raise(rollback, 'refused'); end`.execute(
       store.db,
     );
@@ -103,6 +105,40 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
       ['fulfilled', 'rejected', 'fulfilled'],
     );
     assert.deepEqual([committed(kept), committed(failed), committed(alsoKept)], [true, false, true]);
+  });
+
+  test('rows handed to the group commit are written with it, those of a transaction that fails are not', async () => {
+    const rows: DeferredInsert = {
+      into: 'insert into grouped_deferred (name, n)',
+      columns: 2,
+      then: 'on conflict (name) do nothing',
+    };
+    const defer = (trx: Executor, name: string, n: number) =>
+      assert.ok(deferInsertOnSqlite(trx.getExecutor().adapter, rows, [name, n]), 'a SQLite store takes deferred rows');
+    const deferred = (name: string) =>
+      other.prepare('select n from grouped_deferred where name = ?').get(name) as { n: number } | undefined;
+    const [kept, failed, twice] = [uniqueName(), uniqueName(), uniqueName()];
+    let seenInside: unknown;
+    const outcomes = await Promise.allSettled([
+      store.db.transaction().execute(async (trx) => {
+        defer(trx, kept, 1);
+        defer(trx, twice, 2);
+        // Not written yet: the transaction's own statements do not see it.
+        seenInside = (await sql`select count(*) as n from grouped_deferred where name = ${kept}`.execute(trx)).rows[0];
+      }),
+      store.db.transaction().execute(async (trx) => {
+        defer(trx, failed, 3);
+        throw new Error('changed its mind');
+      }),
+      store.db.transaction().execute(async (trx) => defer(trx, twice, 4)),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['fulfilled', 'rejected', 'fulfilled'],
+    );
+    assert.deepEqual(seenInside, { n: 0 });
+    assert.deepEqual([deferred(kept)?.n, deferred(failed)?.n, deferred(twice)?.n], [1, undefined, 2]);
+    assert.throws(() => deferInsertOnSqlite(store.db.getExecutor().adapter, rows, [uniqueName(), 5]), /in a transaction/);
   });
 
   test('a read outside a transaction commits the open group before it reads', async () => {

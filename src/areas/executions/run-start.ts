@@ -13,19 +13,26 @@ import { requireEnvironment, type WarehouseSettings } from '../environments/inde
 import { connectionSecret } from '../connections/index.ts';
 import { valueOfType, variableValuesIn } from '../variables/index.ts';
 import {
-  parsePipeline,
+  orchestrationOnly,
   PIPELINE_SUFFIXES,
   PipelineFileError,
   type Pipeline,
   type VariableValue,
 } from '../../contract/pipeline-file.ts';
-import { checkPipeline, childPipelines, describeViolation } from '../../contract/pipeline-checks.ts';
+import {
+  checkPipeline,
+  childPipelines,
+  describeViolation,
+  parsedFile,
+  type ParsedFiles,
+} from '../../contract/pipeline-checks.ts';
 import { describeFinding, errorsBeforeRun } from '../reviews/index.ts';
 import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
 
 const ORCHESTRATION = PIPELINE_SUFFIXES.orchestration;
 const TEST_ORCHESTRATION = PIPELINE_SUFFIXES.test;
+const TRANSFORMATION = PIPELINE_SUFFIXES.transformation;
 
 /**
  * The artifact a run reads: version `versionName` (404 when unknown, 410 when disabled), or the latest
@@ -43,8 +50,17 @@ async function orchestrationPaths(db: Executor, artifactId: number): Promise<str
   return (await artifactFilePaths(db, artifactId)).filter((path) => path.endsWith(ORCHESTRATION));
 }
 
-/** The path of pipeline `name` (a path, with or without `.orch.yaml`) among `paths`, or a 404. */
-function requirePipelinePath(paths: string[], name: string, what = 'Pipeline'): string {
+/**
+ * The path of pipeline `name` (a path, with or without `.orch.yaml`) among `paths`, or a 404. A run names an
+ * orchestration pipeline: a transformation pipeline's file is a 400 naming `field` (one runs only from an
+ * orchestration pipeline's run-transformation component).
+ */
+function requirePipelinePath(paths: string[], name: string, field: string, what = 'Pipeline'): string {
+  if (name.endsWith(TRANSFORMATION)) {
+    throw badRequest(`"${name}" is a transformation pipeline: only orchestration pipelines (${ORCHESTRATION}) run.`, [
+      `${field}: only orchestration pipelines run; "${name}" is a transformation pipeline (run it from one with run-transformation)`,
+    ]);
+  }
   const path = [name, `${name}${ORCHESTRATION}`].find((candidate) => paths.includes(candidate));
   if (!path) throw notFound(`${what} "${name}" is not an orchestration pipeline of this version.`);
   return path;
@@ -75,13 +91,17 @@ async function chooseAgent(
 /**
  * The pipeline files a run of `roots` can reach (orchestration and transformation), by path: the roots,
  * the children they name, theirs, and so on; all of the version's when one names its child through a
- * variable (known only when the run gets there). What the agent is sent, and what the checks read.
+ * variable (known only when the run gets there). What the agent is sent, and what the checks read. Each
+ * file read is parsed into `parsed`, which the checks and the review then read instead of parsing again.
  */
-async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: readonly string[]): Promise<Record<string, string>> {
+async function pipelineFilesRunBy(
+  db: Executor,
+  artifactId: number,
+  roots: readonly string[],
+  parsed: ParsedFiles,
+): Promise<Record<string, string>> {
   const paths = new Set(
-    (await artifactFilePaths(db, artifactId)).filter(
-      (path) => path.endsWith(ORCHESTRATION) || path.endsWith(PIPELINE_SUFFIXES.transformation),
-    ),
+    (await artifactFilePaths(db, artifactId)).filter((path) => path.endsWith(ORCHESTRATION) || path.endsWith(TRANSFORMATION)),
   );
   const files = Object.create(null) as Record<string, string>;
   const waiting = [...roots];
@@ -89,7 +109,7 @@ async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: reado
     const path = waiting.pop()!;
     if (Object.hasOwn(files, path) || !paths.has(path)) continue;
     files[path] = await artifactFileText(db, artifactId, path);
-    const children = childPipelines(files[path], paths);
+    const children = childPipelines(path, files, paths, parsed);
     if (children.throughVariables) {
       waiting.length = 0;
       waiting.push(...paths);
@@ -101,14 +121,17 @@ async function pipelineFilesRunBy(db: Executor, artifactId: number, roots: reado
 /**
  * The pipeline at `path`, checked with the pipelines it runs: a file that is not a pipeline at all is a
  * 422; a graph that cannot run (an unknown target or source, a cycle, a missing parameter, a child not in
- * the artifact) is a 400 whose violations name the file, the component and the parameter.
+ * the artifact) is a 400 whose violations name the file, the component and the parameter. The files are
+ * read from `parsed` (parsed there when missing).
  */
-function parseOrRefuse(path: string, files: Record<string, string>): Pipeline {
+function parseOrRefuse(path: string, files: Record<string, string>, parsed: ParsedFiles): Pipeline {
   let violations;
   let pipeline: Pipeline;
   try {
-    pipeline = parsePipeline(files[path]);
-    violations = checkPipeline(path, files);
+    const entry = parsedFile(path, files, parsed);
+    if (entry instanceof PipelineFileError) throw entry;
+    pipeline = orchestrationOnly(entry);
+    violations = checkPipeline(path, files, parsed);
   } catch (error) {
     if (error instanceof PipelineFileError && error.component === undefined) {
       throw new ProblemError(422, `Pipeline "${path}" cannot run: ${error.message}`);
@@ -177,6 +200,7 @@ async function resolveVariables(
 function refuseReviewErrors(
   paths: readonly string[],
   files: Record<string, string>,
+  parsed: ParsedFiles,
   projectVariables: Set<string>,
   warehouse: WarehouseSettings | null,
 ): void {
@@ -184,7 +208,7 @@ function refuseReviewErrors(
   const context = { projectVariables, sqlDialect: sqlGrammarOf(warehouse?.type) };
   const seen = new Set<string>();
   const errors = paths
-    .flatMap((path) => errorsBeforeRun(path, files, context))
+    .flatMap((path) => errorsBeforeRun(path, files, context, parsed))
     .map(describeFinding)
     .filter((line) => !seen.has(line) && seen.add(line));
   if (errors.length > 0) {
@@ -256,9 +280,11 @@ export async function preparePipelineRun(
 ): Promise<PreparedRun & { pipelineName: string }> {
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
   const artifact = await requireRunnableArtifact(db, environment.id, request.versionName);
-  const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName);
-  const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName]);
-  const pipeline = parseOrRefuse(pipelineName, files);
+  const pipelineName = requirePipelinePath(await orchestrationPaths(db, artifact.id), request.pipelineName, 'body.pipelineName');
+  // Each file the run reaches is parsed once, here, and read from this map by every check after.
+  const parsed: ParsedFiles = new Map();
+  const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName], parsed);
+  const pipeline = parseOrRefuse(pipelineName, files, parsed);
   const agentId = await chooseAgent(
     db,
     request.accountId,
@@ -274,7 +300,7 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
-  refuseReviewErrors([pipelineName], files, projectVariables, environment.warehouse);
+  refuseReviewErrors([pipelineName], files, parsed, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
@@ -300,9 +326,9 @@ export async function prepareTestRun(
 ): Promise<PreparedRun & { tests: string[]; pipelineName: string | null; testName: string | null }> {
   const missing =
     request.scope === 'TEST' && request.testName === undefined
-      ? 'testName: required for scope TEST'
+      ? 'body.testName: required for scope TEST'
       : request.scope === 'PIPELINE' && request.pipelineName === undefined
-        ? 'pipelineName: required for scope PIPELINE'
+        ? 'body.pipelineName: required for scope PIPELINE'
         : undefined;
   if (missing) throw badRequest('The scope needs a name.', [missing]);
   const environment = await requireEnvironment(db, request.projectId, request.environmentName);
@@ -319,18 +345,20 @@ export async function prepareTestRun(
       name.endsWith(TEST_ORCHESTRATION)
         ? name
         : `${name.endsWith(ORCHESTRATION) ? name.slice(0, -ORCHESTRATION.length) : name}${TEST_ORCHESTRATION}`,
+      'body.testName',
       'Test',
     );
     tests = [testName];
   } else if (request.scope === 'PIPELINE') {
-    pipelineName = requirePipelinePath(paths, request.pipelineName!);
+    pipelineName = requirePipelinePath(paths, request.pipelineName!, 'body.pipelineName');
     const stem = pipelineName.slice(0, -ORCHESTRATION.length);
     tests = allTests.filter((path) => path !== pipelineName && path.startsWith(stem));
   } else {
     tests = allTests;
   }
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
-  const pipelines = await pipelineFilesRunBy(db, artifact.id, tests);
+  const parsed: ParsedFiles = new Map();
+  const pipelines = await pipelineFilesRunBy(db, artifact.id, tests, parsed);
   const agentId = await chooseAgent(
     db,
     request.accountId,
@@ -339,7 +367,7 @@ export async function prepareTestRun(
     request.hostedAgent === true,
   );
   const { variables, projectVariables } = await resolveVariables(db, request.projectId, environment.id, {});
-  refuseReviewErrors(tests, pipelines, projectVariables, environment.warehouse);
+  refuseReviewErrors(tests, pipelines, parsed, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,

@@ -252,7 +252,7 @@ export interface ReportedStep {
 function rowsWrittenOf(value: unknown): number | null {
   if (value === undefined || value === null) return null;
   if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-  throw badRequest('The step is not valid.', ['body.step.rowsWritten: must be a whole number of rows, 0 or more']);
+  throw badRequest('The step is not valid.', ['body.body.step.rowsWritten: must be a whole number of rows, 0 or more']);
 }
 
 /** Records a step the agent reported; a repeated report of a step updates it. */

@@ -54,6 +54,11 @@ export function startLineagePush(
   });
 }
 
+/** Whether events stored in `db` are pushed (their ids are needed to queue them). */
+export function pushesFrom(db: Executor): boolean {
+  return pushes.has(storeKey(db));
+}
+
 /** Queues the push of stored event `id`, in the transaction that stored it; nothing without DPC_OPENLINEAGE_URL. */
 export async function queuePush(db: Executor, id: number): Promise<void> {
   const push = pushes.get(storeKey(db));

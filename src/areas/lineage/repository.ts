@@ -1,6 +1,7 @@
 import type { Executor, Trx } from '../../core/db/database.ts';
 import { statementsAreRoundTrips } from '../../core/db/database.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
+import { deferInsertOnSqlite, type DeferredInsert } from '../../core/db/group-commit.ts';
 import { countOf, pageWindow, type PageQuery } from '../../core/paging.ts';
 import type { LineageBodyTable, LineageStepTable } from './tables.ts';
 
@@ -56,6 +57,47 @@ export async function insertLineageStep(db: Executor, step: LineageStepRow, body
   await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
   const [row] = await insertStep(db, step);
   return Number(row.id);
+}
+
+/** SQLite: a step's body and row as handed to its transaction's group commit (addLineageStep). */
+const BODY_ROWS: DeferredInsert = {
+  into: 'insert into lineage_bodies (project_id, hash, body)',
+  columns: 3,
+  then: 'on conflict (project_id, hash) do nothing',
+};
+const STEP_ROWS: DeferredInsert = {
+  into:
+    'insert into lineage_steps (account_id, project_id, execution_id, generated_at, event_time, job_name, job_kind, ' +
+    'step_index, step_name, step_status, body_hash)',
+  columns: 11,
+};
+
+/**
+ * Records a step's lineage as insertLineageStep does, without answering its id. In a SQLite transaction the
+ * body and row go to its group's commit (db/group-commit.ts), written there with the group's others, one
+ * statement for the bodies and one for the rows: a report's transaction runs no statement for its lineage.
+ */
+export async function addLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<void> {
+  if (db.isTransaction && !statementsAreRoundTrips(db)) {
+    const adapter = db.getExecutor().adapter;
+    if (deferInsertOnSqlite(adapter, BODY_ROWS, [step.projectId, step.bodyHash, body])) {
+      deferInsertOnSqlite(adapter, STEP_ROWS, [
+        step.accountId,
+        step.projectId,
+        step.executionId,
+        step.generatedAt,
+        step.eventTime,
+        step.jobName,
+        step.jobKind,
+        step.stepIndex,
+        step.stepName,
+        step.stepStatus,
+        step.bodyHash,
+      ]);
+      return;
+    }
+  }
+  await insertLineageStep(db, step, body);
 }
 
 /** A recorded step with its body, by id. */

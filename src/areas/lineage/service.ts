@@ -4,8 +4,8 @@ import { now } from '../../core/db/database.ts';
 import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
 import { LINEAGE_LIMITS, type LineageDataset, type StepLineage } from '../../contract/lineage.ts';
-import { insertLineageStep, pageLineageSteps, type LineageStepRow } from './repository.ts';
-import { queuePush } from './push.ts';
+import { addLineageStep, insertLineageStep, pageLineageSteps, type LineageStepRow } from './repository.ts';
+import { pushesFrom, queuePush } from './push.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
@@ -92,7 +92,7 @@ function datasetsOf(value: unknown, field: string, violations: string[]): Lineag
  * names; 400 naming each field that is wrong. (The slow way: writtenLineage takes it only for a report
  * that is wrong or carries more than StepLineage names.)
  */
-export function checkedLineage(value: unknown, field = 'body.step.lineage'): StepLineage {
+export function checkedLineage(value: unknown, field = 'body.body.step.lineage'): StepLineage {
   const violations: string[] = [];
   if (!isObject(value)) throw badRequest('The step lineage is not an object.', [`${field}: must be an object`]);
   const lineage: StepLineage = {
@@ -155,7 +155,7 @@ function datasetsFit(value: unknown): value is unknown[] {
  * that is right and has both lists (the agent's every report) is checked by a walk that allocates nothing
  * and serialised as it came; any other is checked and copied field by field (checkedLineage).
  */
-export function writtenLineage(value: unknown, field = 'body.step.lineage'): { json: string; datasets: number } {
+export function writtenLineage(value: unknown, field = 'body.body.step.lineage'): { json: string; datasets: number } {
   if (
     isObject(value) &&
     datasetsFit(value.inputs) &&
@@ -226,7 +226,7 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
   const { json: body, datasets } = writtenLineage(reported);
   if (datasets === 0) return;
   const generatedAt = now();
-  const id = await insertLineageStep(
+  await storeStep(
     db,
     {
       accountId: at.accountId,
@@ -243,7 +243,12 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
     },
     body,
   );
-  await queuePush(db, id);
+}
+
+/** A step's row and body; queued for the push when there is one (which needs the row's id). */
+async function storeStep(db: Executor, row: LineageStepRow, body: string): Promise<void> {
+  if (!pushesFrom(db)) return addLineageStep(db, row, body);
+  await queuePush(db, await insertLineageStep(db, row, body));
 }
 
 export interface StreamingLineage {
@@ -267,7 +272,7 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
   if (at.inputs.length === 0 && at.outputs.length === 0) return;
   const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
   const generatedAt = now();
-  const id = await insertLineageStep(
+  await storeStep(
     db,
     {
       accountId: at.accountId,
@@ -284,7 +289,6 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
     },
     body,
   );
-  await queuePush(db, id);
 }
 
 /** The OpenLineage RunEvent of a recorded step (or streaming run) and its datasets. */

@@ -5,8 +5,15 @@
  */
 import { sqlParser } from '../../contract/sql-parser.ts';
 import { credentialViolations } from '../../core/credentials.ts';
-import { checkPipelines, describeViolation, pipelinesRunBy, type PipelineViolation } from '../../contract/pipeline-checks.ts';
-import { parsePipelineFile, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
+import {
+  checkPipelines,
+  describeViolation,
+  parsedFile,
+  pipelinesRunBy,
+  type ParsedFiles,
+  type PipelineViolation,
+} from '../../contract/pipeline-checks.ts';
+import { PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
 import { OUTPUT_TYPES } from '../../contract/transformation.ts';
 import { rowsOf } from '../../contract/variables.ts';
 
@@ -261,22 +268,15 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
 const isPipelineFile = (path: string) =>
   path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
 
-/** The findings of every pipeline file among `files` (by path), most severe first, then by file and component. */
-export function reviewFiles(files: Record<string, string>, context: ReviewContext): Finding[] {
+/**
+ * The findings of every pipeline file among `files` (by path), most severe first, then by file and component.
+ * Each file is parsed once, into `parsed` (a caller that has parsed them already hands its map).
+ */
+export function reviewFiles(files: Record<string, string>, context: ReviewContext, parsed: ParsedFiles = new Map()): Finding[] {
   const findings: Finding[] = [];
   const paths = Object.keys(files).filter(isPipelineFile).sort();
-  // Each file read once: the loop below asks whether a child it names could be read.
-  const parsed = new Map<string, Pipeline | PipelineFileError>();
   for (const path of paths) {
-    try {
-      parsed.set(path, parsePipelineFile(files[path]));
-    } catch (error) {
-      if (!(error instanceof PipelineFileError)) throw error;
-      parsed.set(path, error);
-    }
-  }
-  for (const path of paths) {
-    const pipeline = parsed.get(path)!;
+    const pipeline = parsedFile(path, files, parsed);
     if (pipeline instanceof PipelineFileError) {
       const error = pipeline;
       findings.push(
@@ -310,10 +310,15 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
  * What blocks a run of `file`: the review's errors in it and the pipelines it runs (warnings do not block).
  * A run start calls it after its own checks, so what they refuse is refused as before.
  */
-export function errorsBeforeRun(file: string, files: Record<string, string>, context: ReviewContext): Finding[] {
+export function errorsBeforeRun(
+  file: string,
+  files: Record<string, string>,
+  context: ReviewContext,
+  parsed: ParsedFiles = new Map(),
+): Finding[] {
   const run = Object.create(null) as Record<string, string>;
-  for (const path of pipelinesRunBy(file, files)) run[path] = files[path];
-  return reviewFiles(run, context).filter((finding) => finding.severity === 'ERROR');
+  for (const path of pipelinesRunBy(file, files, parsed)) run[path] = files[path];
+  return reviewFiles(run, context, parsed).filter((finding) => finding.severity === 'ERROR');
 }
 
 /** A finding as a violation of a refused run: `<file>: components.<c>.parameters.<p>: <message> (<rule>)`. */

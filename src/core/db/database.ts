@@ -106,6 +106,7 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   const file = new SQLite(path.join(config.dataDir, 'platform.db'));
   file.pragma('journal_mode = WAL');
   file.pragma('synchronous = NORMAL');
+  if (process.env.XP_CKPT) file.pragma('wal_autocheckpoint = ' + process.env.XP_CKPT);
   file.pragma('foreign_keys = ON');
   // A write lock held by another connection is waited for without holding the thread (group-commit.ts).
   file.pragma('busy_timeout = 0');
@@ -122,28 +123,36 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
 /** Account ids per notification: a payload holds at most 8000 bytes. */
 const ACCOUNTS_PER_NOTIFICATION = 100;
 
+/** How long the accounts of this process's commits gather before one notification tells them all. */
+const NOTIFY_GATHER_MS = 5;
+
 /**
  * Notifies EVENTS_CHANNEL of the accounts whose events this process committed, after the commit and
  * outside the transaction: a NOTIFY inside it would hold PostgreSQL's one notification lock from the
  * commit's start to its end, one committing transaction at a time across the whole server. The accounts of
- * the commits of one turn of the event loop go in one notification. A notification lost with its process
- * (between the commit and here) costs a reader its poll interval, never an event: readers poll as well.
+ * the commits of NOTIFY_GATHER_MS go in one notification, whose transaction commits without waiting for its
+ * WAL to reach the disk (synchronous_commit off: a notification is a wake-up, not data; PostgreSQL gives a
+ * notifying transaction a transaction id, so each would otherwise cost a flush of the log). A notification
+ * lost with its process or a crash costs a reader its poll interval, never an event: readers poll as well.
  */
 function notifier(pool: pg.Pool): (events: DeferredEvent[]) => void {
   let accounts: Set<string> | undefined;
+  const send = (payload: string) =>
+    pool
+      .query(
+        `set local synchronous_commit to off; select pg_notify(${pg.escapeLiteral(EVENTS_CHANNEL)}, ${pg.escapeLiteral(payload)})`,
+      )
+      .catch(() => undefined);
   return (events) => {
     if (events.length === 0) return;
     if (!accounts) {
       const waiting = (accounts = new Set());
-      setImmediate(() => {
+      setTimeout(() => {
         accounts = undefined;
         const all = [...waiting];
-        for (let i = 0; i < all.length; i += ACCOUNTS_PER_NOTIFICATION) {
-          pool
-            .query('select pg_notify($1, $2)', [EVENTS_CHANNEL, all.slice(i, i + ACCOUNTS_PER_NOTIFICATION).join(',')])
-            .catch(() => undefined);
-        }
-      });
+        for (let i = 0; i < all.length; i += ACCOUNTS_PER_NOTIFICATION)
+          void send(all.slice(i, i + ACCOUNTS_PER_NOTIFICATION).join(','));
+      }, NOTIFY_GATHER_MS).unref();
     }
     for (const event of events) accounts.add(event.accountId);
   };
@@ -196,7 +205,15 @@ export function postgresCommitText(
     `from (values ${rows}) as v(a, n, t, p, s, d, o)${condition}`;
   const statements: string[] = [];
   if (audited) statements.push(insert(row(audited, 0), ' where pg_current_xact_id_if_assigned() is not null'));
-  if (events.length > 0) statements.push(insert(events.map((event, index) => row(event, index + 1)).join(', ')));
+  // The others as plain VALUES: PostgreSQL plans that in about half the time of an INSERT … SELECT.
+  if (events.length > 0) {
+    const values = events.map(
+      (event, index) =>
+        `(${literal(event.accountId)}, ${base} + ${index + 1}, ${literal(event.type)}, ${literal(event.projectId)}, ` +
+        `${literal(event.subject)}, ${literal(event.data)}, ${literal(event.occurredAt)})`,
+    );
+    statements.push(`insert into outbox_events (${OUTBOX_COLUMNS}) values ${values.join(', ')}`);
+  }
   statements.push('commit');
   return statements.join(';\n');
 }

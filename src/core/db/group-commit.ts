@@ -23,6 +23,31 @@ const GROUP_SIZE = 64;
 /** Outbox rows per insert (SQLite binds at most 32,766 values; a row is 7). */
 const OUTBOX_ROWS = 4000;
 
+/** Values bound by one statement at most (SQLite's limit is 32,766). */
+const VALUES_PER_STATEMENT = 32_000;
+
+/**
+ * Rows of one table that transactions hand to their group's commit instead of inserting them one statement
+ * each (deferInsertOnSqlite): the group writes each kind's rows in one statement, before its commit. For
+ * rows nothing reads back in the transaction that writes them (it cannot see them) and whose ids it does not need.
+ */
+export interface DeferredInsert {
+  /** `insert into <table> (<columns>)`, without `values`. */
+  readonly into: string;
+  /** How many values a row has. */
+  readonly columns: number;
+  /** After the values: `on conflict … do nothing`, or nothing. */
+  readonly then?: string;
+}
+
+const DATA_VERSION = CompiledQuery.raw('pragma data_version');
+
+/** The last outbox id handed out on the file: past every event kept, and past the floor of those deleted. */
+const LAST_EVENT_ID = CompiledQuery.raw(
+  `select max((select last_id from outbox_counter),
+    coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0)) as lastId`,
+);
+
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
 
@@ -55,6 +80,8 @@ class Group {
   members = 0;
   /** The outbox events of its members that committed into it, written just before its commit. */
   readonly events: DeferredEvent[] = [];
+  /** The deferred rows of its members that committed into it, by kind, written just before its commit. */
+  readonly rows = new Map<DeferredInsert, unknown[][]>();
   readonly committed: Promise<void>;
   settle!: (failure?: unknown) => void;
   constructor() {
@@ -96,6 +123,13 @@ class GroupCommitDriver implements Driver {
   #inTransaction = false;
   /** The outbox events of the transaction holding the connection (deferred-events.ts). */
   #events: DeferredEvent[] = [];
+  /** The deferred rows of the transaction holding the connection (deferInsert). */
+  #rows: [DeferredInsert, unknown[]][] = [];
+  /**
+   * The last outbox id this connection handed out, and SQLite's data_version when it did (another
+   * connection's commit changes it): see #writeEvents.
+   */
+  #lastEventId: { id: number; dataVersion: number } | undefined;
   /** The pending event of the audited write the transaction belongs to, and SQLite's change count at its start. */
   #pending: { write: PendingWriteEvent; changesBefore: number } | undefined;
 
@@ -132,6 +166,13 @@ class GroupCommitDriver implements Driver {
     this.#events.push(event);
   }
 
+  /** Keeps `row` for the transaction holding the connection, for its group's commit (see defer). */
+  deferInsert(insert: DeferredInsert, row: unknown[]): void {
+    if (!this.#inTransaction) throw new Error('A deferred row is written in a transaction.');
+    if (row.length !== insert.columns) throw new Error(`A deferred row has ${insert.columns} values, not ${row.length}.`);
+    this.#rows.push([insert, row]);
+  }
+
   async acquireConnection(): Promise<DatabaseConnection> {
     await this.#turns.take();
     return this.#lent;
@@ -147,6 +188,7 @@ class GroupCommitDriver implements Driver {
     group.members += 1;
     this.#inTransaction = true;
     this.#events = [];
+    this.#rows = [];
     const write = claimableWriteEvent();
     this.#pending = write && { write, changesBefore: await this.#totalChanges() };
   }
@@ -155,6 +197,8 @@ class GroupCommitDriver implements Driver {
     const group = this.#member();
     const events = this.#events;
     this.#events = [];
+    const rows = this.#rows;
+    this.#rows = [];
     // The audited write's event goes with the first of its transactions that changed something.
     const pending = this.#pending;
     this.#pending = undefined;
@@ -166,6 +210,11 @@ class GroupCommitDriver implements Driver {
     await this.#run('release member');
     this.#inTransaction = false;
     group.events.push(...events);
+    for (const [insert, row] of rows) {
+      const kept = group.rows.get(insert);
+      if (kept) kept.push(row);
+      else group.rows.set(insert, [row]);
+    }
     if (write) write.committing = true;
     try {
       if (group.members >= GROUP_SIZE) await this.#commit();
@@ -191,6 +240,7 @@ class GroupCommitDriver implements Driver {
     const group = this.#member();
     this.#inTransaction = false;
     this.#events = [];
+    this.#rows = [];
     this.#pending = undefined;
     if (this.sqliteInTransaction()) {
       await this.#run('rollback to member');
@@ -269,6 +319,7 @@ class GroupCommitDriver implements Driver {
     this.#group = undefined;
     try {
       if (group.events.length > 0) await this.#writeEvents(group.events);
+      for (const [insert, rows] of group.rows) await this.#writeRows(insert, rows);
       await this.#run('commit');
       group.settle();
       announceCommitted(group.events);
@@ -309,14 +360,20 @@ class GroupCommitDriver implements Driver {
   }
 
   /**
-   * The group's outbox events, ids taken from the one counter (the write lock is held: ids are handed out
-   * and committed in order, by every process on the file), in one statement per OUTBOX_ROWS.
+   * The group's outbox events, in one statement per OUTBOX_ROWS. The write lock is held: ids are handed out
+   * and committed in order, by every process on the file. The next id follows the last this connection handed
+   * out, kept in memory (no counter row to write with each commit) while SQLite's data_version says no other
+   * connection has committed since; otherwise it is found again: past every event kept (one seek per account)
+   * and past the counter's floor (raised before events are deleted: an id is never handed out twice).
    */
   async #writeEvents(events: readonly DeferredEvent[]): Promise<void> {
-    const { rows } = await this.#connection.executeQuery<{ lastId: number }>(
-      CompiledQuery.raw('update outbox_counter set last_id = last_id + ? returning last_id as lastId', [events.length]),
-    );
-    let id = Number(rows[0].lastId) - events.length;
+    const { rows: versions } = await this.#connection.executeQuery<{ data_version: number }>(DATA_VERSION);
+    const dataVersion = Number(versions[0].data_version);
+    if (this.#lastEventId?.dataVersion !== dataVersion) {
+      const { rows } = await this.#connection.executeQuery<{ lastId: number }>(LAST_EVENT_ID);
+      this.#lastEventId = { id: Number(rows[0].lastId), dataVersion };
+    }
+    let id = this.#lastEventId.id;
     for (let i = 0; i < events.length; i += OUTBOX_ROWS) {
       const chunk = events.slice(i, i + OUTBOX_ROWS);
       const parameters = chunk.flatMap((event) => {
@@ -327,6 +384,23 @@ class GroupCommitDriver implements Driver {
         CompiledQuery.raw(
           `insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at) values ${chunk.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
           parameters,
+        ),
+      );
+    }
+    // Handed out even if the commit then fails: ids may have gaps, never repeats.
+    this.#lastEventId.id = id;
+  }
+
+  /** The group's deferred rows of one kind, in as few statements as SQLite binds values for. */
+  async #writeRows(insert: DeferredInsert, rows: readonly unknown[][]): Promise<void> {
+    const perStatement = Math.max(1, Math.floor(VALUES_PER_STATEMENT / insert.columns));
+    const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
+    for (let i = 0; i < rows.length; i += perStatement) {
+      const chunk = rows.slice(i, i + perStatement);
+      await this.#connection.executeQuery(
+        CompiledQuery.raw(
+          `${insert.into} values ${chunk.map(() => row).join(', ')}${insert.then ? ` ${insert.then}` : ''}`,
+          chunk.flat(),
         ),
       );
     }
@@ -348,6 +422,17 @@ export function deferOnSqlite(adapter: DialectAdapter, event: DeferredEvent): bo
   const driver = driversByAdapter.get(adapter);
   if (!driver) return false;
   driver.defer(event);
+  return true;
+}
+
+/**
+ * Hands `row` to the commit of the SQLite transaction of `adapter` holding the connection (DeferredInsert);
+ * false when the adapter is not of a group-commit SQLite store, where the caller inserts it itself.
+ */
+export function deferInsertOnSqlite(adapter: DialectAdapter, insert: DeferredInsert, row: unknown[]): boolean {
+  const driver = driversByAdapter.get(adapter);
+  if (!driver) return false;
+  driver.deferInsert(insert, row);
   return true;
 }
 

@@ -110,16 +110,27 @@ export async function api(method, path, body) {
   return parsed;
 }
 
-/** Every item of a page-numbered list (`page`, `size`, `total`), up to `max` items. */
-export async function allPages(path, max = 1000) {
+/**
+ * The first `max` items of a page-numbered list (`page`, `size`, `total`), and `total`: how many the list
+ * holds, so that a page showing them can say what it left out.
+ */
+export async function firstItems(path, max = 1000) {
   const results = [];
+  let total = 0;
   const join = path.includes('?') ? '&' : '?';
   for (let page = 0; results.length < max; page += 1) {
     const answer = await api('GET', `${path}${join}page=${page}&size=100`);
     results.push(...answer.results);
+    total = answer.total;
     if (answer.results.length === 0 || results.length >= answer.total) break;
   }
-  return results;
+  const kept = results.slice(0, max);
+  return { results: kept, total: Math.max(total, kept.length) };
+}
+
+/** Every item of a page-numbered list, up to `max` items. */
+export async function allPages(path, max = 1000) {
+  return (await firstItems(path, max)).results;
 }
 
 export const POLL_MS = 2000;

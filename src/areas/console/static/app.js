@@ -1,5 +1,5 @@
 // The console: hash routes (#/runs, #/runs/{projectId}/{runId}, ...), each a view built from the public API.
-import { api, allPages, ApiError, canWrite, current, live, poll, signIn, signInWithToken, signOut } from './api.js';
+import { api, allPages, ApiError, canWrite, current, firstItems, live, poll, signIn, signInWithToken, signOut } from './api.js';
 import { drawGantt, drawGraph, graphOf } from './draw.js';
 import { badge, duration, errorBox, field, h, say, select, table, when } from './ui.js';
 
@@ -229,9 +229,17 @@ async function runsView(query) {
   }, runEvents);
 }
 
+/** The most steps a run page reads and draws. */
+const STEPS_SHOWN = 1000;
+const count = (n) => n.toLocaleString('en-US');
+
 async function runView(projectId, runId) {
   const base = `/projects/${projectId}/pipeline-executions/${runId}`;
-  let [run, steps] = await Promise.all([api('GET', base), allPages(`${base}/steps`)]);
+  // The first STEPS_SHOWN steps; a run with more says how many it has and that the rest are left out.
+  let [run, { results: steps, total: stepsTotal }] = await Promise.all([
+    api('GET', base),
+    firstItems(`${base}/steps`, STEPS_SHOWN),
+  ]);
   const head = h('div');
   const timeline = h('section', { 'aria-label': 'Timeline' });
   const messages = h('section', { 'aria-label': 'Messages' });
@@ -279,7 +287,18 @@ async function runView(projectId, runId) {
         : '',
       h('div', { className: 'actions' }, buttons),
     );
-    timeline.replaceChildren(h('h2', {}, 'Timeline'), drawGantt(steps, run));
+    const leftOut = stepsTotal - steps.length;
+    timeline.replaceChildren(
+      h('h2', {}, 'Timeline'),
+      leftOut > 0
+        ? h(
+            'p',
+            { className: 'note', 'data-steps-left-out': leftOut },
+            `This run has ${count(stepsTotal)} steps: the first ${count(steps.length)} are shown, ${count(leftOut)} are left out (read them all through the API: GET /dpc/v1${base}/steps?page=&size=).`,
+          )
+        : '',
+      drawGantt(steps, run),
+    );
     const said = steps.filter((step) => step.result?.message);
     messages.replaceChildren(
       h('h2', {}, 'Messages'),
@@ -308,7 +327,7 @@ async function runView(projectId, runId) {
       run = await api('GET', base);
     } else {
       need.steps = false;
-      steps = await allPages(`${base}/steps`);
+      ({ results: steps, total: stepsTotal } = await firstItems(`${base}/steps`, STEPS_SHOWN));
       if (wasFinal) return (render(), false);
     }
     render();
