@@ -495,6 +495,27 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     });
   }
 
+  test('a connection named in the list filter too: the ETag of that page (the connection alone) is what If-Match names', async () => {
+    const name = `c-${unique()}`;
+    const details = (secretName: string) => ({
+      authType: 'GENERIC_SECRET',
+      platformConnectionType: 'COMPONENT_BASIC',
+      connectionDetails: { connectionProperties: { secretName } },
+    });
+    await post(`/projects/${projectId}/connections`, { name, ...details('v1') });
+    const path = `/projects/${projectId}/connections?connectionName=${name}&connectionNames=${name}`;
+    const page = await read(path);
+    assert.deepEqual(
+      page.body.results.map((connection: { name: string }) => connection.name),
+      [name],
+    );
+    const tag = page.headers.get('etag')!;
+    // Another connection of the project changes: not this page, whose tag still passes.
+    await post(`/projects/${projectId}/connections`, { name: `other-${unique()}`, ...details('v1') });
+    succeeded(await send(path, { method: 'PUT', body: details('mine') }, tag));
+    expectProblem(await send(path, { method: 'PUT', body: details('again') }, tag), 412);
+  });
+
   test("the scheduler's move of a schedule's next due time is a version on: a write whose check saw the earlier time is 412", async () => {
     const { scheduleId } = await post(`/projects/${projectId}/schedules`, {
       name: `moving ${unique()}`,
