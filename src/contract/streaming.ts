@@ -30,6 +30,11 @@ export interface StreamingPipelinePayload {
   accountId?: string;
   name?: string;
   definition: StreamingDefinition;
+  /**
+   * A stop's: the run it ends (the id of the start work, which the stop cancels), so that the server can
+   * close the run's lineage once the agent reports the stop. Agents need not read it.
+   */
+  runId?: string;
 }
 
 /** The advanced property that chooses whether a first start copies the tables' rows first. */

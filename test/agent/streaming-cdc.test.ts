@@ -1,31 +1,26 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { spawnAgent } from '../helpers/processes.ts';
+import { describeEachStore } from '../helpers/harness.ts';
 import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
+import {
+  folderEvents,
+  sourceDefinition,
+  startLogicalSource,
+  StreamingRig,
+  tempDir,
+  writeInBackground,
+  type LogicalSource,
+} from '../helpers/streaming.ts';
 
 /**
  * Streaming pipelines move data, end to end with real processes: a server, the reference agent as a child
  * process, and PostgreSQL clusters of the test's own (one with wal_level=logical, one without). Changes go
  * to the agent's object store folder (an `s3` target served by `--object-store file://...`).
  */
-
-interface ChangeEvent {
-  op: string;
-  schema: string;
-  table: string;
-  lsn: string;
-  commitLsn: string;
-  commitTime: string;
-  xid: number | null;
-  before: Record<string, unknown> | null;
-  after: Record<string, unknown> | null;
-}
 
 const LSN = /^[0-9A-F]{1,8}\/[0-9A-F]{1,8}$/;
 const lsnValue = (lsn: string) => {
@@ -34,126 +29,55 @@ const lsnValue = (lsn: string) => {
 };
 
 describeEachStore('streaming pipelines move data: PostgreSQL to a folder, through a real agent', (kind) => {
-  let server: TestServer;
-  let caller: Caller;
-  let projectId: string;
-  let source: PrivatePostgres;
-  let plain: PrivatePostgres;
+  let rig: StreamingRig;
+  let source: LogicalSource;
   let sql: pg.Client;
-  let stateDir: string;
+  let plain: PrivatePostgres;
   let lakeDir: string;
-  let agentId: string;
-  let credentials: { clientId: string; clientSecret: string };
-  let agent: Awaited<ReturnType<typeof spawnAgent>> | undefined;
   let pipelineId: string;
 
-  const api = (method: string, apiPath: string, body?: unknown) => server.api(method, apiPath, { token: caller.token, body });
-  const pipelines = () => `/projects/${projectId}/streaming-pipelines`;
-  const status = async (id = pipelineId) => (await api('GET', `${pipelines()}/${id}/status`)).body;
-
-  async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
-    const deadline = Date.now() + timeoutMs;
-    let last: unknown;
-    while (Date.now() < deadline) {
-      const value = await check();
-      if (value) return value;
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    last = agent?.logs().split('\n').slice(-15).join('\n');
-    assert.fail(`timed out waiting until ${what}; the agent's last lines:\n${last}`);
-  }
-
-  const startAgent = async () => {
-    agent = await spawnAgent(
-      { url: server.url, ...credentials, stateDir },
-      { DPC_AGENT_OBJECT_STORE: pathToFileURL(lakeDir).href },
-    );
-  };
+  const status = (id = pipelineId) => rig.status(id);
 
   /** Every event the target holds for a table, files in name order (the snapshot first, then by LSN), lines in order. */
-  function eventsOf(table: string): ChangeEvent[] {
-    const folder = path.join(lakeDir, 'lake', 'cdc', 'public', table);
-    if (!existsSync(folder)) return [];
-    return readdirSync(folder)
-      .filter((name) => name.endsWith('.jsonl'))
-      .sort()
-      .flatMap((name) =>
-        readFileSync(path.join(folder, name), 'utf8')
-          .split('\n')
-          .filter(Boolean)
-          .map((line) => JSON.parse(line) as ChangeEvent),
-      );
-  }
+  const eventsOf = (table: string) => folderEvents(path.join(lakeDir, 'lake', 'cdc', 'public', table));
 
   function definition(name: string, cluster: PrivatePostgres, type = 'postgres', tables = ['orders', 'notes']) {
     return {
       name,
-      agentId,
       advancedProperties: { 'snapshot.mode': 'initial' },
-      streamingSource: {
-        type,
-        connection: {
-          host: cluster.host,
-          port: cluster.port,
-          ...(type !== 'db2ibmi' && { database: 'postgres' }),
-          username: cluster.user,
-          password: { secretName: 'cdc-source', secretKey: 'password', secretType: 'PASSWORD' },
-        },
-        tables: tables.map((table) => ({ schema: 'public', table })),
-      },
+      streamingSource: sourceDefinition(cluster, tables, { type, database: type !== 'db2ibmi' && 'postgres' }),
       streamingTarget: { type: 's3', bucket: 'lake', prefix: 'cdc/' },
     };
   }
 
-  async function command(id: string, verb: 'START' | 'STOP') {
-    const answer = await api('POST', `${pipelines()}/${id}/commands`, { command: verb });
-    assert.equal(answer.status, 202, answer.text);
-  }
-
   before(async () => {
-    server = await TestServer.start(kind, { agentConnectedWindowSeconds: 6, agentWorkLeaseSeconds: 5 });
-    ({ caller, projectId } = await server.prologue());
-    source = await startPrivatePostgres({ wal_level: 'logical' });
+    source = await startLogicalSource([
+      'CREATE TABLE orders (id integer PRIMARY KEY, item text NOT NULL, qty integer NOT NULL)',
+      'CREATE TABLE notes (id integer PRIMARY KEY, body text)',
+      "INSERT INTO orders VALUES (1, 'apple', 1), (2, 'bread', 2), (3, 'cheese', 3)",
+    ]);
+    sql = source.sql;
     plain = await startPrivatePostgres({ wal_level: 'replica' });
-    sql = new pg.Client(source.url);
-    await sql.connect();
-    await sql.query('CREATE TABLE orders (id integer PRIMARY KEY, item text NOT NULL, qty integer NOT NULL)');
-    await sql.query('CREATE TABLE notes (id integer PRIMARY KEY, body text)');
-    await sql.query("INSERT INTO orders VALUES (1, 'apple', 1), (2, 'bread', 2), (3, 'cheese', 3)");
-    stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-agent-cdc-'));
-    lakeDir = mkdtempSync(path.join(tmpdir(), 'dpc-lake-'));
-    agentId = (await api('POST', '/agents', { name: 'cdc', agentType: 'streaming', cloudProvider: 'aws', deployment: 'fargate' }))
-      .body.agentId;
-    credentials = (await api('POST', `/agents/${agentId}/credentials`)).body;
-    await startAgent();
-    await until('the agent is connected', async () => (await api('GET', `/agents/${agentId}`)).body.connected);
+    lakeDir = tempDir('dpc-lake-');
     // The source's password goes to the agent's vault only; the definition refers to it.
-    const written = await api('POST', `/secrets/${agentId}/secret-value`, {
-      secret: { name: 'cdc-source', key: 'password', type: 'PASSWORD', value: source.password },
+    rig = await StreamingRig.start({
+      kind,
+      agentEnv: { DPC_AGENT_OBJECT_STORE: pathToFileURL(lakeDir).href },
+      secrets: { 'cdc-source': source.cluster.password },
+      stateDirPrefix: 'dpc-agent-cdc-',
     });
-    assert.equal(written.status, 200, written.text);
   });
 
   after(async () => {
-    agent?.child.kill('SIGKILL');
-    await agent?.exited;
-    await sql?.end().catch(() => undefined);
+    await rig?.close();
     await source?.stop();
     await plain?.stop();
-    await server?.close();
-    for (const dir of [stateDir, lakeDir]) if (dir) rmSync(dir, { recursive: true, force: true });
+    if (lakeDir) rmSync(lakeDir, { recursive: true, force: true });
   });
 
   test('snapshot, insert, update, delete, a new column and truncate reach the folder; the status shows position, lag and rows', async () => {
-    const created = await api('POST', pipelines(), definition('orders-cdc', source));
-    assert.equal(created.status, 201, created.text);
-    pipelineId = created.body.streamingPipelineId;
-    await command(pipelineId, 'START');
-    await until('the pipeline streams', async () => {
-      const current = await status();
-      assert.notEqual(current.status, 'FAILED', current.message);
-      return current.status === 'RUNNING' && current.phase === 'streaming';
-    });
+    pipelineId = await rig.createPipeline(definition('orders-cdc', source.cluster));
+    await rig.startStreaming(pipelineId);
     const snapshot = eventsOf('orders');
     assert.deepEqual(
       snapshot.map((event) => [event.op, event.after]),
@@ -170,7 +94,7 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
     await sql.query('ALTER TABLE orders ADD COLUMN note text');
     await sql.query("INSERT INTO orders VALUES (5, 'fig', 5, 'added after the new column')");
     await sql.query('TRUNCATE orders');
-    const events = await until('every change is in the folder', async () => {
+    const events = await rig.until('every change is in the folder', async () => {
       const all = eventsOf('orders');
       return all.length >= 8 && all;
     });
@@ -201,7 +125,7 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
       assert.equal(typeof earlier.xid, 'number');
     }
 
-    const shown = await until('the status shows the last position', async () => {
+    const shown = await rig.until('the status shows the last position', async () => {
       const current = await status();
       return current.position === truncate!.commitLsn && current;
     });
@@ -215,28 +139,18 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
   test('a kill -9 of the agent mid-stream: once restarted it resumes, no change lost and none twice at the target', async () => {
     const transactions = 300;
     const perTransaction = 5;
-    const writer = (async () => {
-      const client = new pg.Client(source.url);
-      await client.connect();
-      try {
-        for (let t = 0; t < transactions; t += 1) {
-          const values = Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`);
-          await client.query(`INSERT INTO notes VALUES ${values.join(', ')}`);
-          await new Promise((resolve) => setTimeout(resolve, 10));
-        }
-      } finally {
-        await client.end();
-      }
-    })();
-    await until('some notes are in the folder', async () => eventsOf('notes').length >= 100);
-    agent!.child.kill('SIGKILL');
-    await agent!.exited;
+    /** Transaction t's rows: ids from t * perTransaction + 1 on. */
+    const notesOf = (t: number) =>
+      Array.from({ length: perTransaction }, (_, i) => `(${t * perTransaction + i + 1}, 'note ${t}')`).join(', ');
+    const writer = writeInBackground(source.cluster.url, transactions, (t) => [`INSERT INTO notes VALUES ${notesOf(t)}`]);
+    await rig.until('some notes are in the folder', async () => eventsOf('notes').length >= 100);
+    await rig.killAgent();
     const atKill = eventsOf('notes').length;
     await writer;
     assert.ok(atKill < transactions * perTransaction, `killed mid-stream (${atKill} written)`);
-    await startAgent();
+    await rig.startAgent();
     const total = transactions * perTransaction;
-    await until(
+    await rig.until(
       'every note is in the folder',
       async () => eventsOf('notes').length >= total && (await status()).rowsPerTable?.['public.notes'] === total,
       60_000,
@@ -260,32 +174,30 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
   });
 
   test('stop keeps the slot: a change made while stopped arrives on the next start; DELETE ?dropSlot=true drops slot and publication', async () => {
-    await command(pipelineId, 'STOP');
-    await until('the pipeline is stopped', async () => (await status()).status === 'STOPPED');
+    await rig.stop(pipelineId);
     const slot = `dpc_${pipelineId.replaceAll('-', '')}`;
     const slots = async () =>
       (await sql.query('SELECT slot_name FROM pg_replication_slots WHERE slot_name = $1', [slot])).rowCount;
     assert.equal(await slots(), 1, 'stop keeps the slot');
     await sql.query("INSERT INTO orders VALUES (6, 'grape', 6, 'while stopped')");
-    await command(pipelineId, 'START');
-    const arrived = await until('the change made while stopped arrives', async () => {
+    await rig.command(pipelineId, 'START');
+    const arrived = await rig.until('the change made while stopped arrives', async () => {
       const all = eventsOf('orders');
       return all.length >= 9 && all;
     });
     assert.deepEqual(arrived.at(-1)!.after, { id: 6, item: 'grape', qty: 6, note: 'while stopped' });
     assert.equal(arrived.length, 9);
-    await until('running again', async () => (await status()).status === 'RUNNING');
-    await command(pipelineId, 'STOP');
-    await until('stopped again', async () => (await status()).status === 'STOPPED');
+    await rig.untilStatus(pipelineId, 'RUNNING');
+    await rig.stop(pipelineId);
 
-    const deleted = await api('DELETE', `${pipelines()}/${pipelineId}?dropSlot=true`);
+    const deleted = await rig.api('DELETE', `${rig.pipelines(pipelineId)}?dropSlot=true`);
     assert.equal(deleted.status, 204, deleted.text);
-    await until('the agent dropped the slot', async () => (await slots()) === 0);
-    await until(
+    await rig.until('the agent dropped the slot', async () => (await slots()) === 0);
+    await rig.until(
       'and the publication',
       async () => (await sql.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [slot])).rowCount === 0,
     );
-    assert.equal((await api('GET', `${pipelines()}/${pipelineId}`)).status, 404);
+    assert.equal((await rig.api('GET', rig.pipelines(pipelineId))).status, 404);
   });
 
   test('a source without wal_level=logical fails start naming wal_level; sqlserver, oracle and db2ibmi are not supported by this agent', async () => {
@@ -293,27 +205,22 @@ describeEachStore('streaming pipelines move data: PostgreSQL to a folder, throug
     await plainSql.connect();
     await plainSql.query('CREATE TABLE orders (id integer PRIMARY KEY)');
     await plainSql.end();
-    const written = await api('POST', `/secrets/${agentId}/secret-value?overwrite=true`, {
-      secret: { name: 'cdc-plain', key: 'password', type: 'PASSWORD', value: plain.password },
-    });
-    assert.equal(written.status, 200, written.text);
+    await rig.writeSecrets({ 'cdc-plain': plain.password });
     const body = definition('replica-only', plain, 'postgres', ['orders']);
     body.streamingSource.connection.password.secretName = 'cdc-plain';
-    const created = await api('POST', pipelines(), body);
-    assert.equal(created.status, 201, created.text);
-    await command(created.body.streamingPipelineId, 'START');
-    const failed = await until('the start fails', async () => {
-      const current = await status(created.body.streamingPipelineId);
+    const created = await rig.createPipeline(body);
+    await rig.command(created, 'START');
+    const failed = await rig.until('the start fails', async () => {
+      const current = await status(created);
       return current.status === 'FAILED' && current;
     });
     assert.match(failed.message, /wal_level is replica; change data capture needs wal_level=logical/);
 
     for (const type of ['sqlserver', 'oracle', 'db2ibmi']) {
-      const other = await api('POST', pipelines(), definition(`from-${type}`, source, type, ['orders']));
-      assert.equal(other.status, 201, other.text);
-      await command(other.body.streamingPipelineId, 'START');
-      const refused = await until(`the ${type} start fails`, async () => {
-        const current = await status(other.body.streamingPipelineId);
+      const other = await rig.createPipeline(definition(`from-${type}`, source.cluster, type, ['orders']));
+      await rig.command(other, 'START');
+      const refused = await rig.until(`the ${type} start fails`, async () => {
+        const current = await status(other);
         return current.status === 'FAILED' && current;
       });
       assert.equal(refused.message, `source type ${type} is not supported by this agent`);

@@ -1,16 +1,15 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { FolderStore, type ObjectStore } from '../../src/agent/streaming/object-store.ts';
 import { runPostgresPipeline, type RunSettings } from '../../src/agent/streaming/pipeline.ts';
-import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
 import { FileTarget } from '../../src/agent/streaming/target.ts';
 import { loadState } from '../../src/agent/streaming/state.ts';
-import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
+import type { PrivatePostgres } from '../helpers/private-postgres.ts';
+import { postgresSourceOf, startLogicalSource, tempDir, until, type LogicalSource } from '../helpers/streaming.ts';
 
 /**
  * Exactly once at the target, in-process against a private PostgreSQL cluster: a run that dies after writing
@@ -20,6 +19,7 @@ import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-p
 
 const PIPELINE = '6f1c2b3a-0000-4000-8000-00000000d1e1';
 
+let source: LogicalSource;
 let cluster: PrivatePostgres;
 let sql: pg.Client;
 let stateDir: string;
@@ -27,16 +27,13 @@ let lakeDir: string;
 const folder = () => path.join(lakeDir, 'cdc', 'public', 'items');
 
 before(async () => {
-  cluster = await startPrivatePostgres({ wal_level: 'logical' });
-  sql = new pg.Client(cluster.url);
-  await sql.connect();
-  await sql.query('CREATE TABLE items (id integer PRIMARY KEY, label text)');
-  stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-cdc-state-'));
-  lakeDir = mkdtempSync(path.join(tmpdir(), 'dpc-cdc-lake-'));
+  source = await startLogicalSource(['CREATE TABLE items (id integer PRIMARY KEY, label text)']);
+  ({ cluster, sql } = source);
+  stateDir = tempDir('dpc-cdc-state-');
+  lakeDir = tempDir('dpc-cdc-lake-');
 });
 after(async () => {
-  await sql?.end().catch(() => undefined);
-  await cluster?.stop();
+  await source?.stop();
   for (const dir of [stateDir, lakeDir]) if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -46,13 +43,7 @@ function settings(target: ObjectStore, signal: AbortSignal, progress: StreamingP
     tables: [{ schema: 'public', table: 'items' }],
     advancedProperties: { 'snapshot.mode': 'never' },
     stateDir,
-    source: new PostgresSource({
-      host: cluster.host,
-      port: cluster.port,
-      database: 'postgres',
-      user: cluster.user,
-      password: cluster.password,
-    }),
+    source: postgresSourceOf(cluster),
     target: new FileTarget(target, 'cdc'),
     signal,
     report: (report) => progress.push(report),
@@ -67,15 +58,6 @@ const ids = () =>
     .sort()
     .flatMap((name) => readFileSync(path.join(folder(), name), 'utf8').split('\n').filter(Boolean))
     .map((line) => (JSON.parse(line) as { after: { id: number } }).after.id);
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  assert.fail(`timed out waiting until ${what}`);
-}
 
 test('a crash between the target write and the position commit: the next run removes the file and writes its changes once', async () => {
   const folderStore = new FolderStore(lakeDir);
@@ -178,7 +160,9 @@ test('only other tables change: keepalives move the slot on (confirmed_flush_lsn
   const position = (await loadState(stateDir, pipelineId))!.position;
   for (let i = 1; i <= 200; i += 1) await sql.query("INSERT INTO busy VALUES ($1, repeat('x', 1000))", [i]);
   const written = BigInt((await sql.query<{ at: string }>("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS at")).rows[0]!.at);
-  await until("the slot is confirmed past the other table's changes", async () => BigInt(await confirmed()) >= written, 30_000);
+  await until("the slot is confirmed past the other table's changes", async () => BigInt(await confirmed()) >= written, {
+    timeoutMs: 30_000,
+  });
   assert.ok(written > before);
   assert.equal((await loadState(stateDir, pipelineId))!.position, position, "no change of the pipeline's tables was written");
   stop.abort();

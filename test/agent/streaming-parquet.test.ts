@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
@@ -8,10 +7,10 @@ import { parquetReadObjects } from 'hyparquet';
 import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { FolderStore } from '../../src/agent/streaming/object-store.ts';
 import { runPostgresPipeline } from '../../src/agent/streaming/pipeline.ts';
-import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
 import { FileTarget } from '../../src/agent/streaming/target.ts';
 import { fileFormatOf } from '../../src/agent/streaming/handlers.ts';
-import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
+import type { PrivatePostgres } from '../helpers/private-postgres.ts';
+import { postgresSourceOf, startLogicalSource, tempDir, type LogicalSource } from '../helpers/streaming.ts';
 
 /**
  * Change files as Parquet (`advancedProperties["file.format"]: "parquet"`), in-process against a private
@@ -21,6 +20,7 @@ import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-p
 
 const PIPELINE = '6f1c2b3a-0000-4000-8000-00000000aa01';
 
+let source: LogicalSource;
 let cluster: PrivatePostgres;
 let sql: pg.Client;
 let stateDir: string;
@@ -28,17 +28,16 @@ let lakeDir: string;
 const folder = () => path.join(lakeDir, 'cdc', 'public', 'items');
 
 before(async () => {
-  cluster = await startPrivatePostgres({ wal_level: 'logical' });
-  sql = new pg.Client(cluster.url);
-  await sql.connect();
-  await sql.query('CREATE TABLE items (id integer PRIMARY KEY, label text, qty numeric)');
-  await sql.query("INSERT INTO items VALUES (1, 'apple', 1.5), (2, 'pear', 2)");
-  stateDir = mkdtempSync(path.join(tmpdir(), 'dpc-cdc-state-'));
-  lakeDir = mkdtempSync(path.join(tmpdir(), 'dpc-cdc-lake-'));
+  source = await startLogicalSource([
+    'CREATE TABLE items (id integer PRIMARY KEY, label text, qty numeric)',
+    "INSERT INTO items VALUES (1, 'apple', 1.5), (2, 'pear', 2)",
+  ]);
+  ({ cluster, sql } = source);
+  stateDir = tempDir('dpc-cdc-state-');
+  lakeDir = tempDir('dpc-cdc-lake-');
 });
 after(async () => {
-  await sql?.end().catch(() => undefined);
-  await cluster?.stop();
+  await source?.stop();
   for (const dir of [stateDir, lakeDir]) if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -62,13 +61,7 @@ test('a snapshot and every kind of change written as Parquet files, read back by
     tables: [{ schema: 'public', table: 'items' }],
     advancedProperties: { 'snapshot.mode': 'initial', 'file.format': 'parquet' },
     stateDir,
-    source: new PostgresSource({
-      host: cluster.host,
-      port: cluster.port,
-      database: 'postgres',
-      user: cluster.user,
-      password: cluster.password,
-    }),
+    source: postgresSourceOf(cluster),
     target: new FileTarget(new FolderStore(lakeDir), 'cdc', 'parquet'),
     signal: stop.signal,
     report: (report) => progress.push(report),

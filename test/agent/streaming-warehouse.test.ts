@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
@@ -8,13 +7,13 @@ import type { StreamingProgress } from '../../src/contract/streaming.ts';
 import { startStreamingPipeline } from '../../src/agent/streaming/handlers.ts';
 import { describeMysqlTable, runMysqlPipeline } from '../../src/agent/streaming/mysql.ts';
 import { runPostgresPipeline } from '../../src/agent/streaming/pipeline.ts';
-import { PostgresSource } from '../../src/agent/streaming/postgres.ts';
 import { loadState } from '../../src/agent/streaming/state.ts';
 import { WarehouseTarget, type TemporalMapping, type TransformationType } from '../../src/agent/streaming/warehouse-target.ts';
 import { DuckDbWarehouse, type Warehouse } from '../../src/agent/warehouse/index.ts';
 import type { WorkContext } from '../../src/agent/work-context.ts';
 import { startPrivateMariadb } from '../helpers/private-mariadb.ts';
-import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-postgres.ts';
+import type { PrivatePostgres } from '../helpers/private-postgres.ts';
+import { postgresSourceOf, startLogicalSource, tempDir, until, type LogicalSource } from '../helpers/streaming.ts';
 
 /**
  * Warehouse tables as the target (what the agent does for a `snowflake` target), in-process: a private
@@ -23,40 +22,23 @@ import { startPrivatePostgres, type PrivatePostgres } from '../helpers/private-p
  * warehouse's own position, so each change is in the warehouse once.
  */
 
+let logical: LogicalSource;
 let cluster: PrivatePostgres;
 let sql: pg.Client;
 let dir: string;
 const signal = new AbortController().signal;
 
 before(async () => {
-  cluster = await startPrivatePostgres({ wal_level: 'logical' });
-  sql = new pg.Client(cluster.url);
-  await sql.connect();
-  dir = mkdtempSync(path.join(tmpdir(), 'dpc-cdc-warehouse-'));
+  logical = await startLogicalSource();
+  ({ cluster, sql } = logical);
+  dir = tempDir('dpc-cdc-warehouse-');
 });
 after(async () => {
-  await sql?.end().catch(() => undefined);
-  await cluster?.stop();
+  await logical?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-const source = () =>
-  new PostgresSource({
-    host: cluster.host,
-    port: cluster.port,
-    database: 'postgres',
-    user: cluster.user,
-    password: cluster.password,
-  });
-
-async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  assert.fail(`timed out waiting until ${what}`);
-}
+const source = () => postgresSourceOf(cluster);
 
 async function duckdb(name: string): Promise<Warehouse> {
   return DuckDbWarehouse.open(path.join(dir, `${name}.duckdb`));

@@ -245,6 +245,52 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     assert.equal(theirs.body.total, 0);
   });
 
+  test("a stopped run's lineage ends with the stop's report: COMPLETE when it is done, FAIL when it fails", async () => {
+    const id = (await api('POST', pipelines(), pipelineBody(agentId, 'stopped-lineage'))).body.streamingPipelineId;
+    const progress = {
+      type: 'progress',
+      body: {
+        state: 'RUNNING',
+        phase: 'streaming',
+        position: '0/1',
+        lagSeconds: 0,
+        rowsPerTable: {},
+        reportedAt: new Date().toISOString(),
+      },
+    };
+    const eventsOf = async (runId: string) => {
+      const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+      const events = page.body.results
+        .map((result: { event: any }) => result.event)
+        .filter((event: any) => event.run.runId === runId);
+      for (const event of events) assertRunEvent(event);
+      return events.map((event: any) => [event.eventType, event.outputs.map((output: any) => output.name)]);
+    };
+    for (const [outcome, expected] of [
+      [{ type: 'done' }, 'COMPLETE'],
+      [{ type: 'failed', body: { message: 'the slot could not be released' } }, 'FAIL'],
+    ] as const) {
+      assert.equal((await api('POST', `${pipelines()}/${id}/start`)).status, 202);
+      const run = await agentCall('GET', '/work?waitSeconds=2');
+      assert.equal((await agentCall('POST', `/work/${run.body.workId}/reports`, progress)).status, 200);
+      assert.equal((await api('POST', `${pipelines()}/${id}/stop`)).status, 202);
+      const stop = await agentCall('GET', '/work?waitSeconds=2');
+      assert.equal(stop.body.kind, 'streaming-pipeline-stop');
+      assert.equal(stop.body.payload.runId, run.body.workId, 'the stop names the run it ends');
+      // The run's own final report, on work the stop cancelled, is taken but moves nothing.
+      assert.equal(
+        (await agentCall('POST', `/work/${run.body.workId}/reports`, { type: 'done', body: { state: 'STOPPED' } })).status,
+        200,
+      );
+      assert.deepEqual(await eventsOf(run.body.workId), [['START', ['orders/public/orders']]]);
+      assert.equal((await agentCall('POST', `/work/${stop.body.workId}/reports`, outcome)).status, 200);
+      assert.deepEqual(await eventsOf(run.body.workId), [
+        ['START', ['orders/public/orders']],
+        [expected, ['orders/public/orders']],
+      ]);
+    }
+  });
+
   test('a run whose agent vanished can be stopped by force; a late report then moves nothing', async () => {
     const created = await api('POST', pipelines(), pipelineBody(agentId, 'orphaned'));
     const id = created.body.streamingPipelineId;

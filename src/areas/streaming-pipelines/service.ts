@@ -9,7 +9,7 @@ import { isUniqueViolation, now } from '../../core/db/database.ts';
 import { badRequest, conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { credentialViolations, refuseCredentials } from '../../core/credentials.ts';
 import { WORK_KINDS } from '../../contract/work.ts';
-import { isStreamingProgress, type StreamingProgress } from '../../contract/streaming.ts';
+import { isStreamingProgress, type StreamingPipelinePayload, type StreamingProgress } from '../../contract/streaming.ts';
 import { cancelAgentWork, enqueueAgentWork, findAgent, unfinishedWorkOf, type AgentWorkReportHandler } from '../agents/index.ts';
 import { readStoredDefinition } from './stored-definitions.ts';
 import { emit } from '../../core/outbox.ts';
@@ -342,12 +342,14 @@ export async function requestRun(
   }
   // The run is the start work, which the agent holds while the pipeline runs: a stop cancels it (so that it
   // is not delivered again should the agent vanish) and tells the agent to end it and report when it has.
-  if (action === 'stop') await cancelRunsOf(db, row, [START_WORK]);
+  // The stop names the run it ends: its report closes the run's lineage (the cancelled run's own report cannot).
+  const [runId] = action === 'stop' ? await cancelRunsOf(db, row, [START_WORK]) : [];
+  const payload: StreamingPipelinePayload = { streamingPipelineId: pipelineId, projectId, accountId, name: row.name, definition };
   await enqueueAgentWork(db, {
     accountId,
     agentId: row.agentId,
     kind: action === 'start' ? START_WORK : STOP_WORK,
-    payload: { streamingPipelineId: pipelineId, projectId, accountId, name: row.name, definition },
+    payload: runId === undefined ? payload : { ...payload, runId },
   });
   await announceStatus(db, row, action === 'start' ? 'STARTING' : 'STOPPING', null);
   return statusOf(await requirePipeline(db, projectId, pipelineId));
@@ -367,12 +369,16 @@ async function forceStop(db: Executor, row: PipelineRow): Promise<ReturnType<typ
   return statusOf(await requirePipeline(db, row.projectId, row.id));
 }
 
-/** Cancels the pipeline's unfinished work of `kinds`. */
-async function cancelRunsOf(db: Executor, row: PipelineRow, kinds: string[]): Promise<void> {
+/** Cancels the pipeline's unfinished work of `kinds`; the ids of the work cancelled. */
+async function cancelRunsOf(db: Executor, row: PipelineRow, kinds: string[]): Promise<string[]> {
+  const cancelled: string[] = [];
   for (const work of await unfinishedWorkOf(db, row.agentId, kinds)) {
     const payload = work.payload as { streamingPipelineId?: string } | null;
-    if (payload?.streamingPipelineId === row.id) await cancelAgentWork(db, work.id);
+    if (payload?.streamingPipelineId !== row.id) continue;
+    await cancelAgentWork(db, work.id);
+    cancelled.push(work.id);
   }
+  return cancelled;
 }
 
 function failureMessage(body: unknown): string {
@@ -383,7 +389,8 @@ function failureMessage(body: unknown): string {
 /**
  * The lineage of a run (its id: the start work's), as OpenLineage events of the streaming job: START with
  * the run's first progress report (every table of the definition, source → target), RUNNING when a table
- * gets its first rows of the run, COMPLETE when the run ends, FAIL when it fails. The tables a report names
+ * gets its first rows of the run, COMPLETE when the run ends (by itself, or stopped: on the stop's report),
+ * FAIL when it fails. The tables a report names
  * are checked against the definition (tablesFirstWritten); the datasets are named from the definition.
  */
 async function reportLineage(
@@ -414,7 +421,8 @@ async function reportLineage(
  * Start (the run): a progress report (StreamingProgress) is kept for the status, and its RUNNING moves
  * STARTING to RUNNING; `done` ends the run: STOPPED (`{state: "STOPPED"}`: it ended by itself), or RUNNING
  * from STARTING for an agent that runs the pipeline outside the work; `failed` moves STARTING or RUNNING to
- * FAILED with the reason. Stop: `done` moves STOPPING to STOPPED, `failed` to FAILED.
+ * FAILED with the reason. Stop: `done` moves STOPPING to STOPPED, `failed` to FAILED; either ends the lineage
+ * of the run the stop cancelled (COMPLETE or FAIL), which that run's own final report no longer can.
  */
 export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
   return async (db, { work, report }) => {
@@ -454,6 +462,10 @@ export function onRunReport(action: 'start' | 'stop'): AgentWorkReportHandler {
     }
     if (report.type === 'progress' || status !== 'STOPPING') return;
     const [next, message] = report.type === 'done' ? ['STOPPED', null] : ['FAILED', failureMessage(report.body)];
+    // The run the stop ended (its start work was cancelled, so its own final report moves nothing) ends here.
+    const runId = (work.payload as { runId?: unknown }).runId;
+    if (typeof runId === 'string')
+      await reportLineage(db, runId, streamingPipelineId, report.type === 'done' ? 'COMPLETE' : 'FAIL');
     await moveStatus(db, streamingPipelineId, next as StreamingPipelineStatus, message);
   };
 }
