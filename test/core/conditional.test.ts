@@ -195,6 +195,8 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
   interface Write {
     method: string;
     body?: unknown;
+    /** Where it goes, when not to the resource's URL. */
+    path?: string;
   }
   /**
    * A resource of an area whose PUT, PATCH or DELETE changes one row, made new for each test: the URL its writes
@@ -308,6 +310,20 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
         mine: { method: 'PUT', body: pipelineBody(streamingAgentId, `mine-${name}`) },
         theirs: { method: 'PUT', body: pipelineBody(streamingAgentId, `theirs-${name}`) },
         shown: (answer) => answer.body.name.split('-')[0],
+      };
+    },
+    'streaming pipeline (started between)': async () => {
+      const { streamingPipelineId } = await post(
+        `/projects/${projectId}/streaming-pipelines`,
+        pipelineBody(streamingAgentId, `v1-${unique()}`),
+      );
+      const path = `/projects/${projectId}/streaming-pipelines/${streamingPipelineId}`;
+      return {
+        path,
+        mine: { method: 'DELETE' },
+        // A start: the pipeline is STARTING, which a delete refuses (409) but If-Match names first (412).
+        theirs: { method: 'POST', path: `${path}/start` },
+        shown: (answer) => (answer.status === 404 ? 'mine' : answer.body.status === 'STARTING' ? 'theirs' : answer.body.status),
       };
     },
     project: async () => ({
@@ -447,7 +463,7 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
 
   const read = (path: string) => server.api('GET', path, { token: caller.token });
   const send = (path: string, write: Write, ifMatch?: string) =>
-    server.api(write.method, path, {
+    server.api(write.method, write.path ?? path, {
       token: caller.token,
       body: write.body,
       headers: ifMatch === undefined ? {} : { 'if-match': ifMatch },
