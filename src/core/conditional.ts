@@ -1,40 +1,10 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { createHash, randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { createHash } from 'node:crypto';
 import fp from 'fastify-plugin';
 import { sql } from 'kysely';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { isUniqueViolation, type Db } from './db/database.ts';
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
+import type { Db } from './db/database.ts';
 import { badRequest, ProblemError } from './problems.ts';
-
-/** How long a conditional write holds its resource at most (a process that died holding it lets go then). */
-const LOCK_MS = 30_000;
-/** How long a conditional write waits for another one's hold on the same resource before it answers 409. */
-const WAIT_MS = 10_000;
-
-/**
- * Holds `key` in the store for `holder` (every server process sees it), waiting while another holds it;
- * answers whether it was taken within WAIT_MS. A hold older than LOCK_MS is taken over.
- */
-async function holdAcrossProcesses(db: Db, key: string, holder: string): Promise<boolean> {
-  const deadline = Date.now() + WAIT_MS;
-  for (let pause = 2; ; pause = Math.min(pause * 2, 50)) {
-    const at = new Date();
-    try {
-      await db
-        .insertInto('conditionalWriteLocks')
-        .values({ key, holder, lockedUntil: new Date(at.getTime() + LOCK_MS).toISOString() })
-        .execute();
-      return true;
-    } catch (error) {
-      if (!isUniqueViolation(error)) throw error;
-    }
-    // Held: taken over if its holder's time is up, else waited for.
-    await db.deleteFrom('conditionalWriteLocks').where('key', '=', key).where('lockedUntil', '<', at.toISOString()).execute();
-    if (Date.now() + pause > deadline) return false;
-    await sleep(pause);
-  }
-}
 
 const GUARDED_METHODS = new Set(['PUT', 'PATCH', 'DELETE']);
 
@@ -50,11 +20,31 @@ function tagsOf(header: string): string[] {
 
 const opaque = (tag: string) => tag.replace(/^W\//, '');
 
+/**
+ * The one row a write to a route changes, whose version a write with If-Match compares in the write itself
+ * (`config.rowVersion` of the route). Its table has a `row_version` column that every UPDATE of the row moves
+ * on (migrations 0038_row_versions and 0040_row_versions_everywhere).
+ */
+export interface VersionedRow {
+  /** The table, as the code names it (camelCase). */
+  table: string;
+  /** The path parameter that is the row's `id`; or else `find`. */
+  idParam?: string;
+  /**
+   * Finds the row the request writes where the path has no id (a name in the query or body, a key of two
+   * columns): its identity, as the repository passes it to expectedRowVersion, and its version; undefined when
+   * there is none. Where a GET answers the URL without a row too (a PUT that creates it), the version is
+   * NO_ROW: If-Match naming that answer expects none, and the write inserts it or is a 412.
+   */
+  find?: (db: Db, request: FastifyRequest) => Promise<{ id: string; version: number } | undefined>;
+}
+
+/** The expected version of a row the check found absent: no row has it, so an UPDATE or DELETE comparing it is a 412. */
+export const NO_ROW = -1;
+
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Released when the answer is sent: conditional writes to one URL run one at a time in this process. */
-    conditionalRelease: (() => void) | null;
-    /** The row version the request's If-Match check saw, on a route whose write compares it (config.rowVersion). */
+    /** The row version the request's If-Match check saw (config.rowVersion). */
     expectedVersion: VersionExpectation | null;
   }
 }
@@ -63,6 +53,7 @@ declare module 'fastify' {
 interface VersionExpectation {
   table: string;
   id: string;
+  /** NO_ROW where the check found none (and the GET answered without it). */
   version: number;
   /** The write compared it once: later statements of the request change the row it changed. */
   used: boolean;
@@ -73,12 +64,18 @@ const expectations = new AsyncLocalStorage<VersionExpectation>();
 
 /**
  * The version of row `id` of `table` that the write running now must find, or undefined (no If-Match, or the
- * request already changed that row). The repository adds it to its UPDATE's or DELETE's WHERE, then tells
+ * request already changed that row); NO_ROW where its check found no row (an insert then, whose unique
+ * violation is a 412). The repository adds it to its UPDATE's or DELETE's WHERE, then tells
  * heldExpectedVersion whether a row matched.
  */
 export function expectedRowVersion(table: string, id: string): number | undefined {
   const expected = expectations.getStore();
   return expected && !expected.used && expected.table === table && expected.id === id ? expected.version : undefined;
+}
+
+/** Whether the code running now is the write of a request with If-Match (whose check passed). */
+export function writingWithIfMatch(): boolean {
+  return expectations.getStore() !== undefined;
 }
 
 /**
@@ -89,20 +86,35 @@ export function expectedRowVersion(table: string, id: string): number | undefine
 export function heldExpectedVersion(table: string, id: string, held: boolean): void {
   const expected = expectations.getStore();
   if (!expected || expected.used || expected.table !== table || expected.id !== id) return;
-  if (!held) {
-    throw new ProblemError(412, 'The resource changed since the version If-Match names: read it again, then send the change.', {
-      violations: ['If-Match: does not name the current version'],
-    });
-  }
+  if (!held) throw lostUpdate();
   expected.used = true;
 }
 
-/** The row's version now, or undefined when there is no such row. */
-async function rowVersionOf(db: Db, table: string, id: string): Promise<number | undefined> {
+/**
+ * Where a write reads its row before it decides, and may answer otherwise than by changing it (a 409 on a run
+ * that has finished meanwhile): the version it read. Another version than its check saw is a 412 at once; the
+ * write's own UPDATE still compares (a write that lands after this read).
+ */
+export function checkExpectedVersion(table: string, id: string, version: number): void {
+  const expected = expectations.getStore();
+  if (!expected || expected.used || expected.table !== table || expected.id !== id) return;
+  if (expected.version !== version) throw lostUpdate();
+}
+
+function lostUpdate(): ProblemError {
+  return new ProblemError(412, 'The resource changed since the version If-Match names: read it again, then send the change.', {
+    violations: ['If-Match: does not name the current version'],
+  });
+}
+
+/** The row's identity and version now, or undefined when there is no such row. */
+async function versionedRowOf(db: Db, route: VersionedRow, request: FastifyRequest) {
+  if (route.find) return route.find(db, request);
+  const id = String((request.params as Record<string, unknown>)[route.idParam ?? 'id']);
   const { rows } = await sql<{
     version: number;
-  }>`select row_version as version from ${sql.table(table)} where id = ${id}`.execute(db);
-  return rows[0] === undefined ? undefined : Number(rows[0].version);
+  }>`select row_version as version from ${sql.table(route.table)} where id = ${id}`.execute(db);
+  return rows[0] === undefined ? undefined : { id, version: Number(rows[0].version) };
 }
 
 /**
@@ -113,16 +125,15 @@ async function rowVersionOf(db: Db, table: string, id: string): Promise<number |
  *   no body: a poller pays a round trip, not the answer.
  * - A PUT, PATCH or DELETE with `If-Match` is done only if the tag names the resource as a GET of the same
  *   URL answers it now (strong comparison; `*`: it exists), else 412 and nothing is done. The check reads
- *   the resource through the server itself (the same authorization), so one rule covers every area. From its
- *   check to its answer a conditional write holds its URL, in this process (a queue) and in the store (a row
- *   of `conditional_write_locks`, seen by every process): conditional writes to one resource run one at a
- *   time across instances, each checking what the previous left. (A write without If-Match takes no hold: it
- *   asked for no check.) Where no GET answers the URL, If-Match is refused (400): there is no tag to name.
+ *   the resource through the server itself (the same authorization), so one rule covers every area.
+ * - Check and write agree through the row's version: every such route names the one row it changes
+ *   (config.rowVersion); the check finds the version its tag is of, and the write changes the row only at that
+ *   version (expectedRowVersion), so any write that comes between, with If-Match or without, on any instance,
+ *   makes it a 412. No hold is taken. A route with a GET at its URL and no row named is refused at start.
+ * - Where no GET answers the URL, If-Match is refused (400): there is no tag to name.
  */
 export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
-  app.decorateRequest('conditionalRelease', null);
   app.decorateRequest('expectedVersion', null);
-  const queues = new Map<string, Promise<void>>();
   const db = app.store.db;
 
   app.addHook('onSend', (request, reply, payload, done) => {
@@ -153,7 +164,9 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
   /** The ETag of what a GET of the request's URL answers now, or undefined when there is none (404, no GET). */
   const currentTag = async (request: FastifyRequest): Promise<string | undefined> => {
     const headers: Record<string, string> = {};
-    for (const name of ['authorization', 'account-id']) {
+    // The caller's identity, and the address it reached (an answer may name URLs of the server: a hosted
+    // repository's clone URL), so that the GET answers as it answered the caller.
+    for (const name of ['authorization', 'account-id', 'host', 'x-forwarded-host', 'x-forwarded-proto']) {
       const value = request.headers[name];
       if (typeof value === 'string') headers[name] = value;
     }
@@ -168,8 +181,9 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
     // SCIM keeps its own versions (its routes are marked by the SCIM area's own onRoute hook, which runs
     // after this plugin's, so the mark is read here, per request).
     if (typeof ifMatch !== 'string' || !request.principal || request.routeOptions.config.directoryIntegration) return;
+    const versioned = request.routeOptions.config.rowVersion;
     // Where no GET answers the URL there is no ETag to name: refused, rather than a 412 no retry could pass.
-    if (!app.hasRoute({ method: 'GET', url: request.routeOptions.url ?? request.url })) {
+    if (!versioned || !app.hasRoute({ method: 'GET', url: request.routeOptions.url ?? request.url })) {
       throw badRequest(
         'If-Match is not supported on this URL: no GET answers it, so it has no ETag to compare with. Send the request without If-Match.',
         ['If-Match: not supported on this URL (it has no GET)'],
@@ -188,61 +202,24 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
         { violations: ['If-Match: does not name the current version'], headers: current ? { etag: current } : {} },
       );
 
-    // A versioned row: the check finds the version the tag is of, and the write changes the row only at that
-    // version (expectedRowVersion), so any write that comes between, with If-Match or without, makes it a 412.
-    const versioned = request.routeOptions.config.rowVersion;
-    if (versioned) {
-      const id = String((request.params as Record<string, unknown>)[versioned.idParam]);
-      // The version on each side of the GET: the same, and the GET answered that version.
-      for (let attempt = 0; attempt < 5; attempt += 1) {
-        const before = await rowVersionOf(db, versioned.table, id);
-        const current = await currentTag(request);
-        const after = await rowVersionOf(db, versioned.table, id);
-        if (before !== after) continue;
-        if (!matches(current) || after === undefined) throw stale(current);
-        request.expectedVersion = { table: versioned.table, id, version: after, used: false };
-        return;
-      }
-      throw stale(undefined);
+    // The check finds the version the tag is of (the version on each side of the GET, the same: the GET
+    // answered that version), and the write changes the row only at that version (expectedRowVersion), so any
+    // write that comes between, with If-Match or without, makes it a 412.
+    for (let attempt = 0; attempt < 5; attempt += 1) {
+      const before = await versionedRowOf(db, versioned, request);
+      const current = await currentTag(request);
+      const after = await versionedRowOf(db, versioned, request);
+      if (before?.id !== after?.id || before?.version !== after?.version) continue;
+      if (!matches(current)) throw stale(current);
+      if (after === undefined) throw stale(undefined);
+      request.expectedVersion = { table: versioned.table, id: after.id, version: after.version, used: false };
+      return;
     }
-
-    // Elsewhere, one conditional write to a URL at a time here: the next checks what the previous left.
-    const url = `${request.principal.accountId} ${request.url}`;
-    const previous = queues.get(url) ?? Promise.resolve();
-    let release!: () => void;
-    const mine = new Promise<void>((resolve) => (release = resolve));
-    const chained = previous.then(() => mine);
-    queues.set(url, chained);
-    const holder = randomUUID();
-    let held = false;
-    request.conditionalRelease = () => {
-      const letGo = held
-        ? db.deleteFrom('conditionalWriteLocks').where('key', '=', url).where('holder', '=', holder).execute()
-        : Promise.resolve();
-      void letGo
-        .catch((error: unknown) => request.log.warn({ err: error }, 'could not release a conditional write hold'))
-        .finally(() => {
-          release();
-          if (queues.get(url) === chained) queues.delete(url);
-        });
-    };
-    await previous;
-    // Across processes: the store's row for the URL, held until the answer.
-    held = await holdAcrossProcesses(db, url, holder);
-    if (!held) {
-      throw new ProblemError(409, 'Another conditional write to this resource is in progress: try again.', {
-        violations: ['If-Match: another write with If-Match holds this resource'],
-        headers: { 'retry-after': '1' },
-      });
-    }
-    const current = await currentTag(request);
-    if (!matches(current)) throw stale(current);
-  };
-  const releaseAfter = async (request: FastifyRequest) => {
-    request.conditionalRelease?.();
-    request.conditionalRelease = null;
+    throw stale(undefined);
   };
 
+  // Every write of the scope with a GET at its URL names its row: one mechanism, or the server does not start.
+  const unversioned: RouteOptions[] = [];
   app.addHook('onRoute', (route) => {
     const methods = [route.method].flat();
     if (!methods.some((method) => GUARDED_METHODS.has(method)) || route.config?.directoryIntegration) return;
@@ -255,8 +232,19 @@ export const conditionalRequestsPlugin = fp(async (app: FastifyInstance) => {
           ? expectations.run(expected, () => handler.call(this, request, reply))
           : handler.call(this, request, reply);
       };
+    } else {
+      unversioned.push(route);
     }
-    route.onResponse = [releaseAfter, ...[route.onResponse ?? []].flat()];
-    route.onRequestAbort = [releaseAfter, ...[route.onRequestAbort ?? []].flat()];
+  });
+  app.addHook('onReady', async () => {
+    // Read once every hook has run: SCIM marks its routes (directoryIntegration) in its own onRoute hook.
+    const missing = unversioned.filter(
+      (route) => !route.config?.directoryIntegration && app.hasRoute({ method: 'GET', url: route.url }),
+    );
+    if (missing.length > 0) {
+      throw new Error(
+        `conditional requests: ${missing.map((route) => `${[route.method].flat().join('/')} ${route.url}`).join(', ')} answer a GET but name no row whose version If-Match compares (config.rowVersion)`,
+      );
+    }
   });
 });

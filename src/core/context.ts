@@ -11,6 +11,7 @@ import type { OutboxWakeups } from './outbox-wakeups.ts';
 import type { SecretBox } from './secret-box.ts';
 import type { Metrics } from './metrics.ts';
 import type { ErrorSender } from './errors-plugin.ts';
+import type { VersionedRow } from './conditional.ts';
 import type { FastifyReply } from 'fastify';
 
 declare module 'fastify' {
@@ -50,10 +51,10 @@ declare module 'fastify' {
     /** A read that hands out a secret (an agent's credentials): it leaves an audit event like a write. */
     audited?: boolean;
     /**
-     * The row (its table and the path parameter naming its id) whose version a write with If-Match compares in
-     * the write itself (core/conditional.ts); the table has a `row_version` column its repository moves on.
+     * The one row a PUT, PATCH or DELETE changes, whose version a write with If-Match compares in the write
+     * itself (core/conditional.ts); the table has a `row_version` column that every UPDATE of the row moves on.
      */
-    rowVersion?: { table: string; idParam: string };
+    rowVersion?: VersionedRow;
   }
 }
 

@@ -2,6 +2,7 @@
  * The agents' SQL: rows of `agents` and nothing else. The rules (placement, names, credentials, presence)
  * are the service's (service.ts).
  */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Expression, ExpressionBuilder, Selectable } from 'kysely';
 import type { Database } from '../../core/db/schema.ts';
 import type { Executor } from '../../core/db/database.ts';
@@ -74,13 +75,29 @@ export async function listAgents(db: Executor, accountId: string, query: AgentQu
   return { rows, total };
 }
 
-/** Writes the changes of an update. A taken name is a unique violation. */
+/**
+ * Writes the changes of an update, one version on (as every UPDATE of an agent that changes what it answers).
+ * A taken name is a unique violation. Where the request's If-Match check saw a version of this row, only that
+ * version is changed (a 412 when another write came between: core/conditional.ts).
+ */
 export async function updateAgentRow(db: Executor, agentId: string, changes: AgentChanges): Promise<void> {
-  await db.updateTable('agents').set(changes).where('id', '=', agentId).execute();
+  const expected = expectedRowVersion('agents', agentId);
+  let update = db
+    .updateTable('agents')
+    .set({ ...changes, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', agentId);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('agents', agentId, result.numUpdatedRows > 0n);
 }
 
+/** Deletes the agent; as updateAgentRow for If-Match. */
 export async function deleteAgentRow(db: Executor, agentId: string): Promise<void> {
-  await db.deleteFrom('agents').where('id', '=', agentId).execute();
+  const expected = expectedRowVersion('agents', agentId);
+  let deletion = db.deleteFrom('agents').where('id', '=', agentId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('agents', agentId, result.numDeletedRows > 0n);
 }
 
 /** Sets the agent's client credentials (`onlyIfNone`: only where it has none); whether a row changed. */
@@ -90,7 +107,10 @@ export async function setAgentClient(
   client: Pick<AgentRow, 'clientId' | 'secretHash' | 'sealedSecret'>,
   onlyIfNone: boolean,
 ): Promise<boolean> {
-  let update = db.updateTable('agents').set(client).where('id', '=', agentId);
+  let update = db
+    .updateTable('agents')
+    .set({ ...client, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', agentId);
   if (onlyIfNone) update = update.where('clientId', 'is', null);
   return (await update.executeTakeFirst()).numUpdatedRows > 0n;
 }
@@ -118,20 +138,27 @@ export function findAgentOfClient(db: Executor, accountId: string, agentId: stri
     .executeTakeFirst();
 }
 
-/** Records contact now, RUNNING unless paused (or already so); whether its presence was announced, if it exists. */
+/**
+ * Records contact now, RUNNING unless paused (or already so); whether its presence was announced, if it exists.
+ * An agent answers its lastContactAt, so every contact is a version on.
+ */
 export function recordContact(db: Executor, agentId: string) {
   return db
     .updateTable('agents')
     .set((eb) => ({
       lastContactAt: now(),
       status: eb.case().when('status', 'in', ['PENDING', 'STOPPED']).then('RUNNING').else(eb.ref('status')).end(),
+      rowVersion: eb('rowVersion', '+', 1),
     }))
     .where('id', '=', agentId)
     .returning('presenceAnnounced')
     .executeTakeFirst();
 }
 
-/** Marks the agent's presence announced, once: the agent when this call did it, else undefined. */
+/**
+ * Marks the agent's presence announced, once: the agent when this call did it, else undefined. (Its version
+ * stays: an agent does not answer whether its presence was announced; so below.)
+ */
 export function markPresenceAnnounced(db: Executor, agentId: string) {
   return db
     .updateTable('agents')
@@ -159,12 +186,20 @@ export function agentState(db: Executor, agentId: string) {
 }
 
 export async function setAgentCertificate(db: Executor, agentId: string, certificatePem: string): Promise<void> {
-  await db.updateTable('agents').set({ certificatePem }).where('id', '=', agentId).execute();
+  await db
+    .updateTable('agents')
+    .set({ certificatePem, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', agentId)
+    .execute();
 }
 
 /** Sign-off: STOPPED, and not connected until the agent's next contact. */
 export async function signOffAgent(db: Executor, agentId: string): Promise<void> {
-  await db.updateTable('agents').set({ status: 'STOPPED', lastContactAt: null }).where('id', '=', agentId).execute();
+  await db
+    .updateTable('agents')
+    .set({ status: 'STOPPED', lastContactAt: null, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', agentId)
+    .execute();
 }
 
 /**

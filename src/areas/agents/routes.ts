@@ -31,6 +31,9 @@ import {
 const tags = ['Agents'];
 
 /** The account's view of its agents (E18 and the rest of their management); only admins change them. */
+/** A write with If-Match changes the agent only at the version its check saw (core/conditional.ts). */
+const rowVersion = { table: 'agents', idParam: 'agentId' };
+
 export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const window = app.config.agentConnectedWindowSeconds;
@@ -90,7 +93,7 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/agents/:agentId',
     {
-      config: { role: 'admin' },
+      config: { role: 'admin', rowVersion },
       schema: {
         summary: 'Update an agent: rename it, describe it, move it, pause or resume it',
         description: 'Answers 202 with the agent as updated, as the real service does (its clients expect 202).',
@@ -111,7 +114,7 @@ export async function agentRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     '/agents/:agentId',
     {
-      config: { role: 'admin' },
+      config: { role: 'admin', rowVersion },
       schema: {
         summary: 'Delete an agent, its credentials and its pending work',
         description: 'Answers 202 with no body, as the real service does (its clients expect 202); the agent is gone at once.',

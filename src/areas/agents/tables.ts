@@ -23,6 +23,8 @@ export interface AgentTable {
   /** 1 once `agent.connected` was announced for the current contact, 0 once `agent.disconnected` was (0033_agent_presence). */
   presenceAnnounced: Generated<number>;
   createdAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface AgentWorkTable {

@@ -1,4 +1,5 @@
 /** The artifacts' SQL: rows of `artifacts` and `artifactAssets` and nothing else. The rules are the service's (service.ts). */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { sql } from '../../core/db/database.ts';
@@ -88,19 +89,41 @@ export async function listVersionRows(db: Executor, environmentId: string, query
   return { rows, total };
 }
 
-/** Sets whether the environment's version `versionName` is enabled; whether there was one. */
+/** How If-Match names a version of an environment (core/conditional.ts). */
+export const versionIdentity = (environmentId: string, versionName: string) => `${environmentId}/${versionName}`;
+
+/** The identity and version of the environment's version `versionName`, if there is one. */
+export async function versionRowVersion(db: Executor, environmentId: string, versionName: string) {
+  const row = await db
+    .selectFrom('artifacts')
+    .select('rowVersion')
+    .where('environmentId', '=', environmentId)
+    .where('versionName', '=', versionName)
+    .executeTakeFirst();
+  return row && { id: versionIdentity(environmentId, versionName), version: Number(row.rowVersion) };
+}
+
+/**
+ * Sets whether the environment's version `versionName` is enabled, one version on; whether there was one. Where
+ * the request's If-Match check saw a version of this row, only that version is changed (a 412 when another
+ * write came between: core/conditional.ts).
+ */
 export async function updateVersionEnabled(
   db: Executor,
   environmentId: string,
   versionName: string,
   enabled: boolean,
 ): Promise<boolean> {
-  const result = await db
+  const id = versionIdentity(environmentId, versionName);
+  const expected = expectedRowVersion('artifacts', id);
+  let update = db
     .updateTable('artifacts')
-    .set({ enabled: enabled ? 1 : 0 })
+    .set({ enabled: enabled ? 1 : 0, rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('environmentId', '=', environmentId)
-    .where('versionName', '=', versionName)
-    .executeTakeFirst();
+    .where('versionName', '=', versionName);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('artifacts', id, result.numUpdatedRows > 0n);
   return result.numUpdatedRows > 0n;
 }
 

@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import type { Executor } from '../../core/db/database.ts';
@@ -27,6 +27,7 @@ import {
   getAssetContent,
   listArtifacts,
   listPublishedPipelines,
+  artifactVersion,
   PROFILE_NAMES,
   promoteArtifact,
   publishArtifact,
@@ -243,6 +244,18 @@ export async function artifactRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/projects/:projectId/artifacts',
     {
+      // A write with If-Match changes the version (named by the body) only at the version of its row that its
+      // check saw (core/conditional.ts). The ETag If-Match names is that of a GET of the same URL: a list page
+      // of the environment the URL's query names (environmentName), as the GET takes it.
+      config: {
+        rowVersion: {
+          table: 'artifacts',
+          find: (db, request) => {
+            const { params, body } = request as FastifyRequest<{ Params: ProjectParams; Body: SetArtifactEnabledRequest }>;
+            return artifactVersion(db, params.projectId, body.environmentName, body.versionName);
+          },
+        },
+      },
       schema: {
         summary: 'Enable or disable a version of an environment',
         description: 'A disabled version stays listed but is not to be run.',

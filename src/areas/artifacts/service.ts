@@ -10,7 +10,7 @@ import { emit } from '../../core/outbox.ts';
 import { conflict, notFound } from '../../core/problems.ts';
 import type { PageQuery } from '../../core/paging.ts';
 import { requireProject } from '../projects/index.ts';
-import { requireEnvironmentId } from '../environments/index.ts';
+import { environmentIdsByName, requireEnvironmentId } from '../environments/index.ts';
 import type { ArtifactDetails } from './schemas.ts';
 import { CONNECTOR_PROFILE_CONTENT_TYPE, CONNECTOR_PROFILE_NAME, CONNECTOR_PROFILE_PREFIX } from './schemas.ts';
 import type { IgnoredResource, PartRule, StagedUpload } from './upload.ts';
@@ -26,6 +26,7 @@ import {
   listVersionRows,
   updateVersionEnabled,
   versionExists,
+  versionRowVersion,
   type VersionRow,
 } from './repository.ts';
 
@@ -233,6 +234,12 @@ export async function promoteArtifact(
 }
 
 /** Enables or disables version `versionName` of environment `environmentName` of the caller's project. */
+/** The row and version of an environment's version (named by name), as If-Match compares it (core/conditional.ts). */
+export async function artifactVersion(db: Executor, projectId: string, environmentName: string, versionName: string) {
+  const environmentId = (await environmentIdsByName(db, projectId, [environmentName])).get(environmentName);
+  return environmentId === undefined ? undefined : versionRowVersion(db, environmentId, versionName);
+}
+
 export async function setArtifactEnabled(
   db: Executor,
   accountId: string,

@@ -14,6 +14,8 @@ export interface ArtifactTable {
   createdAt: string;
   /** When the version reached this environment (upload or promotion). */
   deployedAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface ArtifactAssetTable {

@@ -1,4 +1,5 @@
 /** The connections' SQL: rows of `connections` and `connectionOverrides` and nothing else. The rules are the service's (service.ts). */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
@@ -46,19 +47,50 @@ export function findConnection(db: Executor, projectId: string, name: string): P
   return db.selectFrom('connections').selectAll().where('projectId', '=', projectId).where('name', '=', name).executeTakeFirst();
 }
 
-/** Writes a connection's replaced fields. */
+/**
+ * Writes a connection's replaced fields, one version on. Where the request's If-Match check saw a version of
+ * this row, only that version is changed (a 412 when another write came between: core/conditional.ts).
+ */
 export async function updateConnectionRow(db: Executor, id: string, fields: ConnectionFields): Promise<void> {
-  await db.updateTable('connections').set(fields).where('id', '=', id).execute();
+  const expected = expectedRowVersion('connections', id);
+  let update = db
+    .updateTable('connections')
+    .set({ ...fields, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', id);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('connections', id, result.numUpdatedRows > 0n);
 }
 
-/** Deletes the project's connection of that name (its overrides cascade); whether there was one. */
+/** Deletes the project's connection of that name (its overrides cascade); whether there was one. As above for If-Match. */
 export async function deleteConnectionRow(db: Executor, projectId: string, name: string): Promise<boolean> {
-  const result = await db
-    .deleteFrom('connections')
+  const row = await db
+    .selectFrom('connections')
+    .select('id')
     .where('projectId', '=', projectId)
     .where('name', '=', name)
     .executeTakeFirst();
+  if (!row) return false;
+  const expected = expectedRowVersion('connections', row.id);
+  let deletion = db.deleteFrom('connections').where('id', '=', row.id);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('connections', row.id, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
+}
+
+/** How If-Match names an override (a row of two keys): its connection's id and its environment's. */
+export const overrideIdentity = (connectionId: string, environmentId: string) => `${connectionId}/${environmentId}`;
+
+/** The version of a connection's override in an environment, if it has one. */
+export async function overrideRowVersion(db: Executor, connectionId: string, environmentId: string): Promise<number | undefined> {
+  const row = await db
+    .selectFrom('connectionOverrides')
+    .select('rowVersion')
+    .where('connectionId', '=', connectionId)
+    .where('environmentId', '=', environmentId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : Number(row.rowVersion ?? 0);
 }
 
 function selectOverrides(db: Executor) {
@@ -101,22 +133,30 @@ export async function updateOverrideDetails(
   environmentId: string,
   connectionDetails: string,
 ): Promise<boolean> {
-  const result = await db
+  const id = overrideIdentity(connectionId, environmentId);
+  const expected = expectedRowVersion('connectionOverrides', id);
+  let update = db
     .updateTable('connectionOverrides')
-    .set({ connectionDetails })
+    .set({ connectionDetails, rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('connectionId', '=', connectionId)
-    .where('environmentId', '=', environmentId)
-    .executeTakeFirst();
+    .where('environmentId', '=', environmentId);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('connectionOverrides', id, result.numUpdatedRows > 0n);
   return result.numUpdatedRows > 0n;
 }
 
 /** Deletes a connection's override in an environment; whether there was one. */
 export async function deleteOverrideRow(db: Executor, connectionId: string, environmentId: string): Promise<boolean> {
-  const result = await db
+  const id = overrideIdentity(connectionId, environmentId);
+  const expected = expectedRowVersion('connectionOverrides', id);
+  let deletion = db
     .deleteFrom('connectionOverrides')
     .where('connectionId', '=', connectionId)
-    .where('environmentId', '=', environmentId)
-    .executeTakeFirst();
+    .where('environmentId', '=', environmentId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('connectionOverrides', id, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
 }
 

@@ -1,4 +1,5 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { VersionedRow } from '../../core/conditional.ts';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { sendCreated } from '../../core/created.ts';
 import { Page } from '../../core/paging.ts';
@@ -23,6 +24,8 @@ import {
   deleteConnectionOverride,
   listConnectionOverrides,
   listConnections,
+  connectionVersion,
+  overrideVersion,
   replaceConnection,
   replaceConnectionOverride,
 } from './service.ts';
@@ -30,6 +33,31 @@ import {
 const tags = ['Project Connections'];
 const CONNECTIONS = '/projects/:projectId/connections';
 const OVERRIDES = `${CONNECTIONS}/environment-overrides`;
+
+type Addressed = FastifyRequest<{ Params: { projectId: string }; Querystring: Record<string, string> }>;
+
+/**
+ * A write with If-Match changes the connection (named by the query) only at the version its check saw
+ * (core/conditional.ts). The GET of the same URL is the project's list (its first page), whose ETag is what
+ * If-Match names; the version is of the one row the write changes.
+ */
+const connectionRow: VersionedRow = {
+  table: 'connections',
+  find: (db, request) =>
+    connectionVersion(db, (request as Addressed).params.projectId, (request as Addressed).query.connectionName),
+};
+
+/** The same for an override: the row of the connection and environment the query names. */
+const overrideRow: VersionedRow = {
+  table: 'connectionOverrides',
+  find: (db, request) => {
+    const { params, query } = request as Addressed;
+    return overrideVersion(db, params.projectId, {
+      connectionName: query.connectionName,
+      environmentName: query.environmentName,
+    });
+  },
+};
 
 export async function connectionRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -76,6 +104,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
   app.put(
     CONNECTIONS,
     {
+      config: { rowVersion: connectionRow },
       schema: {
         summary: 'Replace a project connection; a field left out is unset',
         tags,
@@ -97,6 +126,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
   app.delete(
     CONNECTIONS,
     {
+      config: { rowVersion: connectionRow },
       schema: {
         summary: 'Delete a project connection and its environment overrides',
         tags,
@@ -161,6 +191,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
   app.put(
     OVERRIDES,
     {
+      config: { rowVersion: overrideRow },
       schema: {
         summary: 'Replace the override of a connection in one environment',
         tags,
@@ -181,6 +212,7 @@ export async function connectionRoutes(fastify: FastifyInstance): Promise<void> 
   app.delete(
     OVERRIDES,
     {
+      config: { rowVersion: overrideRow },
       schema: {
         summary: 'Delete the override of a connection in one environment',
         tags,

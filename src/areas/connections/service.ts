@@ -30,6 +30,8 @@ import {
   insertOverride,
   listConnectionRows,
   overrideDetails,
+  overrideIdentity,
+  overrideRowVersion,
   overrideRowsInProject,
   overrideRowsOf,
   updateConnectionRow,
@@ -156,6 +158,7 @@ export async function createConnection(db: Executor, projectId: string, createdB
     ...connectionFields(request),
     createdBy,
     createdAt: now(),
+    rowVersion: 0,
   };
   try {
     await insertConnection(db, row);
@@ -239,6 +242,21 @@ async function overridesOf(db: Executor, connectionId: string): Promise<Connecti
 }
 
 /** The connection and the environment an override is for, each or a 404. */
+/** The row and version of the project's connection `name`, as If-Match compares it (core/conditional.ts). */
+export async function connectionVersion(db: Executor, projectId: string, name: string) {
+  const row = await findConnection(db, projectId, name);
+  return row && { id: row.id, version: Number(row.rowVersion ?? 0) };
+}
+
+/** The row and version of a connection's override in an environment, as If-Match compares it. */
+export async function overrideVersion(db: Executor, projectId: string, key: OverrideKey) {
+  const connection = await findConnection(db, projectId, key.connectionName);
+  const environmentId = (await environmentIdsByName(db, projectId, [key.environmentName])).get(key.environmentName);
+  if (!connection || environmentId === undefined) return undefined;
+  const version = await overrideRowVersion(db, connection.id, environmentId);
+  return version === undefined ? undefined : { id: overrideIdentity(connection.id, environmentId), version };
+}
+
 async function requireOverrideTarget(db: Executor, projectId: string, key: OverrideKey) {
   const connection = await requireConnection(db, projectId, key.connectionName);
   const environmentId = await requireEnvironmentId(db, projectId, key.environmentName);

@@ -9,12 +9,16 @@ export interface ConnectionTable {
   connectionDetails: string | null;
   createdBy: string;
   createdAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface ConnectionOverrideTable {
   connectionId: string;
   environmentId: string;
   connectionDetails: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface ConnectionTables {

@@ -27,6 +27,9 @@ import { testEndpoint } from './endpoint-test.ts';
 
 const tags = ['Connector profiles'];
 
+/** A write with If-Match changes the profile only at the version its check saw (core/conditional.ts). */
+const rowVersion = { table: 'customConnectors', idParam: 'customConnectorId' };
+
 export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const outbound = new OutboundClient(outboundSettings(app.config));
@@ -98,6 +101,7 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
   app.put(
     '/custom-connectors/:customConnectorId',
     {
+      config: { rowVersion },
       schema: {
         summary: 'Replace a custom connector profile',
         description: 'A deleted profile cannot be replaced (404).',
@@ -118,6 +122,7 @@ export async function connectorRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     '/custom-connectors/:customConnectorId',
     {
+      config: { rowVersion },
       schema: {
         summary: 'Delete a custom connector profile',
         description: 'The profile is marked deleted with deletedTime and hidden from the list unless deleted ones are asked for.',

@@ -53,6 +53,7 @@ export async function createCustomConnector(
     name: input.name,
     document: documentOf(input),
     deleted: 0,
+    rowVersion: 0,
     deletedTime: null,
     lastModified: time,
     createdAt: time,

@@ -9,6 +9,8 @@ export interface CustomConnectorTable {
   deletedTime: string | null;
   lastModified: string;
   createdAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface ConnectorTables {

@@ -2,6 +2,7 @@
  * How a run moves once started: the agent's reports, a user's cancel, and the agent falling out of
  * contact. Every move goes through moveExecution (the state table).
  */
+import { checkExpectedVersion } from '../../core/conditional.ts';
 import type { Db, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { FAILURE_CODES } from '../../contract/work.ts';
@@ -110,6 +111,8 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
  * A finished run is a 409 (the state table refuses the move).
  */
 export async function cancelExecution(trx: Executor, run: ExecutionRow, force: boolean): Promise<ExecutionRow> {
+  // A cancel with If-Match whose run moved since its check is a 412, even where the move made it final (409).
+  checkExpectedVersion('executions', run.id, Number(run.rowVersion));
   const withdrawn =
     run.agentWorkId !== null && !isFinal(run.status as ExecutionStatus) ? await cancelAgentWork(trx, run.agentWorkId) : undefined;
   const event: ExecutionEvent = force || withdrawn === 'cancelled' ? 'force-cancel' : 'cancel';

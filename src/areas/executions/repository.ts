@@ -2,6 +2,7 @@
  * The runs' SQL: rows of `executions` and `executionSteps` and nothing else. The rules (the state table,
  * the agent work a run carries, its events, how it is shown) are the services' (service.ts, lifecycle.ts).
  */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
@@ -21,6 +22,7 @@ export async function insertExecution(db: Executor, row: Insertable<ExecutionTab
   await db.insertInto('executions').values(row).execute();
 }
 
+/** The agent work carrying a run, set in the transaction that inserts it (a run does not answer it: no version on). */
 export async function setExecutionWork(db: Executor, id: string, agentWorkId: string): Promise<void> {
   await db.updateTable('executions').set({ agentWorkId }).where('id', '=', id).execute();
 }
@@ -51,14 +53,28 @@ export function executionOfWork(db: Executor, workId: string) {
     .executeTakeFirst();
 }
 
-/** Writes `set` to run `id` only while its status is still `from` (compare and set); whether it landed. */
+/**
+ * Writes `set` to run `id` only while its status is still `from` (compare and set); whether it landed. A change
+ * of what a run answers (status, message, finishedAt) is a version on; a report that only renews lastReportAt
+ * is not. Where the request's If-Match check saw a version of this row, only that version is changed (a 412
+ * when another write came between: core/conditional.ts).
+ */
 export async function setExecutionIf(
   db: Executor,
   id: string,
   from: string,
   set: Partial<Pick<ExecutionRow, 'status' | 'message' | 'lastReportAt' | 'finishedAt' | 'runningTag'>>,
 ): Promise<boolean> {
-  const result = await db.updateTable('executions').set(set).where('id', '=', id).where('status', '=', from).executeTakeFirst();
+  const answered = (set.status !== undefined && set.status !== from) || set.message !== undefined || set.finishedAt !== undefined;
+  const expected = expectedRowVersion('executions', id);
+  let update = db
+    .updateTable('executions')
+    .set((eb) => ({ ...set, rowVersion: answered ? eb('rowVersion', '+', 1) : eb.ref('rowVersion') }))
+    .where('id', '=', id)
+    .where('status', '=', from);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('executions', id, result.numUpdatedRows > 0n);
   return result.numUpdatedRows > 0n;
 }
 

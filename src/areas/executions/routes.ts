@@ -181,6 +181,8 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/projects/:projectId/pipeline-executions/:pipelineExecutionId',
     {
+      // A cancel with If-Match moves the run only at the version its check saw (core/conditional.ts).
+      config: { rowVersion: { table: 'executions', idParam: 'pipelineExecutionId' } },
       schema: {
         summary: 'Cancel a pipeline execution',
         description:
@@ -305,6 +307,7 @@ export async function executionRoutes(fastify: FastifyInstance): Promise<void> {
   app.patch(
     '/projects/:projectId/test-executions/:testExecutionId',
     {
+      config: { rowVersion: { table: 'executions', idParam: 'testExecutionId' } },
       schema: {
         summary: 'Cancel a test execution, optionally forcing termination',
         description:

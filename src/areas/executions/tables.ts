@@ -1,3 +1,4 @@
+import type { Generated } from 'kysely';
 export interface ExecutionTable {
   id: string;
   accountId: string;
@@ -32,6 +33,8 @@ export interface ExecutionTable {
   finishedAt: string | null;
   /** Last report from the agent on this run. */
   lastReportAt: string | null;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface ExecutionStepTable {

@@ -1,4 +1,5 @@
 /** The OAuth connections' SQL: rows of `oauthConnections` and nothing else. The rules are the service's (service.ts). */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import type { OAuthConnectionTable } from './tables.ts';
@@ -36,19 +37,22 @@ export async function existingOAuthConnectionIds(db: Executor, accountId: string
 export async function updateTokens(db: Executor, accountId: string, id: string, tokens: string): Promise<boolean> {
   const result = await db
     .updateTable('oauthConnections')
-    .set({ tokens })
+    .set({ tokens, rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('id', '=', id)
     .where('accountId', '=', accountId)
     .executeTakeFirst();
   return result.numUpdatedRows > 0n;
 }
 
-/** Deletes the account's OAuth connection `id`; whether there was one. */
+/**
+ * Deletes the account's OAuth connection `id`; whether there was one. Where the request's If-Match check saw a
+ * version of the row, only that version is deleted (a 412 otherwise: core/conditional.ts).
+ */
 export async function deleteOAuthConnectionRow(db: Executor, accountId: string, id: string): Promise<boolean> {
-  const result = await db
-    .deleteFrom('oauthConnections')
-    .where('id', '=', id)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const expected = expectedRowVersion('oauthConnections', id);
+  let deletion = db.deleteFrom('oauthConnections').where('id', '=', id).where('accountId', '=', accountId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('oauthConnections', id, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
 }

@@ -88,6 +88,8 @@ export async function oauthConnectionRoutes(fastify: FastifyInstance): Promise<v
   app.delete(
     '/oauth-connections/:oauthConnectionId',
     {
+      // A write with If-Match deletes it only at the version its check saw (core/conditional.ts).
+      config: { rowVersion: { table: 'oauthConnections', idParam: 'oauthConnectionId' } },
       schema: {
         summary: 'Delete an OAuth connection (needs confirm=true)',
         description:

@@ -17,6 +17,8 @@ export interface OAuthConnectionTable {
   /** JSON SecretReference of the tokens; null while the connection is pending setup. */
   tokens: string | null;
   createdAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface OAuthConnectionTables {

@@ -3,6 +3,7 @@
  * The rules (a project of another account is none, names unique in the account, paging, remembering) are
  * the service's (service.ts).
  */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import { sql, type Compilable, type ExpressionBuilder, type ExpressionWrapper, type SelectQueryBuilder } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import type { Database } from '../../core/db/schema.ts';
@@ -89,13 +90,16 @@ export const accountPages = [false, true].map((descending) =>
   ),
 );
 
-/** Deletes the account's project (foreign keys cascade); whether there was one. */
+/**
+ * Deletes the account's project (foreign keys cascade); whether there was one. Where the request's If-Match
+ * check saw a version of the row, only that version is deleted (a 412 otherwise: core/conditional.ts).
+ */
 export async function deleteProjectRow(db: Executor, accountId: string, projectId: string): Promise<boolean> {
-  const result = await db
-    .deleteFrom('projects')
-    .where('id', '=', projectId)
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
+  const expected = expectedRowVersion('projects', projectId);
+  let deletion = db.deleteFrom('projects').where('id', '=', projectId).where('accountId', '=', accountId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('projects', projectId, result.numDeletedRows > 0n);
   return result.numDeletedRows > 0n;
 }
 

@@ -47,7 +47,8 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
   app.delete(
     '/projects/:projectId',
     {
-      config: { role: 'admin' },
+      // A write with If-Match deletes the project only at the version its check saw (core/conditional.ts).
+      config: { role: 'admin', rowVersion: { table: 'projects', idParam: 'projectId' } },
       schema: {
         summary: 'Delete a project and everything attached to it',
         tags,

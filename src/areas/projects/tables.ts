@@ -5,6 +5,8 @@ export interface ProjectTable {
   description: string | null;
   createdBy: string;
   createdAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface ProjectTables {

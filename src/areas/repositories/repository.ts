@@ -1,6 +1,7 @@
 import type { Insertable, Selectable, Updateable } from 'kysely';
+import { expectedRowVersion, heldExpectedVersion, NO_ROW } from '../../core/conditional.ts';
 import type { Executor } from '../../core/db/database.ts';
-import { now } from '../../core/db/database.ts';
+import { isUniqueViolation, now } from '../../core/db/database.ts';
 import type { GitCredentialTable, ProjectRepositoryTable, RepositoryMigrationTable } from './tables.ts';
 
 /**
@@ -42,13 +43,52 @@ export function externalRepositoryOf(db: Executor, projectId: string): Promise<E
   return db.selectFrom('projectRepositories').selectAll().where('projectId', '=', projectId).executeTakeFirst();
 }
 
-/** The project's repository becomes `row` (created or replaced). */
+/**
+ * The row and version of the project's external repository as If-Match compares it (core/conditional.ts):
+ * NO_ROW while the server hosts it (the GET answers that too, and a PUT creates the row).
+ */
+export async function externalRepositoryVersion(db: Executor, projectId: string) {
+  const row = await db
+    .selectFrom('projectRepositories')
+    .select('rowVersion')
+    .where('projectId', '=', projectId)
+    .executeTakeFirst();
+  return { id: projectId, version: row === undefined ? NO_ROW : Number(row.rowVersion) };
+}
+
+/**
+ * The project's repository becomes `row` (created or replaced), one version on. Where the request's If-Match
+ * check saw a version of it, only that version is replaced, and where it saw none the row is only created: a
+ * 412 when another write came between (core/conditional.ts).
+ */
 export async function upsertExternalRepository(db: Executor, row: Insertable<ProjectRepositoryTable>): Promise<void> {
-  await db
-    .insertInto('projectRepositories')
-    .values(row)
-    .onConflict((oc) => oc.column('projectId').doUpdateSet(row))
-    .execute();
+  const expected = expectedRowVersion('projectRepositories', row.projectId);
+  if (expected === undefined) {
+    await db
+      .insertInto('projectRepositories')
+      .values(row)
+      .onConflict((oc) =>
+        oc.column('projectId').doUpdateSet((eb) => ({ ...row, rowVersion: eb('projectRepositories.rowVersion', '+', 1) })),
+      )
+      .execute();
+  } else if (expected === NO_ROW) {
+    let created = true;
+    try {
+      await db.insertInto('projectRepositories').values(row).execute();
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error;
+      created = false;
+    }
+    heldExpectedVersion('projectRepositories', row.projectId, created);
+  } else {
+    const result = await db
+      .updateTable('projectRepositories')
+      .set((eb) => ({ ...row, rowVersion: eb('rowVersion', '+', 1) }))
+      .where('projectId', '=', row.projectId)
+      .where('rowVersion', '=', expected)
+      .executeTakeFirst();
+    heldExpectedVersion('projectRepositories', row.projectId, result.numUpdatedRows > 0n);
+  }
 }
 
 // ---- Migrations

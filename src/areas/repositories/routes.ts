@@ -15,7 +15,7 @@ import {
   toMigrationResult,
   toProjectRepository,
 } from './service.ts';
-import { externalRepositoryOf } from './repository.ts';
+import { externalRepositoryOf, externalRepositoryVersion } from './repository.ts';
 import {
   CreateGitCredentialRequest,
   GitCredential,
@@ -111,7 +111,15 @@ export async function repositoryRoutes(fastify: FastifyInstance): Promise<void> 
   app.put(
     '/projects/:projectId/git-repository',
     {
-      config: { role: 'admin' },
+      // A write with If-Match replaces the association only at the version its check saw, or creates it only
+      // where its check saw none (core/conditional.ts).
+      config: {
+        role: 'admin',
+        rowVersion: {
+          table: 'projectRepositories',
+          find: (db, request) => externalRepositoryVersion(db, (request.params as { projectId: string }).projectId),
+        },
+      },
       schema: {
         summary: 'Associate the project with an external repository (no data is copied; see repository-migration)',
         tags: ['Repositories'],

@@ -25,6 +25,8 @@ export interface ProjectRepositoryTable {
   /** A token of this repository alone (a gitlab token rotated by a migration), sealed. */
   sealedToken: string | null;
   updatedAt: string;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion: Generated<number>;
 }
 
 export interface RepositoryMigrationTable {

@@ -7,8 +7,9 @@ import type { ScheduleTable } from './tables.ts';
 /** What an update may change. */
 export type ScheduleChanges = Pick<
   ScheduleTable,
-  'name' | 'pipelineName' | 'cronExpression' | 'timezone' | 'enabled' | 'environmentId' | 'nextRunAt'
->;
+  'name' | 'pipelineName' | 'cronExpression' | 'timezone' | 'enabled' | 'environmentId'
+> &
+  Partial<Pick<ScheduleTable, 'nextRunAt'>>;
 
 /** Inserts a schedule. A name taken in the project is a unique violation. */
 export async function insertSchedule(db: Executor, row: ScheduleTable): Promise<void> {
@@ -69,12 +70,13 @@ export function dueSchedules(db: Executor, at: string, limit: number): Promise<S
 
 /**
  * Moves the schedule's next due time on from `from` to `to` (compare and set): whether this call moved it,
- * false when another instance did first or the schedule was disabled meanwhile.
+ * false when another instance did first or the schedule was disabled meanwhile. A schedule answers its next due
+ * time (nextRunAt), so its version moves too: a write with If-Match whose check saw the earlier time is a 412.
  */
 export async function moveNextRun(db: Executor, id: string, from: string, to: string | null): Promise<boolean> {
   const moved = await db
     .updateTable('schedules')
-    .set({ nextRunAt: to })
+    .set({ nextRunAt: to, rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('id', '=', id)
     .where('nextRunAt', '=', from)
     .where('enabled', '=', 1)

@@ -145,9 +145,11 @@ export async function updateSchedule(
   };
   const timing =
     next.cronExpression !== current.cronExpression || next.timezone !== current.timezone || next.enabled !== current.enabled;
-  const nextRunAt = timing ? nextDue(next, new Date()) : current.nextRunAt;
   if (!timing) cronOf(next.cronExpression, next.timezone);
-  await withUniqueName(next.name, () => updateScheduleRow(db, id, { ...next, nextRunAt }));
+  // Without a change of timing the due time is left as it is in the row: the scheduler may have moved it on
+  // since `current` was read, and writing the read one back would undo that.
+  const changes = timing ? { ...next, nextRunAt: nextDue(next, new Date()) } : next;
+  await withUniqueName(next.name, () => updateScheduleRow(db, id, changes));
   return getSchedule(db, projectId, id);
 }
 

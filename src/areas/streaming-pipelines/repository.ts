@@ -1,4 +1,5 @@
 /** The streaming pipelines' SQL: rows of `streamingPipelines` and nothing else. The rules are the service's. */
+import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
@@ -47,24 +48,40 @@ export async function listPipelineRows(db: Executor, projectId: string, query: S
   return { rows, total };
 }
 
-/** Writes a replaced definition. A name taken in the project is a unique violation. */
+/**
+ * Writes a replaced definition, one version on. A name taken in the project is a unique violation. Where the
+ * request's If-Match check saw a version of this row, only that version is changed (a 412 when another write
+ * came between: core/conditional.ts).
+ */
 export async function updatePipelineRow(
   db: Executor,
   pipelineId: string,
   changes: Pick<PipelineRow, 'name' | 'agentId' | 'definition'>,
 ): Promise<void> {
-  await db.updateTable('streamingPipelines').set(changes).where('id', '=', pipelineId).execute();
+  const expected = expectedRowVersion('streamingPipelines', pipelineId);
+  let update = db
+    .updateTable('streamingPipelines')
+    .set({ ...changes, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', pipelineId);
+  if (expected !== undefined) update = update.where('rowVersion', '=', expected);
+  const result = await update.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('streamingPipelines', pipelineId, result.numUpdatedRows > 0n);
 }
 
+/** Deletes the pipeline; as updatePipelineRow for If-Match. */
 export async function deletePipelineRow(db: Executor, pipelineId: string): Promise<void> {
-  await db.deleteFrom('streamingPipelines').where('id', '=', pipelineId).execute();
+  const expected = expectedRowVersion('streamingPipelines', pipelineId);
+  let deletion = db.deleteFrom('streamingPipelines').where('id', '=', pipelineId);
+  if (expected !== undefined) deletion = deletion.where('rowVersion', '=', expected);
+  const result = await deletion.executeTakeFirst();
+  if (expected !== undefined) heldExpectedVersion('streamingPipelines', pipelineId, result.numDeletedRows > 0n);
 }
 
 /** Sets the pipeline's status and its message; the pipeline's project and name, if it exists. */
 export function setStatus(db: Executor, pipelineId: string, status: StreamingPipelineStatus, message: string | null) {
   return db
     .updateTable('streamingPipelines')
-    .set({ status, statusMessage: message, statusChangedAt: now() })
+    .set({ status, statusMessage: message, statusChangedAt: now(), rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('id', '=', pipelineId)
     .returning(['projectId', 'name'])
     .executeTakeFirst();
@@ -79,7 +96,7 @@ export async function setStatusIf(
 ): Promise<boolean> {
   const moved = await db
     .updateTable('streamingPipelines')
-    .set(set)
+    .set({ ...set, rowVersion: (eb) => eb('rowVersion', '+', 1) })
     .where('id', '=', pipelineId)
     .where('status', 'in', [...from])
     .executeTakeFirst();
@@ -92,7 +109,10 @@ export async function pipelineStatus(db: Executor, pipelineId: string): Promise<
   return row?.status;
 }
 
-/** Keeps the agent's last progress report (JSON) on the pipeline. */
+/**
+ * Keeps the agent's last progress report (JSON) on the pipeline. Its version stays: the pipeline's answer does
+ * not show progress (its status does, whose ETag changes without any version).
+ */
 export async function setProgress(db: Executor, pipelineId: string, progress: string): Promise<void> {
   await db.updateTable('streamingPipelines').set({ progress }).where('id', '=', pipelineId).execute();
 }

@@ -35,6 +35,9 @@ import {
 const tags = ['Streaming Pipelines'];
 
 /** E19 and the rest of a streaming pipeline's life: definitions per project, run by one of the account's agents. */
+/** A write with If-Match changes the pipeline only at the version its check saw (core/conditional.ts). */
+const rowVersion = { table: 'streamingPipelines', idParam: 'streamingPipelineId' };
+
 export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const db = app.store.db;
@@ -103,6 +106,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
   app.put(
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
+      config: { rowVersion },
       schema: {
         summary: 'Replace a streaming pipeline definition (while it is STOPPED or FAILED)',
         tags,
@@ -124,6 +128,7 @@ export async function streamingPipelineRoutes(fastify: FastifyInstance): Promise
   app.delete(
     '/projects/:projectId/streaming-pipelines/:streamingPipelineId',
     {
+      config: { rowVersion },
       schema: {
         summary:
           'Delete a streaming pipeline definition (while it is STOPPED or FAILED); with dropSlot=true its agent also drops its replication slot',

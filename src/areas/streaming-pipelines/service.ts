@@ -3,6 +3,7 @@
  * unique names, the status a start, a stop or the agent's reports move it to (with its event), and how a
  * pipeline and its status are shown. The SQL is the repository's.
  */
+import { checkExpectedVersion } from '../../core/conditional.ts';
 import { randomUUID } from 'node:crypto';
 import type { Executor } from '../../core/db/database.ts';
 import { isUniqueViolation, now } from '../../core/db/database.ts';
@@ -204,6 +205,7 @@ export async function createPipeline(
     statusChangedAt: at,
     createdAt: at,
     progress: null,
+    rowVersion: 0,
   };
   try {
     await insertPipeline(db, row);
@@ -239,6 +241,8 @@ export async function replacePipeline(
   request: StreamingPipelineRequest,
 ): Promise<StreamingPipeline> {
   const row = await requirePipeline(db, projectId, pipelineId);
+  // A write with If-Match whose pipeline moved since its check (started, say) is a 412, not a 409.
+  checkExpectedVersion('streamingPipelines', row.id, Number(row.rowVersion ?? 0));
   requireIdle(row, 'replace');
   checkNoSecretValues(request);
   await checkAgent(db, accountId, request.agentId);
@@ -265,6 +269,7 @@ export async function deletePipeline(
   dropSlot = false,
 ): Promise<void> {
   const row = await requirePipeline(db, projectId, pipelineId);
+  checkExpectedVersion('streamingPipelines', row.id, Number(row.rowVersion ?? 0));
   requireIdle(row, 'delete');
   if (dropSlot) {
     const { definition } = readStoredDefinition(row.definition);

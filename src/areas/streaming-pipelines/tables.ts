@@ -12,6 +12,8 @@ export interface StreamingPipelineTable {
   createdAt: string;
   /** JSON of the agent's last StreamingProgress report on the current run (src/contract/streaming.ts), or null. */
   progress: string | null;
+  /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
+  rowVersion?: number;
 }
 
 export interface StreamingPipelineTables {

@@ -70,7 +70,10 @@ export function enabledWebhooks(db: Executor, accountIds: string[] | 'all') {
   return query.execute();
 }
 
-/** Moves the webhook's cursor from `from` to `to`; false when another process moved it first (or it was disabled). */
+/**
+ * Moves the webhook's cursor from `from` to `to`; false when another process moved it first (or it was disabled).
+ * Its version stays: a webhook does not answer its cursor, and no write through the API sets it.
+ */
 export async function advanceCursor(trx: Executor, id: string, from: number, to: number): Promise<boolean> {
   const result = await trx
     .updateTable('webhooks')
@@ -174,16 +177,21 @@ export function pendingDeliveries(db: Executor, webhookId: string) {
     .execute();
 }
 
-/** Clears the webhook's count of deliveries in a row that failed. */
+/** Clears the webhook's count of deliveries in a row that failed (a version on: a webhook answers it), if not clear. */
 export async function clearFailures(trx: Executor, id: string): Promise<void> {
-  await trx.updateTable('webhooks').set({ consecutiveFailures: 0 }).where('id', '=', id).execute();
+  await trx
+    .updateTable('webhooks')
+    .set({ consecutiveFailures: 0, rowVersion: (eb) => eb('rowVersion', '+', 1) })
+    .where('id', '=', id)
+    .where('consecutiveFailures', '<>', 0)
+    .execute();
 }
 
 /** Counts one more delivery in a row that failed; the new count and whether the webhook is enabled (undefined when gone). */
 export function countFailure(trx: Executor, id: string) {
   return trx
     .updateTable('webhooks')
-    .set((eb) => ({ consecutiveFailures: eb('consecutiveFailures', '+', 1) }))
+    .set((eb) => ({ consecutiveFailures: eb('consecutiveFailures', '+', 1), rowVersion: eb('rowVersion', '+', 1) }))
     .where('id', '=', id)
     .returning(['consecutiveFailures', 'enabled'])
     .executeTakeFirst();

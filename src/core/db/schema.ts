@@ -61,13 +61,6 @@ export interface JobTable {
 }
 
 /** Each account's last outbox event id (core/outbox.ts). */
-/** A resource URL a conditional write holds from its If-Match check to its answer (core/conditional.ts). */
-export interface ConditionalWriteLockTable {
-  key: string;
-  holder: string;
-  lockedUntil: string;
-}
-
 /** SQLite only: the last outbox event id handed out (one row). */
 export interface OutboxCounterTable {
   id: number;
@@ -114,7 +107,6 @@ export interface CoreTables {
   auditEvents: AuditEventTable;
   jobs: JobTable;
   outboxCounter: OutboxCounterTable;
-  conditionalWriteLocks: ConditionalWriteLockTable;
   outboxEvents: OutboxEventTable;
   idempotencyKeys: IdempotencyKeyTable;
 }

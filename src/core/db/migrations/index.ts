@@ -28,6 +28,7 @@ import { lineageCompact } from './0038_lineage_compact.ts';
 import { rowVersions } from './0038_row_versions.ts';
 import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 import { outboxIdsInMemory } from './0039_outbox_ids_in_memory.ts';
+import { rowVersionsEverywhere } from './0040_row_versions_everywhere.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -58,6 +59,7 @@ const steps: Record<string, PortableMigration> = {
   '0038_row_versions': rowVersions,
   '0038_outbox_lighter_writes': outboxLighterWrites,
   '0039_outbox_ids_in_memory': outboxIdsInMemory,
+  '0040_row_versions_everywhere': rowVersionsEverywhere,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
