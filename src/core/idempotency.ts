@@ -37,7 +37,7 @@ declare module 'fastify' {
 
 /**
  * What makes two requests the same: method, URL (query included) and body. A JSON body counts as parsed
- * and validated, so formatting differences do not matter; a multipart upload (read by its handler) counts
+ * and validated, so formatting differences and the order of an object's members do not matter; a multipart upload (read by its handler) counts
  * by its content type without the boundary and the headers that describe it, not by its parts.
  */
 function fingerprintOf(request: FastifyRequest): string {
@@ -47,9 +47,21 @@ function fingerprintOf(request: FastifyRequest): string {
     hash.update(type.split(';')[0]);
     for (const name of UPLOAD_HEADERS) hash.update(`\n${name}:${String(request.headers[name] ?? '')}`);
   } else {
-    hash.update(JSON.stringify(request.body ?? null));
+    hash.update(canonicalJson(request.body ?? null));
   }
   return hash.digest('hex');
+}
+
+/** JSON with every object's members in the order of their names: the same fields sent in another order are the same body. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const members = Object.entries(value as Record<string, unknown>)
+      .filter(([, member]) => member !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${members.map(([name, member]) => `${JSON.stringify(name)}:${canonicalJson(member)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
 }
 
 const inProgress = () =>

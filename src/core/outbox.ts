@@ -93,20 +93,19 @@ const SAFE_POINT = sql<number>`pg_snapshot_xmin(pg_current_snapshot())::text::bi
 /**
  * An id up to which every event of the account is committed and visible to any later read (0 before the
  * first): a stream that starts "now" starts after it. PostgreSQL: the safe point, of every account; SQLite,
- * which commits ids in order: the account's last event.
+ * which commits ids in order: the account's last event, or retention's floor if that is higher.
  */
 export async function lastEventId(db: Executor, accountId: string): Promise<number> {
   if (statementsAreRoundTrips(db)) {
     const { rows } = await sql<{ head: number }>`select ${SAFE_POINT} - 1 as head`.execute(db);
     return Number(rows[0].head);
   }
-  // SQLite commits ids in order: every later event of the account gets an id past its last one.
-  const row = await db
-    .selectFrom('outboxEvents')
-    .select((eb) => eb.fn.max('id').as('id'))
-    .where('accountId', '=', accountId)
-    .executeTakeFirst();
-  return Number(row?.id ?? 0);
+  // SQLite commits ids in order: every later event of the account gets an id past its last one, and past the
+  // floor retention raised before it deleted (an account whose events all went keeps the ids it was sent).
+  const { rows } = await sql<{ head: number | null }>`
+    select max(coalesce((select max(id) from outbox_events where account_id = ${accountId}), 0),
+      coalesce((select last_id from outbox_counter), 0)) as head`.execute(db);
+  return Number(rows[0]?.head ?? 0);
 }
 
 /**

@@ -256,6 +256,54 @@ describeEachStore('lineage events', (kind) => {
     expectProblem(await server.api('GET', '/lineage/events'), 401);
   });
 
+  test("reports racing their project's deletion leave none of its lineage behind (attack finding F3)", async () => {
+    const agentId = (await api('GET', '/agents')).body.results.find((agent: { name: string }) => agent.name === 'runner').agentId;
+    const leftBehind: number[] = [];
+    for (let round = 0; round < 4; round += 1) {
+      const project = await api('POST', '/projects', { name: `doomed ${round}`, description: 'deleted while its runs report' });
+      assert.equal(project.status, 201, project.text);
+      const doomed = project.body.projectId as string;
+      assert.equal(
+        (await api('POST', `/projects/${doomed}/environments`, { name: 'prod', defaultAgentId: agentId })).status,
+        201,
+      );
+      await uploadVersion(server, caller, doomed, 'prod', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+      const works: string[] = [];
+      for (let i = 0; i < 3; i += 1) {
+        const started = await api('POST', `/projects/${doomed}/pipeline-executions`, {
+          environmentName: 'prod',
+          pipelineName: 'pipelines/check.orch.yaml',
+        });
+        assert.equal(started.status, 201, started.text);
+        works.push((await agentCall('GET', '/work?waitSeconds=5')).body.workId);
+      }
+      const reports = Array.from({ length: 45 }, (_, i) =>
+        agentCall('POST', `/work/${works[i % works.length]}/reports`, {
+          type: 'progress',
+          body: {
+            step: {
+              index: i,
+              name: `Step ${i}`,
+              status: 'SUCCESS',
+              startedAt: new Date().toISOString(),
+              finishedAt: new Date().toISOString(),
+              lineage: { inputs: [{ ...orders, name: `shop.public.orders_${i}` }], outputs: [mart] },
+            },
+          },
+        }),
+      );
+      await new Promise((resolve) => setTimeout(resolve, round * 3));
+      const deleted = await api('DELETE', `/projects/${doomed}`);
+      assert.equal(deleted.status, 204, deleted.text);
+      for (const report of await Promise.all(reports))
+        assert.ok([200, 409, 410].includes(report.status) || report.status === 404, report.text);
+      const steps = await server.db.selectFrom('lineageSteps').select('id').where('projectId', '=', doomed).execute();
+      const bodies = await server.db.selectFrom('lineageBodies').select('hash').where('projectId', '=', doomed).execute();
+      leftBehind.push(steps.length + bodies.length);
+    }
+    assert.deepEqual(leftBehind, [0, 0, 0, 0]);
+  });
+
   test('the same datasets reported by another run are a second event whose body is stored once; they go with the project', async () => {
     const lineage = {
       inputs: [{ ...orders, fields: [{ name: 'id', type: 'integer' }], unknownToTheContract: true }],

@@ -24,14 +24,14 @@ describeEachStore('Idempotency-Key', (kind) => {
     const key = randomUUID();
     const projects = await projectCount();
     const audited = await auditCount();
-    const body = { name: `idem ${key}` };
+    const body = { name: `idem ${key}`, description: 'kept once' };
     const first = await server.api('POST', '/projects', { token: caller.token, body, headers: { 'idempotency-key': key } });
     assert.equal(first.status, 201);
     assert.equal(first.headers.get('idempotent-replayed'), null);
-    // Sent again to the other instance, with the body formatted otherwise.
+    // Sent again to the other instance, with the body formatted otherwise and its members in another order.
     const retry = await second.request('POST', '/dpc/v1/projects', {
       token: caller.token,
-      body: JSON.stringify(body, null, 2),
+      body: JSON.stringify({ description: body.description, name: body.name }, null, 2),
       headers: { 'idempotency-key': key, 'content-type': 'application/json' },
     });
     assert.equal(retry.status, 201);

@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, type Store } from '../../src/core/db/database.ts';
 import { createAccount } from '../../src/core/auth/accounts.ts';
-import { emit, pruneEvents, readEvents } from '../../src/core/outbox.ts';
+import { emit, lastEventId, pruneEvents, readEvents } from '../../src/core/outbox.ts';
 
 /**
  * SQLite hands outbox ids out from memory (db/group-commit.ts): the last id its connection handed out, found
@@ -56,6 +56,8 @@ test('after retention deleted every event, a new connection goes on past the ids
   const last = Math.max(...(await ids(first)));
   assert.ok((await pruneEvents(first.db, new Date(Date.now() + 60_000).toISOString())) >= 7);
   assert.deepEqual(await ids(first), []);
+  // A client resuming after the last id it was sent is resuming after an event that happened (attack finding F1).
+  assert.ok((await lastEventId(second.db, accountId)) >= last, 'the ids sent before retention still count as sent');
   await first.close();
   await second.close();
   first = open();

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer } from '../helpers/harness.ts';
 import { revokeClient } from '../../src/core/auth/accounts.ts';
+import { EventStream } from '../helpers/event-stream.ts';
 
 describeEachStore('client revocation', (kind) => {
   let first: TestServer;
@@ -38,6 +39,23 @@ describeEachStore('client revocation', (kind) => {
       assert.equal(answer.status, 401);
       assert.match(answer.body.detail, /revoked/);
       assert.equal((await server.api('GET', '/projects', { token: other.token })).status, 200, 'other clients keep working');
+    }
+  });
+  test("a revoked client's open event stream ends, and is sent nothing more (attack finding F11)", async () => {
+    const caller = await first.newAccount();
+    const stream = await EventStream.open(second.url, caller.token);
+    try {
+      assert.equal((await first.api('POST', '/projects', { token: caller.token, body: { name: 'before' } })).status, 201);
+      const [seen] = await stream.take(1);
+      assert.equal(seen.type, 'projects.created');
+      await revokeClient(first.db, caller.clientId);
+      await new Promise((resolve) => setTimeout(resolve, 2200));
+      // Written as the account by a client that is still good: the revoked one's stream must not carry it.
+      const other = await first.tokenFor(caller.accountId, 'admin');
+      assert.equal((await first.api('POST', '/projects', { token: other, body: { name: 'after' } })).status, 201);
+      await assert.rejects(stream.take(2, 5000), /the stream ended after 1 of 2 events/);
+    } finally {
+      stream.close();
     }
   });
 });

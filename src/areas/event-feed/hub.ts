@@ -20,9 +20,20 @@ class Subscriber {
     readonly socket: Socket,
     readonly filter: EventFilter,
     public cursor: number,
+    /** Who was let in, and until when: the stream ends when that no longer stands (FeedHub's stillValid). */
+    readonly access: StreamAccess,
     /** Ids past the cursor that had committed before the client subscribed: not the client's to receive. */
     private before?: Set<number>,
   ) {}
+
+  /** Whether the client may still be sent events; ends the stream when not (its client revoked, its token expired). */
+  mayGoOn(): boolean {
+    if (this.closed) return false;
+    if (this.feed.stillValid(this.access.clientId, this.access.expiresAt)) return true;
+    this.closed = true;
+    this.socket.end(': the access this stream was opened with has ended (client revoked or token expired)\n\n');
+    return false;
+  }
 
   /** Sends whatever the account's feed knows past the cursor, in order; a second call while busy runs once more after. */
   async pump(): Promise<void> {
@@ -50,6 +61,7 @@ class Subscriber {
           if (this.before && [...this.before].every((id) => id <= this.cursor)) this.before = undefined;
           // Nothing else up to the head: ids are not contiguous, so the cursor moves there.
           if (complete) this.cursor = Math.max(this.cursor, head);
+          if (text && !this.mayGoOn()) return;
           if (text && !this.socket.write(text)) await this.drained();
         }
       } while (this.again && !this.closed);
@@ -87,6 +99,12 @@ export function frame(event: StoredEvent): string {
   return `id: ${event.id}\nevent: ${event.type}\ndata: ${data}\n\n`;
 }
 
+/** The client a stream was opened for and when its token expires (ms since the epoch). */
+export interface StreamAccess {
+  clientId: string;
+  expiresAt: number;
+}
+
 /** Some events after a cursor; `complete` when they are all there are up to the feed's head. */
 interface Batch {
   events: StoredEvent[];
@@ -113,6 +131,7 @@ class AccountFeed {
     readonly accountId: string,
     readonly log: Pick<FastifyBaseLogger, 'warn'>,
     head: number,
+    readonly stillValid: (clientId: string, expiresAt: number) => boolean,
   ) {
     this.head = head;
     this.bufferFrom = head;
@@ -199,7 +218,13 @@ export class FeedHub {
   constructor(
     private readonly db: Db,
     private readonly wakeups: OutboxWakeups,
-    private readonly settings: { pollMs: number; heartbeatMs: number; log: Pick<FastifyBaseLogger, 'warn'> },
+    private readonly settings: {
+      pollMs: number;
+      heartbeatMs: number;
+      log: Pick<FastifyBaseLogger, 'warn'>;
+      /** Whether a stream's access still stands (TokenService.stillValid): checked before each write and heartbeat. */
+      stillValid: (clientId: string, expiresAt: number) => boolean;
+    },
   ) {}
 
   get subscriberCount(): number {
@@ -212,16 +237,24 @@ export class FeedHub {
    * Follows the account's events after `cursor` onto `socket` (an answer begun, written straight to its connection) until it closes. `head` is the account's last
    * id now; `before`, ids past the cursor already committed when the client subscribed, are not sent.
    */
-  subscribe(accountId: string, socket: Socket, filter: EventFilter, cursor: number, head: number, before?: Set<number>): void {
+  subscribe(
+    accountId: string,
+    socket: Socket,
+    access: StreamAccess,
+    filter: EventFilter,
+    cursor: number,
+    head: number,
+    before?: Set<number>,
+  ): void {
     // Gone already (its 'close' came and went): nothing to follow.
     if (socket.destroyed) return;
     this.start();
     let feed = this.feeds.get(accountId);
     if (!feed) {
-      feed = new AccountFeed(this.db, accountId, this.settings.log, head);
+      feed = new AccountFeed(this.db, accountId, this.settings.log, head, this.settings.stillValid);
       this.feeds.set(accountId, feed);
     }
-    const subscriber = new Subscriber(feed, socket, filter, cursor, before?.size ? before : undefined);
+    const subscriber = new Subscriber(feed, socket, filter, cursor, access, before?.size ? before : undefined);
     feed.subscribers.add(subscriber);
     socket.on('close', () => {
       subscriber.closed = true;
@@ -247,7 +280,7 @@ export class FeedHub {
     }, this.settings.pollMs).unref();
     this.heartbeat = setInterval(() => {
       for (const feed of this.feeds.values())
-        for (const subscriber of feed.subscribers) subscriber.socket.write(': keep-alive\n\n');
+        for (const subscriber of feed.subscribers) if (subscriber.mayGoOn()) subscriber.socket.write(': keep-alive\n\n');
     }, this.settings.heartbeatMs).unref();
   }
 

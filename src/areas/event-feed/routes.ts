@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { badRequest } from '../../core/problems.ts';
+import { bearerTokenOf } from '../../core/auth/plugin.ts';
 import { committedAfter, lastEventId, pruneEvents } from '../../core/outbox.ts';
 import { runPeriodically } from '../../core/ticker.ts';
 import { FeedHub } from './hub.ts';
@@ -25,6 +26,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
     pollMs: app.config.eventsPollMs,
     heartbeatMs: app.config.eventsHeartbeatSeconds * 1000,
     log: app.log,
+    stillValid: (clientId, expiresAt) => app.tokens.stillValid(clientId, expiresAt),
   });
   // Open streams would hold the server's close up: they end first, and their clients resume elsewhere.
   app.addHook('preClose', async () => hub.close());
@@ -56,6 +58,8 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
     },
     async (request, reply) => {
       const { accountId } = request.principal;
+      // The stream ends when the access it was opened with does (the client revoked, the token expired).
+      const expiresAt = app.tokens.expiryOf(bearerTokenOf(request));
       const head = await lastEventId(app.store.db, accountId);
       const resume = request.headers['last-event-id'] ?? request.query.lastEventId;
       const cursor = resume === undefined ? head : Number(resume);
@@ -88,6 +92,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
       hub.subscribe(
         accountId,
         socket,
+        { clientId: request.principal.clientId, expiresAt },
         { types: parseTypes(request.query.type), projectId: request.query.projectId },
         cursor,
         head,

@@ -63,6 +63,8 @@ export async function insertLineageStep(db: Executor, step: LineageStepRow, body
 const BODY_ROWS: DeferredInsert = {
   into: 'insert into lineage_bodies (project_id, hash, body)',
   columns: 3,
+  // Not for a project a later transaction of the group deleted (with its lineage, before these were written).
+  where: 'exists (select 1 from projects p where p.id = column1)',
   then: 'on conflict (project_id, hash) do nothing',
 };
 const STEP_ROWS: DeferredInsert = {
@@ -70,6 +72,7 @@ const STEP_ROWS: DeferredInsert = {
     'insert into lineage_steps (account_id, project_id, execution_id, generated_at, event_time, job_name, job_kind, ' +
     'step_index, step_name, step_status, body_hash)',
   columns: 11,
+  where: 'exists (select 1 from projects p where p.id = column2)',
 };
 
 /**

@@ -10,8 +10,9 @@ export async function lineageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   // DPC_OPENLINEAGE_URL: every stored event is also POSTed there (push.ts).
   startLineagePush(fastify, eventOf);
-  // The steps hold their project without a foreign key (migration 0038): they go in its deleting transaction.
-  fastify.projectDeletion.inTransaction('lineage', (trx, _dialect, accountId, projectId) =>
+  // The steps hold their project without a foreign key (migration 0038): they go in its deleting transaction,
+  // after its runs, so that a report adding lineage while the project is deleted has ended first, or fails.
+  fastify.projectDeletion.afterRows('lineage', (trx, _dialect, accountId, projectId) =>
     deleteProjectLineage(trx, accountId, projectId),
   );
   app.get(

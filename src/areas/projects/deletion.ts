@@ -12,10 +12,20 @@ export type AfterCommitStep = (projectId: string) => Promise<void>;
  */
 export class ProjectDeletion {
   readonly #inTransaction: { area: string; step: InTransactionStep }[] = [];
+  readonly #afterRows: { area: string; step: InTransactionStep }[] = [];
   readonly #afterCommit: { area: string; step: AfterCommitStep }[] = [];
 
   inTransaction(area: string, step: InTransactionStep): void {
     this.#inTransaction.push({ area, step });
+  }
+
+  /**
+   * Work in the deleting transaction once the project's own rows (its runs with them) are deleted: for rows
+   * that writes on a run add, so that a write that began before the deletion has ended (PostgreSQL: deleting
+   * the run waited for its lock) or fails (its run is gone) before they are deleted.
+   */
+  afterRows(area: string, step: InTransactionStep): void {
+    this.#afterRows.push({ area, step });
   }
 
   afterCommit(area: string, step: AfterCommitStep): void {
@@ -24,6 +34,10 @@ export class ProjectDeletion {
 
   async runInTransaction(trx: Trx, dialect: Dialect, accountId: string, projectId: string): Promise<void> {
     for (const { step } of this.#inTransaction) await step(trx, dialect, accountId, projectId);
+  }
+
+  async runAfterRows(trx: Trx, dialect: Dialect, accountId: string, projectId: string): Promise<void> {
+    for (const { step } of this.#afterRows) await step(trx, dialect, accountId, projectId);
   }
 
   async runAfterCommit(projectId: string): Promise<void> {

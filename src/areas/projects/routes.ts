@@ -60,6 +60,7 @@ export async function projectRoutes(fastify: FastifyInstance): Promise<void> {
       await app.store.db.transaction().execute(async (trx) => {
         await app.projectDeletion.runInTransaction(trx, app.store.dialect, request.principal.accountId, request.params.projectId);
         await deleteProject(trx, request.principal.accountId, request.params.projectId);
+        await app.projectDeletion.runAfterRows(trx, app.store.dialect, request.principal.accountId, request.params.projectId);
       });
       // Its rows are gone with the commit; what other areas keep outside the store goes after them.
       await app.projectDeletion.runAfterCommit(request.params.projectId);

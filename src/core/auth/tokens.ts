@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { SignJWT, jwtVerify, decodeProtectedHeader, type JWTPayload } from 'jose';
+import { SignJWT, jwtVerify, decodeProtectedHeader, type JWTPayload, decodeJwt } from 'jose';
 import type { Db } from '../db/database.ts';
 import { isRole, type Role } from './accounts.ts';
 import { verifySecret, decoyHash } from './secrets.ts';
@@ -107,6 +107,23 @@ export class TokenService {
     if (cached.expiresAt > Date.now()) return cached.principal;
     this.verified.delete(token);
     return undefined;
+  }
+
+  /** When a token this request was let in with expires (ms since the epoch): its `exp` claim. */
+  expiryOf(token: string): number {
+    const cached = this.verified.get(token)?.expiresAt;
+    if (cached !== undefined) return cached;
+    const { exp } = decodeJwt(token);
+    return typeof exp === 'number' ? exp * 1000 : 0;
+  }
+
+  /**
+   * Whether what a client was let in with still stands: its client not revoked (as far as this process has
+   * heard: revocationRefreshSeconds) and its token, expiring at `expiresAt`, alive. For what stays open
+   * past the request that was let in: an event stream.
+   */
+  stillValid(clientId: string, expiresAt: number): boolean {
+    return !this.revoked.has(clientId) && expiresAt > Date.now();
   }
 
   /** The caller a bearer token stands for; throws InvalidToken for anything not issued here and alive. */

@@ -36,6 +36,12 @@ export interface DeferredInsert {
   readonly into: string;
   /** How many values a row has. */
   readonly columns: number;
+  /**
+   * Which rows are written: a condition on the row's values as SQLite names those of a VALUES list (`column1`,
+   * `column2`, …), read when the group commits (`exists (select 1 from projects where id = column2)`: the
+   * project was not deleted meanwhile by a later transaction of the group).
+   */
+  readonly where?: string;
   /** After the values: `on conflict … do nothing`, or nothing. */
   readonly then?: string;
 }
@@ -397,11 +403,10 @@ class GroupCommitDriver implements Driver {
     const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
     for (let i = 0; i < rows.length; i += perStatement) {
       const chunk = rows.slice(i, i + perStatement);
+      const values = `values ${chunk.map(() => row).join(', ')}`;
+      const selected = insert.where ? `select * from (${values}) where ${insert.where}` : values;
       await this.#connection.executeQuery(
-        CompiledQuery.raw(
-          `${insert.into} values ${chunk.map(() => row).join(', ')}${insert.then ? ` ${insert.then}` : ''}`,
-          chunk.flat(),
-        ),
+        CompiledQuery.raw(`${insert.into} ${selected}${insert.then ? ` ${insert.then}` : ''}`, chunk.flat()),
       );
     }
   }
