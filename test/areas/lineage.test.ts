@@ -253,6 +253,9 @@ describeEachStore('lineage events', (kind) => {
     const reversed = expectProblem(await api('GET', '/lineage/events?generatedFrom=2026-02-01&generatedBefore=2026-01-01'), 400);
     assert.ok(reversed.violations?.[0].startsWith('querystring.generatedBefore'));
     expectProblem(await api('GET', '/lineage/events?generatedFrom=yesterday-ish'), 400);
+    // Days that are not in the calendar are refused, not rolled over into the next month (attack finding F4).
+    for (const day of ['2026-02-30', '2026-11-31T10:00:00Z', '2026-13-01'])
+      expectProblem(await api('GET', `/lineage/events?generatedFrom=${day}`), 400);
     expectProblem(await server.api('GET', '/lineage/events'), 401);
   });
 

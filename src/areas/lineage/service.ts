@@ -341,13 +341,20 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
 }
 
 /** An instant as the query gives it: a date-time (UTC without an offset) or a date (its midnight UTC). */
+/** Whether the YYYY-MM-DD that `iso` begins with is a day of the calendar (Date.parse takes 2026-02-30 as March 2nd). */
+function isCalendarDate(iso: string): boolean {
+  const [year, month, day] = iso.slice(0, 10).split('-').map(Number);
+  const date = new Date(Date.UTC(year, month - 1, day));
+  return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day;
+}
+
 function instantOf(value: string, field: string): number {
   const iso = /^\d{4}-\d{2}-\d{2}$/.test(value)
     ? `${value}T00:00:00Z`
     : /^\d{4}-\d{2}-\d{2}T[\d:.]+$/.test(value)
       ? `${value}Z`
       : value;
-  const ms = /^\d{4}-\d{2}-\d{2}T/.test(iso) ? Date.parse(iso) : NaN;
+  const ms = /^\d{4}-\d{2}-\d{2}T/.test(iso) && isCalendarDate(iso) ? Date.parse(iso) : NaN;
   if (Number.isNaN(ms))
     throw badRequest('The time is not ISO 8601.', [`querystring.${field}: must be an ISO 8601 date-time or date`]);
   return ms;
