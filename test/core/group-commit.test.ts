@@ -112,6 +112,7 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
       into: 'insert into grouped_deferred (name, n)',
       columns: 2,
       then: 'on conflict (name) do nothing',
+      key: 1,
     };
     const defer = (trx: Executor, name: string, n: number) =>
       assert.ok(deferInsertOnSqlite(trx.getExecutor().adapter, rows, [name, n]), 'a SQLite store takes deferred rows');

@@ -99,6 +99,17 @@ describeEachStore('outbox events go with their transaction', (kind) => {
     assert.ok(after[after.length - 1].id > after[after.length - 2].id);
   });
 
+  test('an event with quotes, backslashes and other characters in its fields is stored as written', async () => {
+    const accountId = caller.accountId;
+    const data = { message: "it's \"quoted\" \\ back\\slashed \\' and 'E'' \n ünïcödé 🎉", path: 'C:\\runs\\x' };
+    await server.db
+      .transaction()
+      .execute((trx) => emit(trx, { accountId, type: "test.it's", subject: "tests/o'brien\\1", data }));
+    const [event] = (await eventsOf(accountId, "test.it's")).slice(-1);
+    assert.equal(event.subject, "tests/o'brien\\1");
+    assert.deepEqual(JSON.parse(event.data), data);
+  });
+
   test("a pending write event goes with the first of the request's transactions that changes something, once", async () => {
     const accountId = caller.accountId;
     const pending: PendingWriteEvent = {

@@ -66,6 +66,8 @@ const BODY_ROWS: DeferredInsert = {
   // Not for a project a later transaction of the group deleted (with its lineage, before these were written).
   where: 'exists (select 1 from projects p where p.id = column1)',
   then: 'on conflict (project_id, hash) do nothing',
+  // A group's runs of one pipeline report the same bodies: each is sent once.
+  key: 2,
 };
 const STEP_ROWS: DeferredInsert = {
   into:

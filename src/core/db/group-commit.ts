@@ -44,6 +44,8 @@ export interface DeferredInsert {
   readonly where?: string;
   /** After the values: `on conflict … do nothing`, or nothing. */
   readonly then?: string;
+  /** With `then` doing nothing on a conflict: rows whose first `key` values are an earlier row's of the group are not sent again. */
+  readonly key?: number;
 }
 
 const DATA_VERSION = CompiledQuery.raw('pragma data_version');
@@ -398,7 +400,15 @@ class GroupCommitDriver implements Driver {
   }
 
   /** The group's deferred rows of one kind, in as few statements as SQLite binds values for. */
-  async #writeRows(insert: DeferredInsert, rows: readonly unknown[][]): Promise<void> {
+  async #writeRows(insert: DeferredInsert, all: readonly unknown[][]): Promise<void> {
+    let rows = all;
+    if (insert.key) {
+      const seen = new Set<string>();
+      rows = all.filter((row) => {
+        const key = row.slice(0, insert.key).join('\u0000');
+        return seen.has(key) ? false : (seen.add(key), true);
+      });
+    }
     const perStatement = Math.max(1, Math.floor(VALUES_PER_STATEMENT / insert.columns));
     const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
     for (let i = 0; i < rows.length; i += perStatement) {
