@@ -7,7 +7,7 @@ import {
   EVENTS_CHANNEL,
   EVENTS_PER_TRANSACTION,
 } from './db/deferred-events.ts';
-import { deferOnSqlite } from './db/group-commit.ts';
+import { deferOnSqlite, LAST_EVENT_ID_SQL } from './db/group-commit.ts';
 import type { OutboxEventTable } from './db/schema.ts';
 
 export { EVENTS_CHANNEL };
@@ -226,8 +226,7 @@ export async function pruneEvents(db: Executor, before: string): Promise<number>
   if (!statementsAreRoundTrips(db)) {
     // SQLite hands the next id out past the last event kept (db/group-commit.ts): first the counter's floor
     // is raised past every id handed out, so that one whose event goes is not handed out again.
-    await sql`update outbox_counter set last_id = max(last_id,
-      coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0))`.execute(db);
+    await sql`update outbox_counter set last_id = (${sql.raw(LAST_EVENT_ID_SQL)})`.execute(db);
   }
   for (const { id: accountId } of await db.selectFrom('accounts').select('id').execute()) {
     const kept = await db

@@ -340,7 +340,6 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
   };
 }
 
-/** An instant as the query gives it: a date-time (UTC without an offset) or a date (its midnight UTC). */
 /** Whether the YYYY-MM-DD that `iso` begins with is a day of the calendar (Date.parse takes 2026-02-30 as March 2nd). */
 function isCalendarDate(iso: string): boolean {
   const [year, month, day] = iso.slice(0, 10).split('-').map(Number);
@@ -348,6 +347,7 @@ function isCalendarDate(iso: string): boolean {
   return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day;
 }
 
+/** An instant as the query gives it: a date-time (UTC without an offset) or a date (its midnight UTC). */
 function instantOf(value: string, field: string): number {
   const iso = /^\d{4}-\d{2}-\d{2}$/.test(value)
     ? `${value}T00:00:00Z`

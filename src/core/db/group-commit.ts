@@ -20,9 +20,6 @@ import {
 /** How many transactions a group takes at most: bounds how long its first one waits for the commit. */
 const GROUP_SIZE = 64;
 
-/** Outbox rows per insert (SQLite binds at most 32,766 values; a row is 7). */
-const OUTBOX_ROWS = 4000;
-
 /** Values bound by one statement at most (SQLite's limit is 32,766). */
 const VALUES_PER_STATEMENT = 32_000;
 
@@ -50,11 +47,20 @@ export interface DeferredInsert {
 
 const DATA_VERSION = CompiledQuery.raw('pragma data_version');
 
-/** The last outbox id handed out on the file: past every event kept, and past the floor of those deleted. */
-const LAST_EVENT_ID = CompiledQuery.raw(
-  `select max((select last_id from outbox_counter),
-    coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0)) as lastId`,
-);
+/**
+ * SQLite: the last outbox id handed out on the file: past every event kept (one seek per account), and past the
+ * floor in outbox_counter (which retention raises to this before it deletes: core/outbox.ts, pruneEvents).
+ */
+export const LAST_EVENT_ID_SQL =
+  'select max((select last_id from outbox_counter), ' +
+  'coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0))';
+const LAST_EVENT_ID = CompiledQuery.raw(`${LAST_EVENT_ID_SQL} as lastId`);
+
+/** The outbox's rows as #writeEvents writes them, ids handed out by the group. */
+const OUTBOX_INSERT: DeferredInsert = {
+  into: 'insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at)',
+  columns: 7,
+};
 
 /** How long a statement waits for another connection's write lock before it fails as busy. */
 const LOCK_PATIENCE_MS = 5000;
@@ -368,7 +374,7 @@ class GroupCommitDriver implements Driver {
   }
 
   /**
-   * The group's outbox events, in one statement per OUTBOX_ROWS. The write lock is held: ids are handed out
+   * The group's outbox events, in as few statements as SQLite binds values for. The write lock is held: ids are handed out
    * and committed in order, by every process on the file. The next id follows the last this connection handed
    * out, kept in memory (no counter row to write with each commit) while SQLite's data_version says no other
    * connection has committed since; otherwise it is found again: past every event kept (one seek per account)
@@ -381,22 +387,21 @@ class GroupCommitDriver implements Driver {
       const { rows } = await this.#connection.executeQuery<{ lastId: number }>(LAST_EVENT_ID);
       this.#lastEventId = { id: Number(rows[0].lastId), dataVersion };
     }
-    let id = this.#lastEventId.id;
-    for (let i = 0; i < events.length; i += OUTBOX_ROWS) {
-      const chunk = events.slice(i, i + OUTBOX_ROWS);
-      const parameters = chunk.flatMap((event) => {
-        id += 1;
-        return [event.accountId, id, event.type, event.projectId, event.subject, event.data, event.occurredAt];
-      });
-      await this.#connection.executeQuery(
-        CompiledQuery.raw(
-          `insert into outbox_events (account_id, id, type, project_id, subject, data, occurred_at) values ${chunk.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
-          parameters,
-        ),
-      );
-    }
+    const last = this.#lastEventId.id;
     // Handed out even if the commit then fails: ids may have gaps, never repeats.
-    this.#lastEventId.id = id;
+    this.#lastEventId.id += events.length;
+    await this.#writeRows(
+      OUTBOX_INSERT,
+      events.map((event, i) => [
+        event.accountId,
+        last + i + 1,
+        event.type,
+        event.projectId,
+        event.subject,
+        event.data,
+        event.occurredAt,
+      ]),
+    );
   }
 
   /** The group's deferred rows of one kind, in as few statements as SQLite binds values for. */
