@@ -141,34 +141,36 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     assert.equal((await server.api('DELETE', path, { token: caller.token })).status, 204);
   });
 
+  /** A webhook (its description `label`) or a schedule (its name `label`) of the caller's; its URL. */
+  async function createWebhookOrSchedule(resource: 'webhook' | 'schedule', label: string): Promise<string> {
+    if (resource === 'webhook') {
+      const created = await server.api('POST', '/webhooks', {
+        token: caller.token,
+        body: { url: `https://hooks.example.com/${encodeURIComponent(label)}`, description: label },
+      });
+      assert.equal(created.status, 201, created.text);
+      return `/webhooks/${created.body.webhookId}`;
+    }
+    const projectId = await server.newProject(caller);
+    await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+    const created = await server.api('POST', `/projects/${projectId}/schedules`, {
+      token: caller.token,
+      body: {
+        name: label,
+        cronExpression: '0 3 * * *',
+        pipelineName: 'pipelines/daily-load.orch.yaml',
+        environmentName: 'dev',
+        scheduleEnabled: false,
+      },
+    });
+    assert.equal(created.status, 201, created.text);
+    return `/projects/${projectId}/schedules/${created.body.scheduleId}`;
+  }
+
   for (const resource of ['webhook', 'schedule'] as const) {
     test(`a write without If-Match that lands between the check and the write (${resource}): the If-Match writer gets 412, no lost update`, async () => {
-      let path: string;
-      let field: 'description' | 'name';
-      if (resource === 'webhook') {
-        const created = await server.api('POST', '/webhooks', {
-          token: caller.token,
-          body: { url: 'https://hooks.example.com/c', description: 'v1' },
-        });
-        path = `/webhooks/${created.body.webhookId}`;
-        field = 'description';
-      } else {
-        const projectId = await server.newProject(caller);
-        await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
-        const created = await server.api('POST', `/projects/${projectId}/schedules`, {
-          token: caller.token,
-          body: {
-            name: 'v1',
-            cronExpression: '0 3 * * *',
-            pipelineName: 'pipelines/daily-load.orch.yaml',
-            environmentName: 'dev',
-            scheduleEnabled: false,
-          },
-        });
-        assert.equal(created.status, 201, created.text);
-        path = `/projects/${projectId}/schedules/${created.body.scheduleId}`;
-        field = 'name';
-      }
+      const path = await createWebhookOrSchedule(resource, 'v1');
+      const field = resource === 'webhook' ? 'description' : 'name';
       const v1 = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
       // Another client's write, without If-Match, is made to land after the check passed, before the write.
       const theirs = (value: string) => async () => {
@@ -632,33 +634,9 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
   test('concurrent writes with one If-Match through two server instances: one wins, the others are 412', async () => {
     const beside = await TestServer.startBeside(server);
     try {
-      for (const [i, resource] of ['webhook', 'schedule'].entries()) {
-        let path: string;
-        let body: (n: number) => unknown;
-        if (resource === 'webhook') {
-          const created = await server.api('POST', '/webhooks', {
-            token: caller.token,
-            body: { url: `https://hooks.example.com/c${i}` },
-          });
-          path = `/webhooks/${created.body.webhookId}`;
-          body = (n) => ({ description: `writer ${n}` });
-        } else {
-          const projectId = await server.newProject(caller);
-          await server.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
-          const created = await server.api('POST', `/projects/${projectId}/schedules`, {
-            token: caller.token,
-            body: {
-              name: 'nightly',
-              cronExpression: '0 3 * * *',
-              pipelineName: 'pipelines/daily-load.orch.yaml',
-              environmentName: 'dev',
-              scheduleEnabled: false,
-            },
-          });
-          assert.equal(created.status, 201, created.text);
-          path = `/projects/${projectId}/schedules/${created.body.scheduleId}`;
-          body = (n) => ({ name: `nightly ${n}` });
-        }
+      for (const [i, resource] of (['webhook', 'schedule'] as const).entries()) {
+        const path = await createWebhookOrSchedule(resource, `nightly ${i}`);
+        const body = (n: number) => (resource === 'webhook' ? { description: `writer ${n}` } : { name: `nightly ${i} ${n}` });
         const tag = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
         const answers = await Promise.all(
           Array.from({ length: 6 }, (_, n) =>
