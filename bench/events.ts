@@ -88,6 +88,9 @@ async function streams(): Promise<void> {
   }
 }
 
+/** A percentage with its sign: +3.1, −2.0. */
+const signed = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(1)}`;
+
 /** A report-applying process (support/report-worker.ts) on its own store, with or without the outbox. */
 interface ReportWorker {
   report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
@@ -166,10 +169,10 @@ async function outboxOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
     const added = (median(ratios) - 1) * 100;
     console.log(
       `${kind}: an agent's report applied to its run takes ${median(a).toFixed(0)} µs, with its outbox event ${median(b).toFixed(0)} µs; ` +
-        `added ${added.toFixed(1)} % (median of ${rounds} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %)`,
+        `added ${signed(added)} % (median of ${rounds} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %)`,
     );
     console.log(
-      `${kind}: the applying process's CPU time per report: +${((median(cpuRatios) - 1) * 100).toFixed(1)} %` +
+      `${kind}: the applying process's CPU time per report: ${signed((median(cpuRatios) - 1) * 100)} %` +
         (kind === 'postgres' ? ' (the store works in its own processes: not the whole cost)' : ''),
     );
     record({ name: `outbox write added to a run-state change, ${kind} (%)`, measured: added, atMost: 10 });

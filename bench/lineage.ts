@@ -6,9 +6,8 @@ import path from 'node:path';
 import { loadConfig } from '../src/core/config.ts';
 import { migrate, openStore, type Store } from '../src/core/db/database.ts';
 import { createAccount } from '../src/core/auth/accounts.ts';
-import { applyAgentReport } from '../src/areas/executions/lifecycle.ts';
 import { createDatabase, median, record, startBenchServer } from './lib.ts';
-import { seedProject, seedRuns } from './support/runs.ts';
+import { applyReport, seedProject, seedRuns } from './support/runs.ts';
 
 /**
  * Issue 34's targets, on SQLite and PostgreSQL. (a) Lineage written for runs of a 20-step pipeline slows a
@@ -92,13 +91,7 @@ async function seedEvents(store: Store, accountId: string, projectId: string): P
  * `withLineage`), the 8 runs at once, as reports of several agents arrive.
  */
 async function stepReports(store: Store, accountId: string, works: string[], index: number, withLineage: boolean) {
-  const apply = (workId: string, body: unknown) =>
-    store.db.transaction().execute((trx) =>
-      applyAgentReport(trx, {
-        work: { id: workId, accountId } as never,
-        report: { type: 'progress', body },
-      }),
-    );
+  const apply = (workId: string, body: unknown) => applyReport(store, accountId, workId, { type: 'progress', body });
   const started = performance.now();
   await Promise.all(
     works.map(async (workId) => {

@@ -9,8 +9,7 @@
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore } from '../../src/core/db/database.ts';
 import { createAccount } from '../../src/core/auth/accounts.ts';
-import { applyAgentReport } from '../../src/areas/executions/lifecycle.ts';
-import { seedProject, seedRuns } from './runs.ts';
+import { applyReport, seedProject, seedRuns } from './runs.ts';
 
 /** Runs reported at once, as reports of several agents arrive. */
 const RUNS_AT_ONCE = 8;
@@ -26,7 +25,7 @@ const { accountId } = await createAccount(store.db, 'bench');
 const { projectId, environmentId } = await seedProject(store, accountId);
 
 const apply = (workId: string, report: { type: 'progress' | 'done'; body: unknown }) =>
-  store.db.transaction().execute((trx) => applyAgentReport(trx, { work: { id: workId, accountId } as never, report }));
+  applyReport(store, accountId, workId, report);
 
 /**
  * RUNS_AT_ONCE fresh runs, reported through as an agent runs a pipeline of `steps` steps: each step RUNNING

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Store } from '../../src/core/db/database.ts';
+import { applyAgentReport } from '../../src/areas/executions/lifecycle.ts';
 
 /** Runs as the benchmarks of run-state changes seed them (bench/lineage.ts, bench/events.ts): straight into the store. */
 
@@ -54,4 +55,14 @@ export async function seedRuns(store: Store, accountId: string, projectId: strin
     )
     .execute();
   return works;
+}
+
+/** Applies an agent's report on work `workId` (a run seedRuns made) as the server does, in a transaction of its own. */
+export function applyReport(
+  store: Store,
+  accountId: string,
+  workId: string,
+  report: { type: 'progress' | 'done'; body: unknown },
+) {
+  return store.db.transaction().execute((trx) => applyAgentReport(trx, { work: { id: workId, accountId } as never, report }));
 }
