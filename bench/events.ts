@@ -88,7 +88,7 @@ async function streams(): Promise<void> {
   }
 }
 
-/** A percentage with its sign: +3.1, −2.0. */
+/** A percentage with its sign: +3.1, -2.0. */
 const signed = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(1)}`;
 
 /** A report-applying process (support/report-worker.ts) on its own store, with or without the outbox. */

@@ -84,6 +84,13 @@ describeEachStore('deletions end the runs in progress', (kind) => {
     });
   const runOf = async (projectId: string, id: string) =>
     (await server.api('GET', `/projects/${projectId}/pipeline-executions/${id}`, { token: caller.token })).body;
+  /** Waits until run `id` reports its step `name`. */
+  const stepStarted = (projectId: string, id: string, name: string) =>
+    eventually(
+      async () =>
+        (await server.api('GET', `/projects/${projectId}/pipeline-executions/${id}/steps`, { token: caller.token })).body.results,
+      (steps: { name: string }[]) => steps.some((step) => step.name === name),
+    );
 
   test('an agent deleted during a run: the run is CANCELLED at once, saying so, and its executionTag is free', async () => {
     const { projectId, agentId, credentials } = await setUp(path.join(folder, 'agent.csv'));
@@ -91,11 +98,7 @@ describeEachStore('deletions end the runs in progress', (kind) => {
     const started = await start(projectId, { agentId, executionTag: 'deltag' });
     assert.equal(started.status, 201, started.text);
     const id = started.body.pipelineExecutionId;
-    await eventually(
-      async () =>
-        (await server.api('GET', `/projects/${projectId}/pipeline-executions/${id}/steps`, { token: caller.token })).body.results,
-      (steps: { name: string }[]) => steps.some((step) => step.name === 'Wait'),
-    );
+    await stepStarted(projectId, id, 'Wait');
     assert.equal((await server.api('DELETE', `/agents/${agentId}`, { token: caller.token })).status, 202);
     const run = await runOf(projectId, id);
     assert.equal(run.status, 'CANCELLED', JSON.stringify(run));
@@ -158,11 +161,7 @@ describeEachStore('deletions end the runs in progress', (kind) => {
     const started = await start(projectId, { agentId });
     assert.equal(started.status, 201, started.text);
     const id = started.body.pipelineExecutionId;
-    await eventually(
-      async () =>
-        (await server.api('GET', `/projects/${projectId}/pipeline-executions/${id}/steps`, { token: caller.token })).body.results,
-      (steps: { name: string }[]) => steps.some((step) => step.name === 'Wait'),
-    );
+    await stepStarted(projectId, id, 'Wait');
     assert.equal((await server.api('DELETE', `/projects/${projectId}`, { token: caller.token })).status, 204);
     // The wait (4 s) ends and the Mark step would run: it does not.
     await new Promise((resolve) => setTimeout(resolve, 6000));
