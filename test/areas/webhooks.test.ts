@@ -238,6 +238,51 @@ describeEachStore('webhooks', (kind) => {
   });
 });
 
+describeEachStore('webhooks and the processes that did not make them', (kind) => {
+  let first: TestServer;
+  let second: TestServer;
+  let receiver: Receiver;
+  before(async () => {
+    first = await TestServer.start(kind, SETTINGS);
+    second = await TestServer.startBeside(first, SETTINGS);
+    receiver = new Receiver();
+  });
+  after(async () => {
+    await receiver.close();
+    await second.server.close();
+    await first.close();
+  });
+
+  // A process passes over the wake-ups of accounts it knows to have no enabled webhook (it learns of other
+  // processes' webhooks at its polls): events committed there still reach a webhook another process made.
+  test('a webhook made or enabled by one process gets the events another process commits, each once', async () => {
+    const url = await receiver.start();
+    const { caller, projectId } = await first.prologue();
+    // Both processes have polled (and found no webhook of this account) before it has one.
+    await new Promise((resolve) => setTimeout(resolve, 2 * SETTINGS.eventsPollMs + 100));
+    const { webhookId } = (
+      await second.api('POST', '/webhooks', { token: caller.token, body: { url, eventTypes: ['environments.created'] } })
+    ).body;
+    const names = ['one', 'two', 'three'];
+    for (const name of names) {
+      const made = await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name } });
+      assert.equal(made.status, 201, made.text);
+    }
+    await until('three deliveries', () => receiver.requests.length >= 3 || undefined);
+    // Disabled and enabled again through the first process: what is committed meanwhile and after still goes out.
+    await first.api('PATCH', `/webhooks/${webhookId}`, { token: caller.token, body: { enabled: false } });
+    await second.api('PATCH', `/webhooks/${webhookId}`, { token: caller.token, body: { enabled: true } });
+    await first.api('POST', `/projects/${projectId}/environments`, { token: caller.token, body: { name: 'four' } });
+    await until('four deliveries', () => receiver.requests.length >= 4 || undefined);
+    await new Promise((resolve) => setTimeout(resolve, 3 * SETTINGS.eventsPollMs));
+    const received = receiver.requests.map(
+      (request) => JSON.parse(request.body).data.environmentName ?? JSON.parse(request.body).subject,
+    );
+    assert.equal(receiver.requests.length, 4, JSON.stringify(received));
+    assert.equal(new Set(receiver.requests.map((request) => request.headers['x-event-id'])).size, 4);
+  });
+});
+
 describeEachStore('webhook delivery when a server process dies mid-delivery', (kind) => {
   let server: TestServer;
   let receiver: Receiver;

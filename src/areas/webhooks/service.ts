@@ -134,6 +134,14 @@ export class WebhookService {
   private readonly outbound: OutboundClient;
   private fanning: Promise<void> | undefined;
   private fanAgain: Set<string> | 'all' | undefined;
+  /**
+   * The accounts with an enabled webhook, as this process last read them (at each poll, which reads every
+   * enabled webhook) and as its own writes made them: a commit's wake-up for any other account reads
+   * nothing. Undefined until the first poll: every wake-up reads.
+   */
+  private withWebhooks: Set<string> | undefined;
+  /** Accounts this process gave a webhook (or enabled one of) since the last poll began reading: kept by its answer. */
+  private webhooksGiven = new Set<string>();
 
   constructor(private readonly app: FastifyInstance) {
     this.outbound = new OutboundClient(outboundSettings(app.config));
@@ -187,6 +195,8 @@ export class WebhookService {
     named?: (webhookId: string) => void,
   ): Promise<Webhook & { signingSecret: string }> {
     await this.checkUrl(body.url);
+    // Before the write: a wake-up between its commit and a later line would pass the account over.
+    this.webhooksGivenTo(accountId);
     const secret = newSigningSecret();
     const row = await this.app.store.db.transaction().execute(async (trx) => {
       const created = await insertWebhook(trx, {
@@ -241,6 +251,8 @@ export class WebhookService {
    */
   async update(accountId: string, webhookId: string, body: UpdateWebhookRequest): Promise<Webhook> {
     if (body.url !== undefined) await this.checkUrl(body.url);
+    if (body.enabled === true) this.webhooksGivenTo(accountId); // before the write, as in create
+
     return this.app.store.db.transaction().execute(async (trx) => {
       const row = await requireWebhook(trx, accountId, webhookId);
       const changes: Partial<WebhookRow> = {
@@ -297,8 +309,17 @@ export class WebhookService {
     });
   }
 
+  /** The account has (or may have) an enabled webhook now: its wake-ups fan out. */
+  private webhooksGivenTo(accountId: string): void {
+    this.withWebhooks?.add(accountId);
+    this.webhooksGiven.add(accountId);
+  }
+
   /** Fans out the accounts' new events (coalescing wake-ups that arrive while a fan-out runs). */
-  wake(accounts: string[] | 'all'): void {
+  wake(woken: string[] | 'all'): void {
+    const known = this.withWebhooks;
+    const accounts = woken === 'all' || !known ? woken : woken.filter((account) => known.has(account));
+    if (accounts.length === 0) return;
     if (this.fanning) {
       if (accounts === 'all' || this.fanAgain === 'all') this.fanAgain = 'all';
       else {
@@ -321,7 +342,10 @@ export class WebhookService {
   /** Makes the deliveries of every enabled webhook (of `accounts`) up to its account's last event. */
   async fanOut(accounts: string[] | 'all'): Promise<void> {
     const db = this.app.store.db;
-    for (const webhook of await enabledWebhooks(db, accounts)) {
+    const given = accounts === 'all' ? (this.webhooksGiven = new Set()) : undefined;
+    const webhooks = await enabledWebhooks(db, accounts);
+    if (given) this.withWebhooks = new Set([...webhooks.map((webhook) => webhook.accountId), ...given]);
+    for (const webhook of webhooks) {
       let cursor = Number(webhook.cursor);
       const types = JSON.parse(webhook.eventTypes) as string[];
       const filter = { types, projectId: webhook.projectId ?? undefined };
