@@ -45,6 +45,8 @@ const CACHE_LIMIT = 10_000;
 export class TokenService {
   readonly keys: KeyRing;
   private readonly verified = new Map<string, { principal: Principal; expiresAt: number }>();
+  /** Agent tokens whose signature and claims were verified, until they expire (at most CACHE_LIMIT). */
+  private readonly verifiedAgents = new Map<string, { principal: AgentPrincipal; expiresAt: number }>();
   // Revoked client ids, reloaded from the store every revocationRefreshSeconds: every process stops
   // honouring a revoked client's tokens within that bound, without a store query per request.
   private revoked = new Set<string>();
@@ -145,10 +147,18 @@ export class TokenService {
     return principal;
   }
 
-  /** The agent an agent token stands for; throws InvalidToken for any other token (an account's included). */
+  /**
+   * The agent an agent token stands for; throws InvalidToken for any other token (an account's included). A
+   * token verified before is not verified again while it is alive (an ES256 verification is most of an agent
+   * request's CPU): whether its credentials are still the agent's current ones is the caller's check, made
+   * every time (agents area, authenticateAgent).
+   */
   async verifyAgent(token: string): Promise<AgentPrincipal> {
+    const cached = this.verifiedAgents.get(token);
+    if (cached && cached.expiresAt > Date.now()) return cached.principal;
+    if (cached) this.verifiedAgents.delete(token);
     const payload = await this.verifySignature(token);
-    const { sub, account_id: accountId, agent_id: agentId } = payload;
+    const { sub, account_id: accountId, agent_id: agentId, exp } = payload;
     if (
       payload.token_use !== AGENT_TOKEN_USE ||
       typeof sub !== 'string' ||
@@ -157,7 +167,10 @@ export class TokenService {
     ) {
       throw new InvalidToken('the agent operations take only an agent token (from the credentials of an agent)');
     }
-    return { clientId: sub, accountId, agentId };
+    const principal: AgentPrincipal = { clientId: sub, accountId, agentId };
+    if (this.verifiedAgents.size >= CACHE_LIMIT) this.verifiedAgents.delete(this.verifiedAgents.keys().next().value!);
+    this.verifiedAgents.set(token, { principal, expiresAt: exp! * 1000 });
+    return principal;
   }
 
   /** The claims of a token signed by a key of this server, for this audience, and alive. */
