@@ -415,20 +415,31 @@ class GroupCommitDriver implements Driver {
       });
     }
     const perStatement = Math.max(1, Math.floor(VALUES_PER_STATEMENT / insert.columns));
-    const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
     for (let i = 0; i < rows.length; i += perStatement) {
-      const chunk = rows.slice(i, i + perStatement);
-      const values = `values ${chunk.map(() => row).join(', ')}`;
-      const selected = insert.where ? `select * from (${values}) where ${insert.where}` : values;
-      await this.#connection.executeQuery(
-        CompiledQuery.raw(`${insert.into} ${selected}${insert.then ? ` ${insert.then}` : ''}`, chunk.flat()),
-      );
+      const chunk = rows.length <= perStatement ? rows : rows.slice(i, i + perStatement);
+      await this.#connection.executeQuery(CompiledQuery.raw(insertText(insert, chunk.length), chunk.flat()));
     }
   }
 
   #run(statement: string): Promise<unknown> {
     return this.#connection.executeQuery(CompiledQuery.raw(statement));
   }
+}
+
+/** The statement of `insert` for `count` rows, by kind and count (built once: groups of a few rows are the common case). */
+const insertTexts = new WeakMap<DeferredInsert, string[]>();
+
+function insertText(insert: DeferredInsert, count: number): string {
+  let texts = insertTexts.get(insert);
+  if (!texts) insertTexts.set(insert, (texts = []));
+  if (texts[count] !== undefined) return texts[count];
+  const row = `(${Array.from({ length: insert.columns }, () => '?').join(', ')})`;
+  const values = `values ${Array.from({ length: count }, () => row).join(', ')}`;
+  const selected = insert.where ? `select * from (${values}) where ${insert.where}` : values;
+  const text = `${insert.into} ${selected}${insert.then ? ` ${insert.then}` : ''}`;
+  // Kept for groups of up to GROUP_SIZE rows; a larger one (a transaction of many rows) is built each time.
+  if (count <= GROUP_SIZE) texts[count] = text;
+  return text;
 }
 
 /** The group-commit driver of each SQLite store, by its Kysely adapter (which its transactions share). */
