@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createDatabase, median, record, startBenchServer } from './lib.ts';
+import { createDatabase, median, record, startBenchServer, type BenchServer } from './lib.ts';
+import { protocolAgent, type ProtocolAgent } from './support/protocol-runs.ts';
 
 /**
  * Issue 33's targets. (1) One server process holds SUBSCRIBERS idle event streams in at most 300 MB of
@@ -181,10 +182,109 @@ async function outboxOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
   }
 }
 
+/** A server taking agents' reports over the agent protocol, with or without the outbox (support/protocol-runs.ts). */
+interface ReportingServer {
+  /** RUNS_AT_ONCE runs reported through (`steps` steps each); answers wall and server CPU time per report. */
+  report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
+  stop(): Promise<void>;
+}
+
+/** Runs reported at once, as several agents' reports arrive. */
+const RUNS_AT_ONCE = 8;
+
+async function startReportingServer(kind: 'sqlite' | 'postgres', withoutOutbox: boolean): Promise<ReportingServer> {
+  const server: BenchServer = await startBenchServer({
+    postgres: kind === 'postgres',
+    env: { DPC_HOSTED_AGENT: 'false' },
+    nodeFlags: withoutOutbox ? ['--import', 'tsx', '--import', WITHOUT_OUTBOX] : [],
+  });
+  const agent: ProtocolAgent = await protocolAgent(server);
+  return {
+    async report(steps) {
+      const runs = await agent.startRuns(RUNS_AT_ONCE);
+      const cpu = server.cpuMicros();
+      const started = performance.now();
+      await Promise.all(
+        runs.map(async (run) => {
+          for (let index = 0; index < steps; index += 1) {
+            const step = { index, name: `step ${index}`, startedAt: new Date().toISOString() };
+            await agent.report(run, 'progress', { step: { ...step, status: 'RUNNING' } });
+            await agent.report(run, 'progress', {
+              step: { ...step, status: 'SUCCESS', finishedAt: new Date().toISOString() },
+            });
+          }
+          await agent.report(run, 'done', {});
+        }),
+      );
+      const reports = runs.length * (2 * steps + 1);
+      return {
+        micros: ((performance.now() - started) * 1000) / reports,
+        cpuMicros: (server.cpuMicros() - cpu) / reports,
+      };
+    },
+    async stop() {
+      agent.stop();
+      await server.stop();
+    },
+  };
+}
+
+/**
+ * (3) The outbox's cost on a run-state change as an agent makes it: its report sent over the agent protocol to
+ * a real server (`POST /dpc/agent/v1/work/{workId}/reports`: the request, the agent's token, the report's
+ * checks, taken once by its sequence, applied to the run), two servers alike but for the outbox (one with
+ * emit() doing nothing), RUNS_AT_ONCE runs at a time, A-B-B-A quadruples as above. Measured by the servers'
+ * CPU time per report (from /proc; the wall time of a set is printed too): each server is its own process,
+ * while wall time on this 2-core machine is shared with the load and with the other server.
+ */
+async function reportsOverTheProtocol(kind: 'sqlite' | 'postgres'): Promise<void> {
+  const rounds = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 60);
+  const steps = 4;
+  const [without, withEvents] = await Promise.all([startReportingServer(kind, true), startReportingServer(kind, false)]);
+  try {
+    for (let i = 0; i < 4; i += 1) {
+      await without.report(steps);
+      await withEvents.report(steps);
+    }
+    const cpuRatios: number[] = [];
+    const wallRatios: number[] = [];
+    const a: number[] = [];
+    const b: number[] = [];
+    for (let round = 0; round < rounds; round += 1) {
+      const a1 = await without.report(steps);
+      const b1 = await withEvents.report(steps);
+      const b2 = await withEvents.report(steps);
+      const a2 = await without.report(steps);
+      a.push((a1.cpuMicros + a2.cpuMicros) / 2);
+      b.push((b1.cpuMicros + b2.cpuMicros) / 2);
+      cpuRatios.push((b1.cpuMicros + b2.cpuMicros) / (a1.cpuMicros + a2.cpuMicros));
+      wallRatios.push((b1.micros + b2.micros) / (a1.micros + a2.micros));
+    }
+    const sorted = [...cpuRatios].sort((x, y) => x - y);
+    const quartile = (q: number) => (sorted[Math.round((sorted.length - 1) * q)] - 1) * 100;
+    const added = (median(cpuRatios) - 1) * 100;
+    console.log(
+      `${kind}: an agent's report over the protocol costs the server ${median(a).toFixed(0)} µs of CPU, with its outbox event ` +
+        `${median(b).toFixed(0)} µs; added ${signed(added)} % (median of ${rounds} A-B-B-A quadruples; quartiles ` +
+        `${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %); wall time per report ${signed((median(wallRatios) - 1) * 100)} %` +
+        (kind === 'postgres' ? ' (the store works in its own processes: not in the CPU time)' : ''),
+    );
+    record({ name: `outbox write added to an agent's report over the protocol, ${kind} (%)`, measured: added, atMost: 10 });
+  } finally {
+    await Promise.all([without.stop(), withEvents.stop()]);
+  }
+}
+
 export async function bench(): Promise<void> {
   if (SUBSCRIBERS > 0) await streams();
   // BENCH_OUTBOX_STORES=sqlite or postgres for one store; none to skip.
   const stores = (process.env.BENCH_OUTBOX_STORES ?? 'sqlite,postgres').split(',').filter(Boolean);
-  if (stores.includes('sqlite')) await outboxOverhead('sqlite');
-  if (stores.includes('postgres')) await outboxOverhead('postgres');
+  if (stores.includes('sqlite')) {
+    await outboxOverhead('sqlite');
+    await reportsOverTheProtocol('sqlite');
+  }
+  if (stores.includes('postgres')) {
+    await outboxOverhead('postgres');
+    await reportsOverTheProtocol('postgres');
+  }
 }

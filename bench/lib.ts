@@ -144,10 +144,10 @@ export async function createDatabase(): Promise<{ url: string; drop(): Promise<v
 }
 
 /** `dpc serve` in a child process with `env`, pinned to `cpu` (through taskset) when given and available. */
-async function serve(env: NodeJS.ProcessEnv, cpu?: number): Promise<{ child: ChildProcess; url: string }> {
+async function serve(env: NodeJS.ProcessEnv, cpu?: number, flags: string[] = []): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
   // BENCH_NODE_FLAGS passes flags to the server's node (e.g. --cpu-prof) to see where its time goes.
-  const nodeFlags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  const nodeFlags = [...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), ...flags];
   const command = [process.execPath, ...nodeFlags, dpc, 'serve'];
   const pinned = cpu !== undefined && TASKSET ? ['taskset', '-c', String(cpu), ...command] : command;
   const child = spawn(pinned[0], pinned.slice(1), {
@@ -167,7 +167,7 @@ export const TASKSET = spawnSync('taskset', ['-V']).status === 0;
  * fresh data folder, or with `postgres` a fresh database on BENCH_POSTGRES_URL (dropped when it stops).
  */
 export async function startBenchServer(
-  options: { postgres?: boolean; cpu?: number; env?: NodeJS.ProcessEnv } = {},
+  options: { postgres?: boolean; cpu?: number; env?: NodeJS.ProcessEnv; nodeFlags?: string[] } = {},
 ): Promise<BenchServer> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'dpc-bench-'));
   const database = options.postgres ? await createDatabase() : undefined;
@@ -179,7 +179,7 @@ export async function startBenchServer(
     ...options.env,
   };
   const account = await dpcJson(['accounts', 'create', '--name', 'bench'], env);
-  const { child, url } = await serve(env, options.cpu);
+  const { child, url } = await serve(env, options.cpu, options.nodeFlags);
   const tokenAnswer = await fetch(`${url}/oauth/dpc/token`, {
     method: 'POST',
     body: new URLSearchParams({
@@ -209,7 +209,7 @@ export async function startBenchServer(
       return text ? JSON.parse(text) : undefined;
     },
     async another({ cpu } = {}) {
-      const second = await serve(env, cpu);
+      const second = await serve(env, cpu, options.nodeFlags);
       return wrap(second.child, second.url);
     },
   };
