@@ -193,6 +193,19 @@ describeEachStore('Idempotency-Key', (kind) => {
       assert.deepEqual(answer.violations, ['Idempotency-Key: was sent with another request']);
     }
     assert.equal((await asset(key, 'b.sql')).text, 'select 1;');
+    // At once, with one key: one upload runs; the other, with other parts, is never answered as its success.
+    const raceKey = randomUUID();
+    const raced = await Promise.all([
+      upload(server, raceKey, files),
+      upload(second, raceKey, [files[0], ['b.sql', 'select 9;']]),
+    ]);
+    const [ran, other] =
+      raced[0].headers.get('idempotent-replayed') === null && raced[0].status === 200 ? raced : [raced[1], raced[0]];
+    assert.equal(ran.status, 200, ran.text);
+    assert.equal(ran.headers.get('idempotent-replayed'), null);
+    assert.ok([409, 422].includes(other.status), `${other.status} ${other.text}`);
+    const stored = (await asset(raceKey, 'b.sql')).text;
+    assert.equal(stored, ran === raced[0] ? 'select 1;' : 'select 9;');
     // A key whose first request was refused before its parts were read keeps nothing: the retry runs.
     const refusedKey = randomUUID();
     const refused = await server.api('POST', `/projects/${projectId}/artifacts`, {
