@@ -92,13 +92,14 @@ export function heldExpectedVersion(table: string, id: string, held: boolean): v
 
 /**
  * Where a write reads its row before it decides, and may answer otherwise than by changing it (a 409 on a run
- * that has finished meanwhile): the version it read. Another version than its check saw is a 412 at once; the
- * write's own UPDATE still compares (a write that lands after this read).
+ * that has finished meanwhile, a 404 on a row that is gone, a 409 from a rule about the row): the version it
+ * read, or undefined where it found no row. Another version than its check saw, or no row where the check saw
+ * one, is a 412 at once; the write's own UPDATE or DELETE still compares (a write that lands after this read).
  */
-export function checkExpectedVersion(table: string, id: string, version: number): void {
+export function checkExpectedVersion(table: string, id: string, version: number | undefined): void {
   const expected = expectations.getStore();
   if (!expected || expected.used || expected.table !== table || expected.id !== id) return;
-  if (expected.version !== version) throw lostUpdate();
+  if (expected.version !== (version ?? NO_ROW)) throw lostUpdate();
 }
 
 function lostUpdate(): ProblemError {

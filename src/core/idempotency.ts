@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import fp from 'fastify-plugin';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isUniqueViolation, now } from './db/database.ts';
+import { multipartParts, PartsDigest } from './multipart.ts';
 import { ProblemError, badRequest } from './problems.ts';
 import { runPeriodically } from './ticker.ts';
 
@@ -24,6 +25,11 @@ const UPLOAD_HEADERS = ['versionname', 'environmentname', 'commithash', 'branch'
 interface Claim {
   clientId: string;
   key: string;
+  /**
+   * Of a multipart upload: the fingerprint of its method, URL and headers. Its parts are read by its
+   * handler, which adds their digest to the stored fingerprint (`uploadPartsRead`) before it writes anything.
+   */
+  upload?: { fingerprint: string; partsRead: boolean };
 }
 
 declare module 'fastify' {
@@ -35,21 +41,44 @@ declare module 'fastify' {
   }
 }
 
+const isMultipart = (request: FastifyRequest) => String(request.headers['content-type'] ?? '').startsWith('multipart/');
+
 /**
  * What makes two requests the same: method, URL (query included) and body. A JSON body counts as parsed
- * and validated, so formatting differences and the order of an object's members do not matter; a multipart upload (read by its handler) counts
- * by its content type without the boundary and the headers that describe it, not by its parts.
+ * and validated, so formatting differences and the order of an object's members do not matter. A multipart
+ * upload (read by its handler) counts here by its content type without the boundary and the headers that
+ * describe it; its parts (names, filenames, content types and bytes: `PartsDigest`) are added once read,
+ * as `<this>:<digest of the parts>`.
  */
 function fingerprintOf(request: FastifyRequest): string {
   const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
   const type = String(request.headers['content-type'] ?? '');
-  if (type.startsWith('multipart/')) {
+  if (isMultipart(request)) {
     hash.update(type.split(';')[0]);
     for (const name of UPLOAD_HEADERS) hash.update(`\n${name}:${String(request.headers[name] ?? '')}`);
   } else {
     hash.update(canonicalJson(request.body ?? null));
   }
   return hash.digest('hex');
+}
+
+/**
+ * Called by an upload's handler once it has read every part, before it writes anything: the key's
+ * fingerprint then covers the parts, so that a retry with other parts is 422 and one with the same parts
+ * is answered the same. Does nothing for a request without an Idempotency-Key.
+ */
+export async function uploadPartsRead(request: FastifyRequest, partsDigest: string): Promise<void> {
+  const held = request.idempotencyClaim;
+  if (!held?.upload || held.upload.partsRead) return;
+  await request.server.store.db
+    .updateTable('idempotencyKeys')
+    .set({ fingerprint: `${held.upload.fingerprint}:${partsDigest}` })
+    .where('clientId', '=', held.clientId)
+    .where('key', '=', held.key)
+    .where('state', '=', 'running')
+    .where('fingerprint', '=', held.upload.fingerprint)
+    .execute();
+  held.upload.partsRead = true;
 }
 
 /** JSON with every object's members in the order of their names: the same fields sent in another order are the same body. */
@@ -104,30 +133,55 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
     }
     const { accountId, clientId } = request.principal;
     const fingerprint = fingerprintOf(request);
+    const upload = isMultipart(request);
+    const claimed = () => {
+      request.idempotencyClaim = { clientId, key, ...(upload ? { upload: { fingerprint, partsRead: false } } : {}) };
+    };
+    /** This upload's parts digest, read off its body (only to compare it with a stored one: the body is then spent). */
+    let partsDigest: string | undefined;
+    const partsDigestOfBody = async () => {
+      if (partsDigest === undefined) {
+        const digest = new PartsDigest();
+        const { uploadMaxParts, uploadMaxPartBytes, uploadMaxBytes } = app.config;
+        const limits = { maxParts: uploadMaxParts, maxPartBytes: uploadMaxPartBytes, maxBytes: uploadMaxBytes };
+        for await (const part of multipartParts(request.raw, limits)) digest.add(part);
+        partsDigest = digest.hex();
+      }
+      return partsDigest;
+    };
+    const reused = () =>
+      new ProblemError(422, 'This Idempotency-Key was used with another request (method, URL or body): use a new key.', {
+        name: 'idempotency-key-reused',
+        violations: ['Idempotency-Key: was sent with another request'],
+      });
     const waitUntil = Date.now() + WAIT_MS;
     for (;;) {
       const at = new Date();
-      try {
-        await db
-          .insertInto('idempotencyKeys')
-          .values({
-            clientId,
-            key,
-            accountId,
-            fingerprint,
-            state: 'running',
-            status: null,
-            headers: null,
-            body: null,
-            lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString(),
-            createdAt: at.toISOString(),
-            expiresAt: new Date(at.getTime() + KEPT_MS).toISOString(),
-          })
-          .execute();
-        request.idempotencyClaim = { clientId, key };
-        return;
-      } catch (error) {
-        if (!isUniqueViolation(error)) throw error;
+      // This upload's body is spent once read to compare: it can no longer run, but a retry can.
+      const spent = () => partsDigest !== undefined;
+      if (!spent()) {
+        try {
+          await db
+            .insertInto('idempotencyKeys')
+            .values({
+              clientId,
+              key,
+              accountId,
+              fingerprint,
+              state: 'running',
+              status: null,
+              headers: null,
+              body: null,
+              lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString(),
+              createdAt: at.toISOString(),
+              expiresAt: new Date(at.getTime() + KEPT_MS).toISOString(),
+            })
+            .execute();
+          claimed();
+          return;
+        } catch (error) {
+          if (!isUniqueViolation(error)) throw error;
+        }
       }
       const row = await db
         .selectFrom('idempotencyKeys')
@@ -135,7 +189,10 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
         .where('clientId', '=', clientId)
         .where('key', '=', key)
         .executeTakeFirst();
-      if (!row) continue; // released or expired meanwhile: claim it
+      if (!row) {
+        if (spent()) throw inProgress();
+        continue; // released or expired meanwhile: claim it
+      }
       if (row.expiresAt < at.toISOString()) {
         await db
           .deleteFrom('idempotencyKeys')
@@ -145,30 +202,30 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
           .execute();
         continue;
       }
-      if (row.fingerprint !== fingerprint) {
-        throw new ProblemError(422, 'This Idempotency-Key was used with another request (method, URL or body): use a new key.', {
-          name: 'idempotency-key-reused',
-          violations: ['Idempotency-Key: was sent with another request'],
-        });
-      }
-      if (row.state === 'done') return replay(reply, row);
-      if (row.lockedUntil !== null && row.lockedUntil < at.toISOString()) {
+      // An upload's stored fingerprint is `<method, URL, headers>:<parts>` once its parts were read.
+      const [storedRequest, storedParts] = row.fingerprint.split(':');
+      if (storedRequest !== fingerprint) throw reused();
+      const abandoned = row.state === 'running' && row.lockedUntil !== null && row.lockedUntil < at.toISOString();
+      if (abandoned && !spent()) {
         // The request holding it was never answered (its process died): this one takes it over.
         const taken = await db
           .updateTable('idempotencyKeys')
-          .set({ lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString() })
+          .set({ lockedUntil: new Date(at.getTime() + CLAIM_MS).toISOString(), fingerprint })
           .where('clientId', '=', clientId)
           .where('key', '=', key)
           .where('state', '=', 'running')
           .where('lockedUntil', '=', row.lockedUntil)
           .executeTakeFirst();
         if (taken.numUpdatedRows > 0n) {
-          request.idempotencyClaim = { clientId, key };
+          claimed();
           return;
         }
         continue;
       }
-      if (Date.now() >= waitUntil) throw inProgress();
+      // A retry of an upload is the same request only with the same parts: read them (once) to compare.
+      if (upload && storedParts !== undefined && (await partsDigestOfBody()) !== storedParts) throw reused();
+      if (row.state === 'done') return replay(reply, row);
+      if (abandoned || Date.now() >= waitUntil) throw inProgress();
       await sleep(WAIT_STEP_MS);
     }
   };
@@ -177,6 +234,7 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
     const held = request.idempotencyClaim;
     if (!held || request.idempotentReplay) return payload;
     request.idempotencyClaim = null;
+    const partsUnread = held.upload !== undefined && !held.upload.partsRead;
     const where = db.updateTable('idempotencyKeys').where('clientId', '=', held.clientId).where('key', '=', held.key);
     const status = reply.statusCode;
     const body =
@@ -188,8 +246,9 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
             ? null
             : undefined;
     try {
-      if (status >= 500 || status === 429 || body === undefined) {
-        // Not an answer to give again (or one that cannot be kept, a stream): a retry runs the request.
+      if (status >= 500 || status === 429 || body === undefined || partsUnread) {
+        // Not an answer to give again (or one that cannot be kept, a stream; or an upload's answer given
+        // before its parts were read, which the key's fingerprint cannot tell apart): a retry runs the request.
         await db.deleteFrom('idempotencyKeys').where('clientId', '=', held.clientId).where('key', '=', held.key).execute();
         return payload;
       }

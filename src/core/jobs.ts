@@ -32,6 +32,8 @@ export class JobQueue {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopping = false;
+  /** Poked during a drain: what it was poked for may have committed after the drain's last look. */
+  private pokedWhileRunning = false;
   private readonly pollIntervalMs: number;
   private readonly leaseMs: number;
 
@@ -123,19 +125,27 @@ export class JobQueue {
     await this.running;
   }
 
-  private poke(): void {
-    if (this.timer && !this.stopping && !this.running) this.schedule(0);
+  /**
+   * Looks for due jobs now rather than at the next poll. `enqueue` pokes by itself, but a job enqueued in a
+   * transaction is seen only once that commits: call it again after the commit. A poke during a drain makes
+   * the next look follow at once.
+   */
+  poke(): void {
+    if (!this.timer || this.stopping) return;
+    if (this.running) this.pokedWhileRunning = true;
+    else this.schedule(0);
   }
 
   private schedule(delay: number): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
+      this.pokedWhileRunning = false;
       this.running = this.drain()
         .then(() => undefined)
         .catch((error) => this.settings.log?.error({ err: error }, 'job queue poll failed'))
         .finally(() => {
           this.running = undefined;
-          if (!this.stopping) this.schedule(this.pollIntervalMs);
+          if (!this.stopping) this.schedule(this.pokedWhileRunning ? 0 : this.pollIntervalMs);
         });
     }, delay);
     this.timer.unref();

@@ -1,3 +1,4 @@
+import { createHash, type Hash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import {
   getMultipartBoundary,
@@ -16,6 +17,8 @@ const MAX_HEADER_BYTES = 16 * 1024;
 export interface MultipartPart {
   /** The name in the part's content-disposition. */
   name: string;
+  /** The filename in the part's content-disposition, if it names one. */
+  filename: string | undefined;
   /** The part's media type; text/plain when it names none (RFC 7578). */
   contentType: string;
   /** The part's bytes as sent, in pieces. */
@@ -60,6 +63,7 @@ export async function* multipartParts(raw: IncomingMessage, limits: MultipartLim
           taken += 1;
           yield {
             name: formDataName(part.headers['content-disposition']),
+            filename: part.filename,
             contentType: part.mediaType ?? 'text/plain',
             content: part.content,
           };
@@ -74,6 +78,25 @@ export async function* multipartParts(raw: IncomingMessage, limits: MultipartLim
   } catch (error) {
     // The part a limit stopped at is the one after those taken.
     throw problemOf(error, limits, partNames.names[taken]);
+  }
+}
+
+/**
+ * A digest of a multipart body's parts as they are read: each part's name, filename, content type and
+ * bytes, in order (not the boundary, which clients pick anew for every request). Two bodies with the same
+ * parts have the same digest; it holds nothing of a part once that part is added.
+ */
+export class PartsDigest {
+  private readonly hash: Hash = createHash('sha256');
+
+  add(part: MultipartPart): void {
+    const length = part.content.reduce((sum, piece) => sum + piece.length, 0);
+    this.hash.update(`${JSON.stringify([part.name, part.filename ?? null, part.contentType, length])}\n`);
+    for (const piece of part.content) this.hash.update(piece);
+  }
+
+  hex(): string {
+    return this.hash.digest('hex');
   }
 }
 

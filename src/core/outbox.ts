@@ -49,8 +49,9 @@ export const localEmits = committedEvents;
  *
  * Ids are global and only grow, but are not contiguous. No lock is taken: on SQLite, writes (and the ids
  * handed out with them) are serialised by the write lock, so ids commit in order; on PostgreSQL, an id is
- * the transaction's id × 4096 + its place, and readers read only ids below the oldest transaction still
- * running (eventsAfter), so a reader that has passed id n never finds a smaller one later.
+ * a transaction's id × 4096 + its place (a subtransaction's id past the first 4,095 events,
+ * db/database.ts), and readers read only ids below the oldest transaction still running (readEvents), so
+ * a reader that has passed id n never finds a smaller one later.
  *
  * Called with the database rather than a transaction, it writes the event in a transaction of its own.
  */
@@ -145,11 +146,6 @@ export function matches(filter: EventFilter, event: Pick<StoredEvent, 'type' | '
   if (filter.projectId !== undefined && event.projectId !== filter.projectId) return false;
   if (!filter.types || filter.types.length === 0) return true;
   return filter.types.some((type) => (type.endsWith('*') ? event.type.startsWith(type.slice(0, -1)) : event.type === type));
-}
-
-/** The account's events after `afterId`, oldest first, at most `limit`. */
-export async function eventsAfter(db: Executor, accountId: string, afterId: number, limit: number): Promise<StoredEvent[]> {
-  return (await readEvents(db, accountId, afterId, limit)).events;
 }
 
 export interface EventsRead {

@@ -193,6 +193,47 @@ describeEachStore('conditional requests (ETag, If-None-Match, If-Match)', (kind)
     });
   }
 
+  test('a DELETE with If-Match of an agent or a custom connector changed or deleted between the check and the write is 412, not 409 or 404', async () => {
+    const unique = () => randomBytes(4).toString('hex');
+    const profile = (name: string) => ({
+      name,
+      endpoints: [{ name: 'e', url: 'https://api.example.com/x', httpMethod: 'GET', auth: 'NONE' }],
+    });
+    const makers: Record<string, () => Promise<{ path: string; change: { method: string; body?: unknown } }>> = {
+      agent: async () => {
+        const created = await server.api('POST', '/agents', {
+          token: caller.token,
+          body: { name: `del ${unique()}`, agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'eks' },
+        });
+        assert.equal(created.status, 201, created.text);
+        return { path: `/agents/${created.body.agentId}`, change: { method: 'PATCH', body: { description: 'theirs' } } };
+      },
+      'custom connector': async () => {
+        const created = await server.api('POST', '/custom-connectors', { token: caller.token, body: profile(`del ${unique()}`) });
+        assert.ok(created.status < 300, created.text);
+        return { path: `/custom-connectors/${created.body.id}`, change: { method: 'PUT', body: profile(`theirs ${unique()}`) } };
+      },
+    };
+    for (const [resource, make] of Object.entries(makers)) {
+      for (const theirs of ['change', 'delete'] as const) {
+        const { path, change } = await make();
+        const tag = (await server.api('GET', path, { token: caller.token })).headers.get('etag')!;
+        const write = theirs === 'change' ? change : { method: 'DELETE' };
+        const mine = await between(
+          path,
+          async () => {
+            const answer = await server.api(write.method, path, { token: caller.token, body: write.body });
+            assert.ok(answer.status < 300, answer.text);
+          },
+          () => server.api('DELETE', path, { token: caller.token, headers: { 'if-match': tag } }),
+        );
+        assert.deepEqual([mine.landed, mine.reads], [true, 1], `${resource}, theirs: ${theirs}`);
+        const problem = expectProblem(mine.answer, 412);
+        assert.deepEqual(problem.violations, ['If-Match: does not name the current version'], `${resource}, theirs: ${theirs}`);
+      }
+    }
+  });
+
   /** A write: its method, the URL it goes to (a GET of it answers the ETag If-Match names) and its body. */
   interface Write {
     method: string;

@@ -138,4 +138,83 @@ describeEachStore('Idempotency-Key', (kind) => {
     assert.equal(retry.status, first.status);
     assert.equal(retry.headers.get('idempotent-replayed'), 'true');
   });
+
+  test('an upload retried with the same key: the same parts replay, other parts (bytes, names, filenames, types) are 422', async () => {
+    const projectId = await server.newProject(caller);
+    const created = await server.api('POST', `/projects/${projectId}/environments`, {
+      token: caller.token,
+      body: { name: 'dev' },
+    });
+    assert.equal(created.status, 201, created.text);
+    type File = [name: string, content: string, filename?: string, type?: string];
+    const formOf = (files: File[]) => {
+      const form = new FormData();
+      for (const [name, content, filename = 'file', type = 'text/plain'] of files)
+        form.append(name, new Blob([content], { type }), filename);
+      return form;
+    };
+    const upload = (instance: TestServer, key: string, files: File[]) =>
+      instance.api('POST', `/projects/${projectId}/artifacts`, {
+        token: caller.token,
+        body: formOf(files),
+        headers: { 'idempotency-key': key, versionName: `v-${key}`, environmentName: 'dev' },
+      });
+    const asset = (key: string, path: string) =>
+      server.api(
+        'GET',
+        `/projects/${projectId}/artifacts/assets?${new URLSearchParams({ environmentName: 'dev', versionName: `v-${key}`, path })}`,
+        {
+          token: caller.token,
+        },
+      );
+    const files: File[] = [
+      ['pipelines/a.orch.yaml', 'type: orchestration\n'],
+      ['b.sql', 'select 1;'],
+    ];
+    const key = randomUUID();
+    const first = await upload(server, key, files);
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.headers.get('idempotent-replayed'), null);
+    // A true retry (a new boundary, to the other instance): the same answer, not run again.
+    const retry = await upload(second, key, files);
+    assert.equal(retry.status, 200, retry.text);
+    assert.equal(retry.text, first.text);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    const others: File[][] = [
+      [files[0], ['b.sql', 'select 2;']], // other bytes
+      [files[0], ['c.sql', 'select 1;']], // another part name
+      [files[0], ['b.sql', 'select 1;', 'other']], // another filename
+      [files[0], ['b.sql', 'select 1;', 'file', 'application/sql']], // another content type
+      [files[0]], // a part fewer
+      [...files, ['c.sql', 'select 3;']], // a part more
+    ];
+    for (const other of others) {
+      const answer = expectProblem(await upload(server, key, other), 422);
+      assert.deepEqual(answer.violations, ['Idempotency-Key: was sent with another request']);
+    }
+    assert.equal((await asset(key, 'b.sql')).text, 'select 1;');
+    // At once, with one key: one upload runs; the other, with other parts, is never answered as its success.
+    const raceKey = randomUUID();
+    const raced = await Promise.all([
+      upload(server, raceKey, files),
+      upload(second, raceKey, [files[0], ['b.sql', 'select 9;']]),
+    ]);
+    const [ran, other] =
+      raced[0].headers.get('idempotent-replayed') === null && raced[0].status === 200 ? raced : [raced[1], raced[0]];
+    assert.equal(ran.status, 200, ran.text);
+    assert.equal(ran.headers.get('idempotent-replayed'), null);
+    assert.ok([409, 422].includes(other.status), `${other.status} ${other.text}`);
+    const stored = (await asset(raceKey, 'b.sql')).text;
+    assert.equal(stored, ran === raced[0] ? 'select 1;' : 'select 9;');
+    // A key whose first request was refused before its parts were read keeps nothing: the retry runs.
+    const refusedKey = randomUUID();
+    const refused = await server.api('POST', `/projects/${projectId}/artifacts`, {
+      token: caller.token,
+      body: formOf(files),
+      headers: { 'idempotency-key': refusedKey, versionName: `v-${refusedKey}`, environmentName: 'nowhere' },
+    });
+    assert.equal(refused.status, 404, refused.text);
+    const rows = await server.db.selectFrom('idempotencyKeys').select('key').where('key', '=', refusedKey).execute();
+    assert.deepEqual(rows, []);
+  });
 });

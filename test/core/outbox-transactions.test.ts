@@ -99,6 +99,49 @@ describeEachStore('outbox events go with their transaction', (kind) => {
     assert.ok(after[after.length - 1].id > after[after.length - 2].id);
   });
 
+  test('a transaction writes any number of events (past 4,095, a PostgreSQL id block), with its audited event first, in order', async () => {
+    const accountId = caller.accountId;
+    const count = 10_000;
+    const pending: PendingWriteEvent = {
+      event: () => ({
+        accountId,
+        type: 'tests.many',
+        projectId: null,
+        subject: 'tests',
+        data: '{}',
+        occurredAt: new Date().toISOString(),
+      }),
+      written: false,
+      committing: false,
+      closed: false,
+    };
+    const before = (await eventsOf(accountId)).length;
+    await writeContext.run(pending, () =>
+      server.db.transaction().execute(async (trx) => {
+        await trx
+          .insertInto('projects')
+          .values({
+            id: randomUUID(),
+            accountId,
+            name: `many-${randomUUID()}`,
+            description: null,
+            createdBy: 'test',
+            createdAt: '',
+          })
+          .execute();
+        for (let i = 0; i < count; i += 1) await emit(trx, { accountId, type: 'test.many', subject: `tests/${i}` });
+      }),
+    );
+    const written = (await eventsOf(accountId)).slice(before);
+    assert.equal(written.length, count + 1);
+    assert.deepEqual(
+      written.map((event) => event.subject),
+      ['tests', ...Array.from({ length: count }, (_, i) => `tests/${i}`)],
+    );
+    assert.ok(written.every((event) => Number.isSafeInteger(Number(event.id))));
+    assert.equal(new Set(written.map((event) => Number(event.id))).size, count + 1);
+  });
+
   test('an event with quotes, backslashes and other characters in its fields is stored as written', async () => {
     const accountId = caller.accountId;
     const data = { message: "it's \"quoted\" \\ back\\slashed \\' and 'E'' \n ünïcödé 🎉", path: 'C:\\runs\\x' };

@@ -10,6 +10,7 @@ import { emit } from '../../core/outbox.ts';
 import { conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { hashSecret, newClientSecret } from '../../core/auth/secrets.ts';
 import type { SecretBox } from '../../core/secret-box.ts';
+import { checkExpectedVersion } from '../../core/conditional.ts';
 import type { AgentDeletion } from './deletion.ts';
 import {
   deleteAgentRow,
@@ -182,7 +183,10 @@ export async function updateAgent(
  * first (app.agentDeletion), in the same transaction.
  */
 export async function deleteAgent(db: Executor, accountId: string, agentId: string, deletion: AgentDeletion): Promise<void> {
-  await requireAgent(db, accountId, agentId);
+  // With If-Match: an agent changed or deleted since the check is a 412, before a 404 or another area's 409.
+  const row = await findAgent(db, accountId, agentId);
+  checkExpectedVersion('agents', agentId, row && Number(row.rowVersion));
+  if (!row) throw notFound(`Agent ${agentId} does not exist.`);
   await deletion.check(db, agentId);
   await deletion.end(db, agentId);
   await deleteAgentRow(db, agentId);

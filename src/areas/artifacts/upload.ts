@@ -3,7 +3,8 @@ import { mkdir, mkdtemp, open, readdir, rm, type FileHandle } from 'node:fs/prom
 import path from 'node:path';
 import type { FastifyInstance, FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { Type, type Static } from 'typebox';
-import { multipartParts } from '../../core/multipart.ts';
+import { uploadPartsRead } from '../../core/idempotency.ts';
+import { multipartParts, PartsDigest } from '../../core/multipart.ts';
 import { badRequest, ProblemError } from '../../core/problems.ts';
 import { validatorCompiler } from '../../core/validation.ts';
 
@@ -230,7 +231,10 @@ export async function withStagedUpload<T>(
   try {
     dir = await mkdtemp(path.join(stagingDirOf(limits), `${STAGING_PREFIX}${process.pid}-`));
     file = await open(path.join(dir, 'parts'), 'w+');
-    const staged = await stage(request, limits, rule, file);
+    const digest = new PartsDigest();
+    const staged = await stage(request, limits, rule, file, digest);
+    // Before anything is written: an Idempotency-Key now covers the parts too.
+    await uploadPartsRead(request, digest.hex());
     const staging = file;
     const read = async (part: StagedPart, into: Buffer) => {
       const { bytesRead } = await staging.read(into, 0, part.length, part.offset);
@@ -271,6 +275,7 @@ async function stage(
   limits: UploadLimits,
   rule: PartRule,
   file: FileHandle,
+  digest: PartsDigest,
 ): Promise<Pick<StagedUpload, 'parts' | 'ignored'>> {
   const parts: StagedPart[] = [];
   const ignored: IgnoredResource[] = [];
@@ -282,6 +287,7 @@ async function stage(
     maxBytes: limits.uploadMaxBytes,
   };
   for await (const part of multipartParts(request.raw, multipartLimits)) {
+    digest.add(part);
     const assetPath = part.name;
     const reason =
       unsafePathReason(assetPath) ??

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { now, type Executor } from '../../core/db/database.ts';
-import { emit, eventsAfter, lastEventId, matches, type StoredEvent } from '../../core/outbox.ts';
+import { emit, lastEventId, matches, readEvents, type StoredEvent } from '../../core/outbox.ts';
 import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
 import { conflict, notFound, unprocessable } from '../../core/problems.ts';
 import { pageOf, type PageQuery } from '../../core/paging.ts';
@@ -32,6 +32,12 @@ import type { CreateWebhookRequest, UpdateWebhookRequest, Webhook, WebhookDelive
 export const DELIVERY_JOB = 'webhook-delivery';
 /** Events fanned out to one webhook per transaction. */
 const FAN_OUT_BATCH = 200;
+/**
+ * How soon an account whose committed events were held back (PostgreSQL: an older transaction still runs)
+ * is read again: nothing wakes the fan-out when that transaction ends (it may have written no event, or be in
+ * another database), so it looks again, as the event stream does (event-feed/hub.ts).
+ */
+const HELD_BACK_MS = 25;
 /** Characters of a receiver's answer kept in the delivery log. */
 const RESPONSE_KEPT = 1000;
 
@@ -142,6 +148,8 @@ export class WebhookService {
   private withWebhooks: Set<string> | undefined;
   /** Accounts this process gave a webhook (or enabled one of) since the last poll began reading: kept by its answer. */
   private webhooksGiven = new Set<string>();
+  /** Accounts whose committed events were held back at the last fan-out, read again in HELD_BACK_MS. */
+  private heldBack: NodeJS.Timeout | undefined;
 
   constructor(private readonly app: FastifyInstance) {
     this.outbound = new OutboundClient(outboundSettings(app.config));
@@ -156,6 +164,8 @@ export class WebhookService {
     });
     this.app.addHook('onClose', async () => {
       unsubscribe?.();
+      clearTimeout(this.heldBack);
+      this.heldBack = undefined;
       await this.fanning;
     });
     // The wake-up across processes on SQLite; on PostgreSQL (NOTIFY) a safety net only.
@@ -339,9 +349,13 @@ export class WebhookService {
       });
   }
 
-  /** Makes the deliveries of every enabled webhook (of `accounts`) up to its account's last event. */
+  /**
+   * Makes the deliveries of every enabled webhook (of `accounts`) up to its account's last event. Accounts
+   * whose committed events are held back behind an older transaction are fanned out again in HELD_BACK_MS.
+   */
   async fanOut(accounts: string[] | 'all'): Promise<void> {
     const db = this.app.store.db;
+    const heldBack = new Set<string>();
     const given = accounts === 'all' ? (this.webhooksGiven = new Set()) : undefined;
     const webhooks = await enabledWebhooks(db, accounts);
     if (given) this.withWebhooks = new Set([...webhooks.map((webhook) => webhook.accountId), ...given]);
@@ -352,9 +366,11 @@ export class WebhookService {
       for (;;) {
         // Only final ids are read (core/outbox.ts): none below the cursor can appear later. Events past the
         // cursor that retention removed are simply not there.
-        const events = await eventsAfter(db, webhook.accountId, cursor, FAN_OUT_BATCH);
+        const { events, heldBack: held } = await readEvents(db, webhook.accountId, cursor, FAN_OUT_BATCH);
+        if (held) heldBack.add(webhook.accountId);
         if (events.length === 0) break;
         const to = events.at(-1)!.id;
+        let enqueued = false;
         const moved = await db.transaction().execute(async (trx) => {
           if (!(await advanceCursor(trx, webhook.id, cursor, to))) return false;
           for (const event of events) {
@@ -367,13 +383,23 @@ export class WebhookService {
               body: deliveryBody(event),
             });
             await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob);
+            enqueued = true;
           }
           return true;
         });
+        // The queue was poked at the enqueue, before the commit made the job visible: again now.
+        if (moved && enqueued) this.app.jobs.poke();
         if (!moved) break; // another process fans this webhook out
         cursor = to;
         if (events.length < FAN_OUT_BATCH) break;
       }
+    }
+    if (heldBack.size > 0 && !this.heldBack) {
+      this.heldBack = setTimeout(() => {
+        this.heldBack = undefined;
+        this.wake([...heldBack]);
+      }, HELD_BACK_MS);
+      this.heldBack.unref();
     }
   }
 

@@ -187,19 +187,19 @@ const NO_ROWS = { command: 'SELECT', rowCount: 0, rows: [] };
 const OUTBOX_COLUMNS = 'account_id, id, type, project_id, subject, data, occurred_at';
 
 /**
- * The statements that write a transaction's outbox events and commit it. An event's id is the transaction's
- * id (xid8) × EVENTS_PER_TRANSACTION + its place in the transaction: ids of one transaction are consecutive,
- * and readers read only below the oldest transaction still running (core/outbox.ts), so every id a reader
- * passes is final. The audited write's event (place 0) is written only if the transaction changed something.
+ * The statements that write a transaction's outbox events and commit it. An event's id is a transaction
+ * id (xid8) × EVENTS_PER_TRANSACTION + its place: readers read only below the oldest transaction still
+ * running (core/outbox.ts), so every id a reader passes is final. The transaction's own id gives the block
+ * of its first EVENTS_PER_TRANSACTION - 1 events (place 0 is the audited write's, written only if the
+ * transaction changed something); each further EVENTS_PER_TRANSACTION take the block of a subtransaction's
+ * id (`dpc_outbox_id_block()`, migration 0041_outbox_id_blocks): newer than the transaction's own, nobody
+ * else's, and committed with it. So a transaction writes any number of events, in id order.
  */
 export function postgresCommitText(
   audited: DeferredEvent | undefined,
   events: readonly DeferredEvent[],
   literal: (value: string | null) => string,
 ): string {
-  if (events.length >= EVENTS_PER_TRANSACTION) {
-    throw new Error(`A transaction writes at most ${EVENTS_PER_TRANSACTION - 1} outbox events.`);
-  }
   const base = `pg_current_xact_id()::text::bigint * ${EVENTS_PER_TRANSACTION}`;
   // An event's values in OUTBOX_COLUMNS' order, its id as `id` (SQL).
   const row = (event: DeferredEvent, id: string) =>
@@ -215,9 +215,20 @@ export function postgresCommitText(
     );
   }
   // The others as plain VALUES: PostgreSQL plans that in about half the time of an INSERT … SELECT.
-  if (events.length > 0) {
-    const values = events.map((event, index) => row(event, `${base} + ${index + 1}`));
+  const first = events.slice(0, EVENTS_PER_TRANSACTION - 1);
+  if (first.length > 0) {
+    const values = first.map((event, index) => row(event, `${base} + ${index + 1}`));
     statements.push(`insert into outbox_events (${OUTBOX_COLUMNS}) values ${values.join(', ')}`);
+  }
+  // Past the transaction's own block: one subtransaction id's block per EVENTS_PER_TRANSACTION events.
+  for (let from = first.length; from < events.length; from += EVENTS_PER_TRANSACTION) {
+    const values = events.slice(from, from + EVENTS_PER_TRANSACTION).map((event, index) => row(event, String(index)));
+    statements.push(
+      // Materialized: the block is taken once, whatever the plan.
+      `with b as materialized (select dpc_outbox_id_block() * ${EVENTS_PER_TRANSACTION} as base) ` +
+        `insert into outbox_events (${OUTBOX_COLUMNS}) select v.a, b.base + v.n, v.t, v.p, v.s, v.d, v.o ` +
+        `from b, (values ${values.join(', ')}) as v(a, n, t, p, s, d, o)`,
+    );
   }
   statements.push('commit');
   return statements.join(';\n');

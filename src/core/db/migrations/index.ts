@@ -29,6 +29,7 @@ import { rowVersions } from './0038_row_versions.ts';
 import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 import { outboxIdsInMemory } from './0039_outbox_ids_in_memory.ts';
 import { rowVersionsEverywhere } from './0040_row_versions_everywhere.ts';
+import { outboxIdBlocks } from './0041_outbox_id_blocks.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -60,6 +61,7 @@ const steps: Record<string, PortableMigration> = {
   '0038_outbox_lighter_writes': outboxLighterWrites,
   '0039_outbox_ids_in_memory': outboxIdsInMemory,
   '0040_row_versions_everywhere': rowVersionsEverywhere,
+  '0041_outbox_id_blocks': outboxIdBlocks,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
