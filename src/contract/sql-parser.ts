@@ -30,6 +30,13 @@ const GRAMMARS = new Set([
 
 const parsers = new Map<string, Parser>();
 
+/** The file of `grammar`'s own build (for a thread that loads it itself: the server's SQL checks). */
+export function sqlParserModule(grammar: string): string {
+  const key = grammar.toLowerCase();
+  if (!GRAMMARS.has(key)) throw new Error(`node-sql-parser has no grammar "${grammar}"`);
+  return require.resolve(`node-sql-parser/build/${key}`);
+}
+
 /** A parser of `grammar` (node-sql-parser's name: `postgresql`, `mysql`, ...), loaded on first use. */
 export function sqlParser(grammar: string): Parser {
   const key = grammar.toLowerCase();

@@ -247,6 +247,74 @@ describeEachStore('pipeline quality review', (kind) => {
     assert.equal((await start('pipelines/warned')).status, 201);
   });
 
+  test('SQL that would take the parser minutes is not checked past its time, and the server answers others meanwhile', async () => {
+    // Each of these takes node-sql-parser seconds to minutes (its backtracking grows exponentially with the brackets).
+    const slow = [
+      `SELECT ${'('.repeat(16)}1`,
+      `SELECT ${'('.repeat(14)}1 +${')'.repeat(14)}`,
+      `SELECT ${'CASE WHEN ('.repeat(12)}1`,
+    ];
+    const file = orchestration(
+      `    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Slow 0"]
+${slow
+  .map(
+    (sql, i) => `    Slow ${i}:
+      type: "sql-executor"
+      parameters:
+        sqlScript: ${JSON.stringify(sql)}
+      transitions:
+        success: ["${i + 1 < slow.length ? `Slow ${i + 1}` : 'Fine'}"]
+`,
+  )
+  .join('')}    Fine:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "select 1"
+`,
+    );
+    const started = performance.now();
+    const answer = review({ environmentName: 'prod', files: { 'slow.orch.yaml': file } });
+    // The event loop is free while the review waits: a health check answers at once.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const healthStarted = performance.now();
+    assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+    assert.ok(performance.now() - healthStarted < 500, `healthz took ${performance.now() - healthStarted} ms`);
+    const reviewed = await answer;
+    const took = performance.now() - started;
+    assert.equal(reviewed.status, 200, reviewed.text);
+    // At most a second a statement.
+    assert.ok(took < 6000, `the review took ${took} ms`);
+    const sqlFindings = reviewed.body.findings.filter((f: any) => f.rule === 'sql-syntax');
+    assert.deepEqual(
+      sqlFindings.map((f: any) => [f.component, f.severity]),
+      slow.map((_, i) => [`Slow ${i}`, 'WARNING']),
+    );
+    for (const found of sqlFindings)
+      assert.match(found.message, /not checked as postgresql SQL: it did not parse within 1000 ms/);
+    // The worker that was ended is replaced: SQL that parses, and SQL that does not, are found as before.
+    const after = await review({
+      environmentName: 'prod',
+      files: {
+        'ok.orch.yaml': orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Count"]
+    Count:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "select count(* from t"
+`),
+      },
+    });
+    assert.deepEqual(
+      after.body.findings.filter((f: any) => f.rule === 'sql-syntax').map((f: any) => [f.component, f.severity]),
+      [['Count', 'ERROR']],
+    );
+  });
+
   test('refusals: unknown environment or version 404, both a version and files 400, another account 404, no token 401', async () => {
     expectProblem(await review({ environmentName: 'nope' }), 404);
     expectProblem(await review({ environmentName: 'prod', versionName: 'v9' }), 404);

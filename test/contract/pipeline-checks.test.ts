@@ -66,7 +66,7 @@ test('the pipelines a run reaches: each once, through long chains, not past a fi
   assert.ok(!reached.includes('unused.orch.yaml'));
 });
 
-test('one map of parsed files is read by every check of a run start: a file it holds is not parsed again', () => {
+test('one map of parsed files is read by every check of a run start: a file it holds is not parsed again', async () => {
   const files: Record<string, string> = {
     'root.orch.yaml': runs('child', 'gone'),
     // A child with a missing parameter (a violation) that runs a transformation.
@@ -76,14 +76,14 @@ test('one map of parsed files is read by every check of a run start: a file it h
   };
   const paths = new Set(Object.keys(files));
   const context = { projectVariables: new Set<string>(), sqlDialect: 'postgresql' };
-  const everything = (from: Record<string, string>, parsed: ParsedFiles) => ({
+  const everything = async (from: Record<string, string>, parsed: ParsedFiles) => ({
     reached: pipelinesRunBy('root.orch.yaml', from, parsed).sort(),
     children: childPipelines('child.orch.yaml', from, paths, parsed),
     violations: checkPipeline('root.orch.yaml', from, parsed).map(describeViolation),
-    errors: errorsBeforeRun('root.orch.yaml', from, context, parsed),
+    errors: await errorsBeforeRun('root.orch.yaml', from, context, parsed),
   });
   const parsed: ParsedFiles = new Map();
-  const first = everything(files, parsed);
+  const first = await everything(files, parsed);
   assert.deepEqual(first.reached, ['child.orch.yaml', 'load.tran.yaml', 'root.orch.yaml']);
   assert.deepEqual(first.children, { paths: ['load.tran.yaml'], throughVariables: false });
   assert.ok(first.violations.includes('child.orch.yaml: components.Query.parameters.sqlScript: required'));
@@ -91,7 +91,7 @@ test('one map of parsed files is read by every check of a run start: a file it h
   assert.deepEqual([...parsed.keys()].sort(), first.reached, 'each file reached is parsed into the map');
   // Every text made unreadable: answered from the map all the same, so nothing was parsed again.
   const unreadable = Object.fromEntries(Object.keys(files).map((path) => [path, 'pipeline: [']));
-  assert.deepEqual(everything(unreadable, parsed), first);
+  assert.deepEqual(await everything(unreadable, parsed), first);
   // Without the map the same texts are what they are: unreadable (so the comparison above can fail).
   assert.throws(() => checkPipeline('root.orch.yaml', unreadable));
 });

@@ -26,7 +26,7 @@ import {
   parsedFile,
   type ParsedFiles,
 } from '../../contract/pipeline-checks.ts';
-import { describeFinding, errorsBeforeRun } from '../reviews/index.ts';
+import { describeFinding, errorsBeforeRun, type Finding } from '../reviews/index.ts';
 import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
 import type { WarehouseSpec } from '../../contract/work.ts';
 
@@ -197,20 +197,19 @@ async function resolveVariables(
  * The pipeline quality review's errors in `paths` and the pipelines they run refuse the run: a 400 naming
  * each finding's file, component, parameter and rule (warnings do not block; `POST …/reviews` lists them).
  */
-function refuseReviewErrors(
+async function refuseReviewErrors(
   paths: readonly string[],
   files: Record<string, string>,
   parsed: ParsedFiles,
   projectVariables: Set<string>,
   warehouse: WarehouseSettings | null,
-): void {
+): Promise<void> {
   // SQL is checked in the grammar of the environment's warehouse.
   const context = { projectVariables, sqlDialect: sqlGrammarOf(warehouse?.type) };
   const seen = new Set<string>();
-  const errors = paths
-    .flatMap((path) => errorsBeforeRun(path, files, context, parsed))
-    .map(describeFinding)
-    .filter((line) => !seen.has(line) && seen.add(line));
+  const found: Finding[] = [];
+  for (const path of paths) for (const one of await errorsBeforeRun(path, files, context, parsed)) found.push(one);
+  const errors = found.map(describeFinding).filter((line) => !seen.has(line) && seen.add(line));
   if (errors.length > 0) {
     throw badRequest(
       `The pipeline cannot run: the review finds ${errors.length === 1 ? 'an error' : `${errors.length} errors`}: ${errors[0]}${errors.length > 1 ? ` (and ${errors.length - 1} more)` : ''}.`,
@@ -300,7 +299,7 @@ export async function preparePipelineRun(
     request.scalarVariables,
     request.gridVariables,
   );
-  refuseReviewErrors([pipelineName], files, parsed, projectVariables, environment.warehouse);
+  await refuseReviewErrors([pipelineName], files, parsed, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,
@@ -367,7 +366,7 @@ export async function prepareTestRun(
     request.hostedAgent === true,
   );
   const { variables, projectVariables } = await resolveVariables(db, request.projectId, environment.id, {});
-  refuseReviewErrors(tests, pipelines, parsed, projectVariables, environment.warehouse);
+  await refuseReviewErrors(tests, pipelines, parsed, projectVariables, environment.warehouse);
   const warehouse = await warehouseFor(db, request.projectId, environment.id, environment.warehouse);
   return {
     request,

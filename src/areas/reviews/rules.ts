@@ -3,7 +3,7 @@
  * Each finding names its rule, severity and location (file, component, parameter); none quotes a
  * credential it found.
  */
-import { sqlParser } from '../../contract/sql-parser.ts';
+import { checkSql } from './sql-checks.ts';
 import { credentialViolations } from '../../core/credentials.ts';
 import {
   checkPipelines,
@@ -172,33 +172,55 @@ function withPlaceholders(sqlText: string, pipeline: Pipeline): string {
   });
 }
 
-function sqlFindings(file: string, pipeline: Pipeline, context: ReviewContext): Finding[] {
-  const findings: Finding[] = [];
+/** The SQL of the file's components, as the review parses it: where it is, and its text with placeholders. */
+function sqlOf(pipeline: Pipeline): { component: string; parameter: string; sqlText: string }[] {
+  const found: { component: string; parameter: string; sqlText: string }[] = [];
   for (const component of pipeline.components.values()) {
     for (const parameter of SQL_PARAMETERS[component.type] ?? []) {
       const text = component.parameters[parameter];
       if (typeof text !== 'string' || text.trim() === '') continue;
-      const sqlText = withPlaceholders(text, pipeline);
-      const parser = sqlParser(context.sqlDialect);
-      try {
-        parser.astify(sqlText, { database: context.sqlDialect });
-      } catch (error) {
-        const reason = String((error as Error).message ?? error)
-          .split('\n')[0]
-          .slice(0, 300);
-        const line = (error as { location?: { start?: { line?: number } } }).location?.start?.line;
-        findings.push(
-          finding(
-            'sql-syntax',
-            file,
-            `does not parse as ${context.sqlDialect} SQL${line ? ` (line ${line})` : ''}: ${reason}`,
-            { component: component.name, parameter },
-            WELL_KNOWN.test(sqlText) ? 'ERROR' : 'WARNING',
-          ),
-        );
-      }
+      found.push({ component: component.name, parameter, sqlText: withPlaceholders(text, pipeline) });
     }
   }
+  return found;
+}
+
+/** The SQL that does not parse in the context's grammar (parsed off the request thread, within a time: sql-checks.ts). */
+async function sqlFindings(file: string, pipeline: Pipeline, context: ReviewContext): Promise<Finding[]> {
+  const statements = sqlOf(pipeline);
+  if (statements.length === 0) return [];
+  const verdicts = await checkSql(
+    context.sqlDialect,
+    statements.map((statement) => statement.sqlText),
+  );
+  const findings: Finding[] = [];
+  statements.forEach(({ component, parameter, sqlText }, i) => {
+    const verdict = verdicts[i];
+    if (verdict.parses === true) return;
+    const at = { component, parameter };
+    if (verdict.parses === undefined) {
+      findings.push(
+        finding(
+          'sql-syntax',
+          file,
+          `was ${verdict.why.replace(/^not checked/, 'not checked as ' + context.sqlDialect + ' SQL')}`,
+          at,
+          'WARNING',
+        ),
+      );
+      return;
+    }
+    const { line, message } = verdict;
+    findings.push(
+      finding(
+        'sql-syntax',
+        file,
+        `does not parse as ${context.sqlDialect} SQL${line ? ` (line ${line})` : ''}: ${message}`,
+        at,
+        WELL_KNOWN.test(sqlText) ? 'ERROR' : 'WARNING',
+      ),
+    );
+  });
   return findings;
 }
 
@@ -272,7 +294,11 @@ const isPipelineFile = (path: string) =>
  * The findings of every pipeline file among `files` (by path), most severe first, then by file and component.
  * Each file is parsed once, into `parsed` (a caller that has parsed them already hands its map).
  */
-export function reviewFiles(files: Record<string, string>, context: ReviewContext, parsed: ParsedFiles = new Map()): Finding[] {
+export async function reviewFiles(
+  files: Record<string, string>,
+  context: ReviewContext,
+  parsed: ParsedFiles = new Map(),
+): Promise<Finding[]> {
   const findings: Finding[] = [];
   const paths = Object.keys(files).filter(isPipelineFile).sort();
   for (const path of paths) {
@@ -286,12 +312,15 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
       );
       continue;
     }
-    findings.push(
-      ...reachabilityFindings(path, pipeline),
-      ...variableFindings(path, pipeline, context),
-      ...sqlFindings(path, pipeline, context),
-      ...credentialFindings(path, pipeline),
-    );
+    // Appended one by one: a file may have very many (a spread of them all would run out of stack).
+    for (const found of [
+      reachabilityFindings(path, pipeline),
+      variableFindings(path, pipeline, context),
+      await sqlFindings(path, pipeline, context),
+      credentialFindings(path, pipeline),
+    ]) {
+      for (const one of found) findings.push(one);
+    }
   }
   // Parameters and child pipelines, as a run start checks them, in one walk over every file (each checked
   // once). A child that cannot be read at all is that child's own finding (invalid-file or invalid-graph).
@@ -310,15 +339,15 @@ export function reviewFiles(files: Record<string, string>, context: ReviewContex
  * What blocks a run of `file`: the review's errors in it and the pipelines it runs (warnings do not block).
  * A run start calls it after its own checks, so what they refuse is refused as before.
  */
-export function errorsBeforeRun(
+export async function errorsBeforeRun(
   file: string,
   files: Record<string, string>,
   context: ReviewContext,
   parsed: ParsedFiles = new Map(),
-): Finding[] {
+): Promise<Finding[]> {
   const run = Object.create(null) as Record<string, string>;
   for (const path of pipelinesRunBy(file, files, parsed)) run[path] = files[path];
-  return reviewFiles(run, context, parsed).filter((finding) => finding.severity === 'ERROR');
+  return (await reviewFiles(run, context, parsed)).filter((finding) => finding.severity === 'ERROR');
 }
 
 /** A finding as a violation of a refused run: `<file>: components.<c>.parameters.<p>: <message> (<rule>)`. */

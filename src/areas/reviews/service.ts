@@ -37,7 +37,7 @@ export async function reviewPipelines(db: Executor, projectId: string, request: 
   }
   const projectVariables = new Set((await variableValuesIn(db, projectId, environment.id)).map((variable) => variable.name));
   // SQL is checked in the grammar of the environment's warehouse.
-  const findings = reviewFiles(files, { projectVariables, sqlDialect: sqlGrammarOf(environment.warehouse?.type) });
+  const findings = await reviewFiles(files, { projectVariables, sqlDialect: sqlGrammarOf(environment.warehouse?.type) });
   return {
     projectId,
     environmentName: environment.name,
