@@ -315,6 +315,30 @@ ${slow
     );
   });
 
+  test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
+    // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
+    const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');
+    const components = Array.from(
+      { length: 40 },
+      (_, i) => `    Step ${i}:
+      type: "sql-executor"
+      parameters: ${i === 0 ? `&q\n        sqlScript: "select 1 -- ${script}"` : '*q'}
+`,
+    ).join('');
+    const file = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Step 0"]
+${components}`);
+    const reviewed = await review({ environmentName: 'prod', files: { 'many.orch.yaml': file } });
+    assert.equal(reviewed.status, 200, reviewed.text.slice(0, 500));
+    const total = reviewed.body.errors + reviewed.body.warnings;
+    assert.ok(total >= 60_000, `${total} findings`);
+    assert.equal(reviewed.body.findings.length, 1000);
+    assert.equal(reviewed.body.findingsLeftOut, total - 1000);
+    assert.ok(reviewed.text.length < 1_000_000, `${reviewed.text.length} bytes`);
+  });
+
   test('refusals: unknown environment or version 404, both a version and files 400, another account 404, no token 401', async () => {
     expectProblem(await review({ environmentName: 'nope' }), 404);
     expectProblem(await review({ environmentName: 'prod', versionName: 'v9' }), 404);

@@ -197,6 +197,9 @@ async function resolveVariables(
  * The pipeline quality review's errors in `paths` and the pipelines they run refuse the run: a 400 naming
  * each finding's file, component, parameter and rule (warnings do not block; `POST …/reviews` lists them).
  */
+/** Review errors named in a refused run's violations at most. */
+const MAX_VIOLATIONS = 100;
+
 async function refuseReviewErrors(
   paths: readonly string[],
   files: Record<string, string>,
@@ -211,9 +214,10 @@ async function refuseReviewErrors(
   for (const path of paths) for (const one of await errorsBeforeRun(path, files, context, parsed)) found.push(one);
   const errors = found.map(describeFinding).filter((line) => !seen.has(line) && seen.add(line));
   if (errors.length > 0) {
+    // The violations name the first MAX_VIOLATIONS (a file can hold thousands; the review lists them).
     throw badRequest(
       `The pipeline cannot run: the review finds ${errors.length === 1 ? 'an error' : `${errors.length} errors`}: ${errors[0]}${errors.length > 1 ? ` (and ${errors.length - 1} more)` : ''}.`,
-      errors,
+      errors.slice(0, MAX_VIOLATIONS),
     );
   }
 }

@@ -40,6 +40,9 @@ export const Finding = Type.Object({
   message: Type.String({ description: 'what is wrong; never the value of a credential it found' }),
 });
 
+/** Findings listed in a review's answer at most: aliases and many components can multiply them (18 MB answers). */
+export const MAX_FINDINGS = 1000;
+
 export const Review = Type.Object(
   {
     projectId: Type.String({ format: 'uuid' }),
@@ -47,7 +50,16 @@ export const Review = Type.Object(
     versionName: Type.Optional(Type.String({ description: 'the version reviewed (absent when files were uploaded)' })),
     reviewedAt: Type.String({ format: 'date-time' }),
     files: Type.Array(Type.String(), { description: 'the pipeline files reviewed' }),
-    findings: Type.Array(Finding, { description: 'most severe first, then by file and component' }),
+    findings: Type.Array(Finding, {
+      description: `most severe first, then by file and component; the first ${MAX_FINDINGS} (errors and warnings count them all)`,
+      maxItems: MAX_FINDINGS,
+    }),
+    findingsLeftOut: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description: `findings past the first ${MAX_FINDINGS}, not listed (counted in errors and warnings)`,
+      }),
+    ),
     errors: Type.Integer({ minimum: 0 }),
     warnings: Type.Integer({ minimum: 0 }),
   },

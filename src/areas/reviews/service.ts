@@ -7,7 +7,7 @@ import { variableValuesIn } from '../variables/index.ts';
 import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import { reviewFiles } from './rules.ts';
 import { sqlGrammarOf } from '../../contract/sql-grammar.ts';
-import type { Review, ReviewRequest } from './schemas.ts';
+import { MAX_FINDINGS, type Review, type ReviewRequest } from './schemas.ts';
 
 const isPipelineFile = (path: string) =>
   path.endsWith(PIPELINE_SUFFIXES.orchestration) || path.endsWith(PIPELINE_SUFFIXES.transformation);
@@ -44,7 +44,8 @@ export async function reviewPipelines(db: Executor, projectId: string, request: 
     ...(versionName !== undefined && { versionName }),
     reviewedAt: now(),
     files: Object.keys(files).sort(),
-    findings,
+    findings: findings.slice(0, MAX_FINDINGS),
+    ...(findings.length > MAX_FINDINGS && { findingsLeftOut: findings.length - MAX_FINDINGS }),
     errors: findings.filter((f) => f.severity === 'ERROR').length,
     warnings: findings.filter((f) => f.severity === 'WARNING').length,
   };
