@@ -315,6 +315,54 @@ ${slow
     );
   });
 
+  test('transitions leading back to a component already run are an invalid-graph error, and refuse the run', async () => {
+    const loop = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["First"]
+    First:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "select 1"
+      transitions:
+        success: ["Second"]
+    Second:
+      type: "sql-executor"
+      parameters:
+        sqlScript: "select 2"
+      transitions:
+        success: ["First"]
+        failure: ["Again"]
+    Again:
+      type: "print-variables"
+      transitions:
+        unconditional: ["Again"]
+`);
+    const reviewed = await review({ environmentName: 'prod', files: { 'loop.orch.yaml': loop } });
+    assert.equal(reviewed.status, 200, reviewed.text);
+    const cycles = reviewed.body.findings.filter((f: any) => f.rule === 'invalid-graph');
+    assert.deepEqual(
+      cycles.map((f: any) => [f.component, f.parameter, f.severity]),
+      [
+        ['Again', 'transitions', 'ERROR'],
+        ['Second', 'transitions', 'ERROR'],
+      ],
+    );
+    assert.match(cycles[1].message, /"First" → "Second" → "First"/);
+    await uploadVersion(server, caller, projectId, 'prod', 'loops', { 'pipelines/loop.orch.yaml': loop });
+    const refused = expectProblem(
+      await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+        token: caller.token,
+        body: { environmentName: 'prod', pipelineName: 'pipelines/loop', versionName: 'loops' },
+      }),
+      400,
+    );
+    assert.ok(
+      refused.violations?.some((v) => v.includes('components.Second.parameters.transitions') && v.includes('(invalid-graph)')),
+      JSON.stringify(refused.violations),
+    );
+  });
+
   test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
     // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
     const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');

@@ -264,11 +264,14 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
         ...(component.iterationTarget ? [component.iterationTarget] : []),
       );
     }
-    return components
-      .filter((c) => !reached.has(c.name))
-      .map((c) =>
-        finding('unreachable-component', file, 'no path from the start reaches it: it never runs', { component: c.name }),
-      );
+    return [
+      ...components
+        .filter((c) => !reached.has(c.name))
+        .map((c) =>
+          finding('unreachable-component', file, 'no path from the start reaches it: it never runs', { component: c.name }),
+        ),
+      ...transitionCycles(file, pipeline),
+    ];
   }
   // Transformation: rows flow from sources to outputs; a component upstream of no output does no work.
   const outputs = components.filter((c) => (OUTPUT_TYPES as readonly string[]).includes(c.type));
@@ -283,6 +286,52 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
   return components
     .filter((c) => !feeding.has(c.name))
     .map((c) => finding('unused-component', file, 'its rows reach no output component', { component: c.name }));
+}
+
+/**
+ * Transitions that lead back to a component already on their path: a run goes through each component once (the
+ * agent does not run one again), so such a loop would silently not loop. One finding per cycle, on the component
+ * whose transition closes it. A walk with its own stack: a file may hold thousands of components.
+ */
+function transitionCycles(file: string, pipeline: Pipeline): Finding[] {
+  const findings: Finding[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const next = (name: string) => {
+    const component = pipeline.components.get(name);
+    return component ? [...new Set(Object.values(component.transitions).flat())] : [];
+  };
+  for (const root of pipeline.components.keys()) {
+    if (state.has(root)) continue;
+    const stack: { name: string; targets: string[]; at: number }[] = [{ name: root, targets: next(root), at: 0 }];
+    state.set(root, 'open');
+    while (stack.length > 0) {
+      const top = stack.at(-1)!;
+      if (top.at === top.targets.length) {
+        state.set(top.name, 'done');
+        stack.pop();
+        continue;
+      }
+      const target = top.targets[top.at++];
+      if (!pipeline.components.has(target) || state.get(target) === 'done') continue;
+      if (state.get(target) === 'open') {
+        const from = stack.findIndex((frame) => frame.name === target);
+        const path = [...stack.slice(from).map((frame) => frame.name), target];
+        const shown = path.length <= 8 ? path : [...path.slice(0, 3), `… ${path.length - 5} more …`, ...path.slice(-2)];
+        findings.push(
+          finding(
+            'invalid-graph',
+            file,
+            `its transitions lead back to a component already run: ${shown.map((name) => `"${name}"`).join(' → ')}; a run goes through each component once, so it would not loop`,
+            { component: top.name, parameter: 'transitions' },
+          ),
+        );
+        continue;
+      }
+      state.set(target, 'open');
+      stack.push({ name: target, targets: next(target), at: 0 });
+    }
+  }
+  return findings;
 }
 
 // ---- A version
