@@ -233,6 +233,14 @@ function walkPipelines(
       const step = { file: path, component: component.name, parameter: child.parameter };
       if (target === undefined) {
         violations.push({ ...step, message: `"${named}" is not a pipeline of this version` });
+      } else if (!target.endsWith(CHILDREN[component.type].suffix)) {
+        // Named with the other kind's suffix: the agent would refuse it at that step, after what ran before it.
+        const kind =
+          CHILDREN[component.type].suffix === PIPELINE_SUFFIXES.orchestration ? 'an orchestration' : 'a transformation';
+        violations.push({
+          ...step,
+          message: `"${named}" is not ${kind} pipeline of this version (its file is of the other kind)`,
+        });
       } else if (onChain.has(target)) {
         // Named on each file of the cycle, starting from it, as a walk from that file would find it.
         const from = target === path ? chain.length : chain.findIndex((link) => link.file === target);

@@ -363,6 +363,54 @@ ${slow
     );
   });
 
+  test('a child pipeline of the other kind is an unknown-pipeline error, and refuses the run before anything runs', async () => {
+    const runs = (type: string, parameter: string, child: string) =>
+      orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "${type}"
+      parameters:
+        ${parameter}: "${child}"
+`);
+    const mart = `type: "transformation"\nversion: "1.0"\npipeline:\n  components:\n    Read:\n      type: "table-input"\n      parameters:\n        tableName: "orders"\n`;
+    const files = {
+      'pipelines/o2t.orch.yaml': runs('run-orchestration', 'orchestrationJob', 'pipelines/mart.tran.yaml'),
+      'pipelines/t2o.orch.yaml': runs('run-transformation', 'transformationJob', 'pipelines/o2t.orch.yaml'),
+      'pipelines/mart.tran.yaml': mart,
+    };
+    const reviewed = await review({ environmentName: 'prod', files });
+    const wrongKind = reviewed.body.findings.filter((f: any) => f.rule === 'unknown-pipeline');
+    assert.deepEqual(
+      wrongKind.map((f: any) => [f.file, f.parameter, f.message]),
+      [
+        [
+          'pipelines/o2t.orch.yaml',
+          'orchestrationJob',
+          '"pipelines/mart.tran.yaml" is not an orchestration pipeline of this version (its file is of the other kind)',
+        ],
+        [
+          'pipelines/t2o.orch.yaml',
+          'transformationJob',
+          '"pipelines/o2t.orch.yaml" is not a transformation pipeline of this version (its file is of the other kind)',
+        ],
+      ],
+    );
+    await uploadVersion(server, caller, projectId, 'prod', 'kinds', files);
+    const refused = expectProblem(
+      await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+        token: caller.token,
+        body: { environmentName: 'prod', pipelineName: 'pipelines/o2t', versionName: 'kinds' },
+      }),
+      400,
+    );
+    assert.ok(
+      refused.violations?.some((v) => v.includes('components.Child.parameters.orchestrationJob')),
+      JSON.stringify(refused.violations),
+    );
+  });
+
   test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
     // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
     const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');

@@ -74,7 +74,7 @@ function fromViolation(violation: PipelineViolation): Finding {
   const rule: RuleId =
     violation.parameter !== undefined && violation.message.startsWith('required')
       ? 'missing-parameter'
-      : violation.message.includes('not a pipeline of this version')
+      : / pipeline of this version/.test(violation.message)
         ? 'unknown-pipeline'
         : violation.message.includes('run each other in a cycle')
           ? 'pipeline-cycle'
