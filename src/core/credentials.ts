@@ -139,6 +139,8 @@ const TOKEN_FORMATS: Array<[RegExp, string]> = [
   [/\bglpat-[A-Za-z0-9_-]{20,}/, 'a GitLab token'],
   [/\bxox[abposr]-[A-Za-z0-9-]{10,}/, 'a Slack token'],
   [/\bsk-[A-Za-z0-9_-]{20,}/, 'an API secret key'],
+  [/\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/, 'a JSON Web Token'],
+  [/\b(?:AKIA|ASIA)[0-9A-Z]{16}\b/, 'an AWS access key id'],
 ];
 
 /** A token shaped like a credential rather than a word: a digit, a symbol or a capital past its first letter. */
@@ -146,20 +148,51 @@ function looksLikeToken(token: string): boolean {
   return /[0-9._~+/=_-]/.test(token) || /[A-Z]/.test(token.slice(1));
 }
 
-function credentialInVariant(value: string): string | undefined {
+/** A credential that announces itself: in a URL's userinfo, in a token format, after an authorization scheme. */
+function selfEvidentCredential(value: string): string | undefined {
   if (URL_USERINFO.test(value)) return 'a URL with a user name or password in it';
   if (BARE_USERINFO.test(value)) return 'a user name and password before a host';
   for (const [pattern, what] of TOKEN_FORMATS) if (pattern.test(value)) return what;
   for (const match of value.matchAll(AUTH_SCHEME)) {
     if (looksLikeToken(match[2]) && !isHarmlessValue(match[2])) return `an authorization value (${match[1]} scheme)`;
   }
+  return undefined;
+}
+
+/** A `name=value` or `name: value` pair whose name is a credential's (with `tokenLike`, only a value shaped like a token). */
+function credentialPair(value: string, tokenLike = false): string | undefined {
   for (const match of value.matchAll(PAIR)) {
     const [whole, name, separator] = match;
     if (!isCredentialName(name)) continue;
     const written = pairValue(value, match.index + whole.length);
     // `scheme:` of a URL or `jdbc:postgresql:` is no pair.
     if (separator === ':' && written.startsWith('/')) continue;
-    if (!isHarmlessValue(written)) return `a value for "${name}"`;
+    if (!isHarmlessValue(written) && (!tokenLike || looksLikeToken(written))) return `a value for "${name}"`;
+  }
+  return undefined;
+}
+
+function credentialInVariant(value: string): string | undefined {
+  return selfEvidentCredential(value) ?? credentialPair(value);
+}
+
+/** A string literal of SQL (`'...'`, a doubled quote inside), at most 64 KB each: where a connection string would be. */
+const SQL_STRING = /'((?:[^']|''){0,65536})'/g;
+
+/**
+ * Why SQL text carries a credential, or undefined. In SQL a `name = value` is mostly a predicate (`WHERE key =
+ * 'region'`, `token = 'abc-123'`), not a credential written down: pairs are looked for only inside string
+ * literals (a connection string: `'host=db password=S3cret!'`), and there only with a value shaped like a
+ * token (`'auth=failed'` is a word). Credentials that announce themselves (a URL's userinfo, a private key, a
+ * JWT, an AWS key id, `Bearer …`) are found anywhere in the text.
+ */
+export function credentialInSql(sql: string): string | undefined {
+  const text = sql.normalize('NFKC');
+  const evident = selfEvidentCredential(text);
+  if (evident) return evident;
+  for (const match of text.matchAll(SQL_STRING)) {
+    const found = credentialPair(match[1].replaceAll("''", "'"), true);
+    if (found) return found;
   }
   return undefined;
 }

@@ -411,6 +411,42 @@ ${slow
     );
   });
 
+  test('SQL is read as SQL for credentials: predicates are none, connection strings, JWTs and AWS keys are', async () => {
+    const cases: [string, boolean][] = [
+      ["SELECT key, value FROM settings WHERE key = 'region'", false],
+      ["INSERT INTO audit(kind) VALUES ('auth=failed')", false],
+      ["SELECT * FROM events WHERE token = 'abc-123-def-456'", false],
+      ['SELECT * FROM t WHERE api_key IS NOT NULL AND password_changed_at > now()', false],
+      ["ATTACH 'host=db.internal user=etl password=S3cr3t!' AS src (TYPE postgres)", true],
+      ["SELECT * FROM dblink('dbname=x password=hunter2', 'select 1')", true],
+      ["SELECT 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U' AS t", true],
+      ["SELECT 'AKIAIOSFODNN7EXAMPLE' AS id", true],
+      ["COPY t FROM 's3://bucket/x' CREDENTIALS 'aws_access_key_id=AKIAIOSFODNN7EXAMPLE'", true],
+      ["SELECT * FROM read_csv('https://etl:pa55word@files.example.com/x.csv')", true],
+    ];
+    const components = cases
+      .map(
+        ([sql], i) => `    Q${i}:
+      type: "sql-executor"
+      parameters:
+        sqlScript: ${JSON.stringify(sql)}
+`,
+      )
+      .join('');
+    const file = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: [${cases.map((_, i) => `"Q${i}"`).join(', ')}]
+${components}`);
+    const reviewed = await review({ environmentName: 'prod', files: { 'creds.orch.yaml': file } });
+    assert.equal(reviewed.status, 200, reviewed.text);
+    const flagged = new Set(
+      reviewed.body.findings.filter((f: any) => f.rule === 'credential-in-parameter').map((f: any) => f.component),
+    );
+    for (const [i, [sql, credential]] of cases.entries()) assert.equal(flagged.has(`Q${i}`), credential, sql);
+    assert.ok(!reviewed.text.includes('S3cr3t') && !reviewed.text.includes('hunter2') && !reviewed.text.includes('pa55word'));
+  });
+
   test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
     // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
     const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');

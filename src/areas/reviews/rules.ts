@@ -4,7 +4,7 @@
  * credential it found.
  */
 import { checkSql } from './sql-checks.ts';
-import { credentialViolations } from '../../core/credentials.ts';
+import { credentialInSql, credentialViolations } from '../../core/credentials.ts';
 import {
   checkPipelines,
   describeViolation,
@@ -229,7 +229,20 @@ async function sqlFindings(file: string, pipeline: Pipeline, context: ReviewCont
 function credentialFindings(file: string, pipeline: Pipeline): Finding[] {
   const findings: Finding[] = [];
   for (const component of pipeline.components.values()) {
+    const sqlParameters = SQL_PARAMETERS[component.type] ?? [];
     for (const [parameter, value] of Object.entries(component.parameters)) {
+      // SQL is read as SQL: its predicates (`WHERE key = 'region'`) are no credentials written down.
+      if (sqlParameters.includes(parameter) && typeof value === 'string') {
+        const why = credentialInSql(value);
+        if (why)
+          findings.push(
+            finding('credential-in-parameter', file, `holds a credential (${why}); keep it in a secret and refer to it`, {
+              component: component.name,
+              parameter,
+            }),
+          );
+        continue;
+      }
       const violations = credentialViolations({ [parameter]: value }, 'parameters', 'keep it in a secret and refer to it');
       if (violations.length > 0) {
         // The detector's phrase says why without quoting the value.
