@@ -7,6 +7,36 @@
  */
 import { parseBoundedYaml, PIPELINE_YAML_BOUNDS } from './bounded-yaml.ts';
 
+/**
+ * The component types of an orchestration that the reference agent runs (src/agent/pipeline-runner.ts, whose
+ * `execute` has a case for each; test/agent/orchestration-types.test.ts holds them to this list). Another
+ * agent may run more: the review only warns of a type outside it.
+ */
+export const ORCHESTRATION_TYPES = [
+  'start',
+  'end-success',
+  'end-failure',
+  'and',
+  'or',
+  'print-variables',
+  'wait',
+  'assert-scalar-variables',
+  'sql-executor',
+  'query-to-scalar',
+  'create-table-v2',
+  'create-table',
+  'truncate-table',
+  'if',
+  'fixed-iterator',
+  'grid-iterator',
+  'table-iterator',
+  'retry',
+  'run-orchestration',
+  'run-transformation',
+  'python-script',
+  'bash-script',
+] as const;
+
 /** Pipeline file suffixes: the one place that names them. */
 export const PIPELINE_SUFFIXES = {
   orchestration: '.orch.yaml',

@@ -447,6 +447,26 @@ ${components}`);
     assert.ok(!reviewed.text.includes('S3cr3t') && !reviewed.text.includes('hunter2') && !reviewed.text.includes('pa55word'));
   });
 
+  test('an orchestration component of a type the reference agent does not run is a warning', async () => {
+    const file = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Typo"]
+    Typo:
+      type: "sql-exector"
+      parameters:
+        sqlScript: "select 1"
+`);
+    const reviewed = await review({ environmentName: 'prod', files: { 'typo.orch.yaml': file } });
+    assert.deepEqual(
+      reviewed.body.findings.filter((f: any) => f.rule === 'unknown-component-type').map((f: any) => [f.component, f.severity]),
+      [['Typo', 'WARNING']],
+    );
+    // The rest of the suite's files name only types the agent runs: none of theirs is a finding.
+    const flawed = await review({ environmentName: 'prod', files: { 'flawed.orch.yaml': FLAWED } });
+    assert.ok(!flawed.body.findings.some((f: any) => f.rule === 'unknown-component-type'));
+  });
+
   test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
     // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
     const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');

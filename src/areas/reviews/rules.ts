@@ -13,7 +13,7 @@ import {
   type ParsedFiles,
   type PipelineViolation,
 } from '../../contract/pipeline-checks.ts';
-import { PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
+import { ORCHESTRATION_TYPES, PIPELINE_SUFFIXES, PipelineFileError, type Pipeline } from '../../contract/pipeline-file.ts';
 import { OUTPUT_TYPES } from '../../contract/transformation.ts';
 import { rowsOf } from '../../contract/variables.ts';
 
@@ -38,6 +38,10 @@ export const RULES = {
     'a parameter holds a credential: it belongs in a secret, read through a variable or a connection',
   ],
   'unreachable-component': ['WARNING', 'an orchestration component that no path from the start reaches'],
+  'unknown-component-type': [
+    'WARNING',
+    'an orchestration component of a type the reference agent does not run (a typo, or a component only another agent runs)',
+  ],
   'unused-component': ['WARNING', 'a transformation component whose rows reach no output'],
 } as const satisfies Record<string, readonly [Severity, string]>;
 export type RuleId = keyof typeof RULES;
@@ -284,6 +288,18 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
           finding('unreachable-component', file, 'no path from the start reaches it: it never runs', { component: c.name }),
         ),
       ...transitionCycles(file, pipeline),
+      ...components
+        .filter((c) => !KNOWN_ORCHESTRATION_TYPES.has(c.type))
+        .map((c) =>
+          finding(
+            'unknown-component-type',
+            file,
+            `"${c.type}" is not a component type the reference agent runs: the run would fail at this step`,
+            {
+              component: c.name,
+            },
+          ),
+        ),
     ];
   }
   // Transformation: rows flow from sources to outputs; a component upstream of no output does no work.
@@ -300,6 +316,8 @@ function reachabilityFindings(file: string, pipeline: Pipeline): Finding[] {
     .filter((c) => !feeding.has(c.name))
     .map((c) => finding('unused-component', file, 'its rows reach no output component', { component: c.name }));
 }
+
+const KNOWN_ORCHESTRATION_TYPES: ReadonlySet<string> = new Set(ORCHESTRATION_TYPES);
 
 /**
  * Transitions that lead back to a component already on their path: a run goes through each component once (the
