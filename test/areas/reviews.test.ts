@@ -467,6 +467,41 @@ ${components}`);
     assert.ok(!flawed.body.findings.some((f: any) => f.rule === 'unknown-component-type'));
   });
 
+  test('SQL that is no statement at all (SELEC) is an error, as is any query of a transformation that does not parse', async () => {
+    const script = (sql: string) =>
+      orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Run"]
+    Run:
+      type: "sql-executor"
+      parameters:
+        sqlScript: ${JSON.stringify(sql)}
+`);
+    const query = `type: "transformation"\nversion: "1.0"\npipeline:\n  components:\n    Query:\n      type: "sql"\n      parameters:\n        query: "SELEC * FORM raw_orders"\n`;
+    const reviewed = await review({
+      environmentName: 'prod',
+      files: {
+        'typo.orch.yaml': script('SELEC 1 FROM t'),
+        'comment.orch.yaml': script('-- load\n/* the orders */ DELET FROM t'),
+        'odd.orch.yaml': script('CREATE OR REPLACE SECURE VIEW v COPY GRANTS AS SELECT 1'),
+        'query.tran.yaml': query,
+      },
+    });
+    assert.deepEqual(
+      reviewed.body.findings
+        .filter((f: any) => f.rule === 'sql-syntax')
+        .map((f: any) => [f.file, f.severity])
+        .sort(),
+      [
+        ['comment.orch.yaml', 'ERROR'],
+        ['odd.orch.yaml', 'WARNING'],
+        ['query.tran.yaml', 'ERROR'],
+        ['typo.orch.yaml', 'ERROR'],
+      ],
+    );
+  });
+
   test('a review lists its first 1,000 findings and counts the rest; a file that multiplies them through an alias is no 500', async () => {
     // 1,500 unknown names in one script, used by 40 components through a YAML alias: 60,000 findings.
     const script = Array.from({ length: 1500 }, (_, i) => `\${v${i}}`).join(' ');

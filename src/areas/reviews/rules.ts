@@ -159,6 +159,34 @@ function variableFindings(file: string, pipeline: Pipeline, context: ReviewConte
 /** Statements the parser's grammars know well: a failure to parse one of these is an error. */
 const WELL_KNOWN = /^\s*(\(\s*)*(select|with|insert|update|delete)\b/i;
 
+/**
+ * The first words of SQL statements of the warehouses (PostgreSQL, DuckDB, Snowflake, BigQuery, MySQL, T-SQL …):
+ * a statement beginning with any other word (`SELEC`, `DELET`) is no statement at all, and is an error like a
+ * broken SELECT. Comments before it are passed over.
+ */
+const STATEMENT_WORDS = new Set(
+  (
+    'abort alter analyze attach begin call checkpoint close cluster comment commit copy create deallocate declare delete ' +
+    'describe desc detach discard do drop end execute exec explain export fetch from get grant import insert install list ' +
+    'load lock merge move notify pivot pragma prepare put reindex release remove replace reset revoke rollback savepoint ' +
+    'select set show start summarize table truncate unload unlisten unpivot update upsert use vacuum values with if go ' +
+    'print raise return while undrop'
+  ).split(' '),
+);
+
+/** The first word of `sql` past comments and opening brackets, lower case ('' when there is none). */
+function firstWord(sql: string): string {
+  const text = sql.replace(/^(\s|--[^\n]*(\n|$)|\/\*[\s\S]*?\*\/|\()*/, '');
+  return /^[A-Za-z_]+/.exec(text)?.[0].toLowerCase() ?? '';
+}
+
+/** How bad SQL that does not parse is: an error for a query (a transformation's `sql`), a well-known statement, or no statement at all. */
+function severityOfUnparsed(componentType: string, sqlText: string): Severity {
+  if (componentType === 'sql' || WELL_KNOWN.test(sqlText)) return 'ERROR';
+  const word = firstWord(sqlText);
+  return word !== '' && !STATEMENT_WORDS.has(word) ? 'ERROR' : 'WARNING';
+}
+
 /** Where a component keeps SQL. */
 const SQL_PARAMETERS: Record<string, string[]> = {
   'sql-executor': ['sqlScript'],
@@ -177,13 +205,13 @@ function withPlaceholders(sqlText: string, pipeline: Pipeline): string {
 }
 
 /** The SQL of the file's components, as the review parses it: where it is, and its text with placeholders. */
-function sqlOf(pipeline: Pipeline): { component: string; parameter: string; sqlText: string }[] {
-  const found: { component: string; parameter: string; sqlText: string }[] = [];
+function sqlOf(pipeline: Pipeline): { component: string; type: string; parameter: string; sqlText: string }[] {
+  const found: { component: string; type: string; parameter: string; sqlText: string }[] = [];
   for (const component of pipeline.components.values()) {
     for (const parameter of SQL_PARAMETERS[component.type] ?? []) {
       const text = component.parameters[parameter];
       if (typeof text !== 'string' || text.trim() === '') continue;
-      found.push({ component: component.name, parameter, sqlText: withPlaceholders(text, pipeline) });
+      found.push({ component: component.name, type: component.type, parameter, sqlText: withPlaceholders(text, pipeline) });
     }
   }
   return found;
@@ -198,7 +226,7 @@ async function sqlFindings(file: string, pipeline: Pipeline, context: ReviewCont
     statements.map((statement) => statement.sqlText),
   );
   const findings: Finding[] = [];
-  statements.forEach(({ component, parameter, sqlText }, i) => {
+  statements.forEach(({ component, type, parameter, sqlText }, i) => {
     const verdict = verdicts[i];
     if (verdict.parses === true) return;
     const at = { component, parameter };
@@ -221,7 +249,7 @@ async function sqlFindings(file: string, pipeline: Pipeline, context: ReviewCont
         file,
         `does not parse as ${context.sqlDialect} SQL${line ? ` (line ${line})` : ''}: ${message}`,
         at,
-        WELL_KNOWN.test(sqlText) ? 'ERROR' : 'WARNING',
+        severityOfUnparsed(type, sqlText),
       ),
     );
   });
