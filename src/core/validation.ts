@@ -44,15 +44,18 @@ interface BodyIssue {
   message: string;
 }
 
-/** A string holding a NUL character, or nesting past MAX_DEPTH, where `value` has one; undefined when none. */
+/** A string (or a member's name) holding a NUL character, or nesting past MAX_DEPTH, where `value` has one; undefined when none. */
 function bodyIssueIn(value: unknown, depth = 0): BodyIssue | undefined {
   if (typeof value === 'string')
     return value.includes('\u0000') ? { at: '', message: 'must not contain a NUL character' } : undefined;
   if (typeof value !== 'object' || value === null) return undefined;
   if (depth >= MAX_DEPTH) return { at: '', message: `must not be nested more than ${MAX_DEPTH} levels deep` };
   for (const key in value) {
+    const at = `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    // A member's name too (a map of paths, of variables): stored or echoed like any string.
+    if (key.includes('\u0000')) return { at, message: 'must not have a NUL character in its name' };
     const found = bodyIssueIn((value as Record<string, unknown>)[key], depth + 1);
-    if (found) return { ...found, at: `/${key.replace(/~/g, '~0').replace(/\//g, '~1')}${found.at}` };
+    if (found) return { ...found, at: `${at}${found.at}` };
   }
   return undefined;
 }

@@ -168,6 +168,17 @@ describeEachStore('every error is problem+json', (kind) => {
     assert.deepEqual(nul.violations, ['body.description: must not contain a NUL character']);
     const listed = await server.api('GET', '/projects?size=100', { token: caller.token });
     assert.ok(!listed.body.results.some((p: { name: string }) => p.name === 'nul'), 'nothing was stored');
+    // In a member's name too (a map of paths): a review's files.
+    const reviewed = await server.api('POST', '/projects', { token: caller.token, body: { name: 'nul names' } });
+    await server.api('POST', `/projects/${reviewed.body.projectId}/environments`, { token: caller.token, body: { name: 'dev' } });
+    const nulName = expectProblem(
+      await server.api('POST', `/projects/${reviewed.body.projectId}/reviews`, {
+        token: caller.token,
+        body: { environmentName: 'dev', files: { 'a\u0000.orch.yaml': 'z' } },
+      }),
+      400,
+    );
+    assert.deepEqual(nulName.violations, ['body.files.a\u0000.orch.yaml: must not have a NUL character in its name']);
     // A body nested deeper than any operation takes is refused, not walked until the stack runs out.
     for (const depth of [65, 1500]) {
       const deep = expectProblem(
