@@ -35,21 +35,30 @@ describeEachStore('consumption', (kind) => {
     environments.set(`${project}/${name}`, row.id);
   }
 
-  /** A run as the executions area records it: `seconds` long, started at `startedAt`. */
+  /**
+   * A run as the executions area records it: `seconds` long from its agent's first report (`waited` seconds after
+   * it started; never, with `reported: false`), started at `startedAt`, its agent's type recorded as `agentType`
+   * (none: a run from before types were kept).
+   */
   function run(options: {
     project?: string;
     environment?: string;
     agentId: string;
+    agentType?: string;
     pipeline?: string;
     status?: string;
     startedAt: string;
     seconds?: number;
+    waited?: number;
+    reported?: boolean;
     accountId?: string;
   }) {
     const project = options.project ?? projectId;
     const environment = options.environment ?? 'dev';
     const started = Date.parse(options.startedAt);
-    const finished = options.seconds === undefined ? null : new Date(started + options.seconds * 1000).toISOString();
+    const firstReport = started + (options.waited ?? 0) * 1000;
+    const finished = options.seconds === undefined ? null : new Date(firstReport + options.seconds * 1000).toISOString();
+    const reported = options.reported ?? true;
     return {
       id: randomUUID(),
       accountId: options.accountId ?? caller.accountId,
@@ -73,7 +82,9 @@ describeEachStore('consumption', (kind) => {
       variables: '{}',
       startedAt: new Date(started).toISOString(),
       finishedAt: finished,
-      lastReportAt: null,
+      lastReportAt: reported ? (finished ?? new Date(firstReport).toISOString()) : null,
+      firstReportAt: reported ? new Date(firstReport).toISOString() : null,
+      agentType: options.agentType ?? null,
     };
   }
 
@@ -165,24 +176,44 @@ describeEachStore('consumption', (kind) => {
     );
   });
 
-  test('a deleted agent is priced at the default rate; rates are configurable', async () => {
+  test("a run is priced by its agent's type when it ran, from its first report; a run no agent reported on is not counted", async () => {
     const gone = await agent('gone', 'PLATFORM_HOSTED');
     await server.db
       .insertInto('executions')
-      .values(run({ agentId: gone, startedAt: '2026-04-01T00:00:00.000Z', seconds: 3600 }))
+      .values([
+        // Priced as PLATFORM_HOSTED (2 an hour) whatever becomes of its agent.
+        run({ agentId: gone, agentType: 'PLATFORM_HOSTED', startedAt: '2026-04-01T00:00:00.000Z', seconds: 3600 }),
+        // From before types were kept: by the agent as it is (the default rate once it is gone).
+        run({ agentId: gone, startedAt: '2026-04-01T06:00:00.000Z', seconds: 1800 }),
+        // Half an hour waiting for an agent, then an hour's work: the hour counts.
+        run({ agentId: gone, agentType: 'PLATFORM_HOSTED', startedAt: '2026-04-01T12:00:00.000Z', waited: 1800, seconds: 3600 }),
+        // Cancelled while queued: no agent ever reported on it.
+        run({
+          agentId: gone,
+          agentType: 'PLATFORM_HOSTED',
+          startedAt: '2026-04-01T18:00:00.000Z',
+          seconds: 7200,
+          status: 'CANCELLED',
+          reported: false,
+        }),
+      ])
       .execute();
-    assert.equal((await api('GET', '/consumption?from=2026-04-01&to=2026-04-01')).body.totals.credits, 2);
+    const before = (await api('GET', '/consumption?from=2026-04-01&to=2026-04-01')).body.totals;
+    assert.deepEqual(before, { runs: 3, failedRuns: 0, runSeconds: 9000, credits: 5, rowsWritten: null });
     assert.equal((await api('DELETE', `/agents/${gone}`)).status, 202);
     const answer = await api('GET', '/consumption?from=2026-04-01&to=2026-04-01&groupBy=agent');
-    assert.deepEqual(answer.body.results[0], {
-      date: '2026-04-01',
-      agentId: gone,
-      runs: 1,
-      failedRuns: 0,
-      runSeconds: 3600,
-      credits: 1,
-      rowsWritten: null,
-    });
+    assert.deepEqual(answer.body.results, [
+      {
+        date: '2026-04-01',
+        agentId: gone,
+        agentType: 'PLATFORM_HOSTED',
+        runs: 3,
+        failedRuns: 0,
+        runSeconds: 9000,
+        credits: 4.5,
+        rowsWritten: null,
+      },
+    ]);
 
     const rates = loadConfig({ DPC_CREDITS_PER_HOUR: 'PLATFORM_HOSTED=3.5, default=0' }).creditsPerHour;
     assert.deepEqual({ ...rates }, { default: 0, CUSTOMER_HOSTED: 1, PLATFORM_HOSTED: 3.5, streaming: 1 });

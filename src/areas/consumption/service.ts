@@ -66,8 +66,10 @@ export async function consumption(
       usage.map((row) => row.agentId),
     ),
   ]);
-  const rateOf = (agentId: string) => {
-    const type = agents.get(agentId)?.agentType;
+  // A run is priced by its agent's type when it ran (deleting the agent or changing its type reprices nothing);
+  // runs from before that was kept, by the agent's type now.
+  const rateOf = (row: UsageRow) => {
+    const type = row.agentType ?? agents.get(row.agentId)?.agentType;
     return (type !== undefined && Object.hasOwn(creditsPerHour, type) ? creditsPerHour[type] : creditsPerHour.default) ?? 0;
   };
 
@@ -87,10 +89,12 @@ export async function consumption(
       };
       rolled.set(key, result);
     }
+    // A deleted agent's rows are labelled with the type its runs ran as (the first known of them).
+    if (groups.includes('agent') && result.agentType === undefined && row.agentType !== null) result.agentType = row.agentType;
     result.runs += row.runs;
     result.failedRuns += row.failedRuns;
     result.runSeconds += row.runSeconds;
-    result.credits += (row.runSeconds / 3600) * rateOf(row.agentId);
+    result.credits += (row.runSeconds / 3600) * rateOf(row);
     result.rowsWritten = addKnown(result.rowsWritten, row.rowsWritten);
   }
   const results = [...rolled.values()]
@@ -145,6 +149,7 @@ function labelsOf(
     labels.agentId = row.agentId;
     const agent = agents.get(row.agentId);
     if (agent) Object.assign(labels, { agentName: agent.name, agentType: agent.agentType });
+    else if (row.agentType !== null) labels.agentType = row.agentType; // a deleted agent: the type its runs ran as
   }
   if (groups.includes('pipeline')) labels.pipelineName = row.pipelineName;
   return labels;

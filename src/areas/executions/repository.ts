@@ -69,7 +69,12 @@ export async function setExecutionIf(
   const expected = expectedRowVersion('executions', id);
   let update = db
     .updateTable('executions')
-    .set((eb) => ({ ...set, rowVersion: answered ? eb('rowVersion', '+', 1) : eb.ref('rowVersion') }))
+    .set((eb) => ({
+      ...set,
+      // The first report's time is kept: run-seconds count from it (consumption).
+      ...(set.lastReportAt !== undefined && { firstReportAt: eb.fn.coalesce('firstReportAt', eb.val(set.lastReportAt)) }),
+      rowVersion: answered ? eb('rowVersion', '+', 1) : eb.ref('rowVersion'),
+    }))
     .where('id', '=', id)
     .where('status', '=', from);
   if (expected !== undefined) update = update.where('rowVersion', '=', expected);

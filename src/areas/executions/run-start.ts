@@ -70,6 +70,9 @@ function requirePipelinePath(paths: string[], name: string, field: string, what 
  * The agent that runs the work: the one named (of the caller's account), else the environment's default,
  * else (when the server runs them) the account's platform-hosted agent.
  */
+/** The type of the account's platform-hosted agent. */
+const PLATFORM_HOSTED = 'PLATFORM_HOSTED';
+
 async function chooseAgent(
   db: Executor,
   accountId: string,
@@ -78,14 +81,15 @@ async function chooseAgent(
   hosted: boolean,
 ) {
   const agentId = named ?? environmentDefault;
-  if (agentId === null && hosted) return hostedAgentOf(db, accountId);
+  if (agentId === null && hosted) return { agentId: await hostedAgentOf(db, accountId), agentType: PLATFORM_HOSTED };
   if (agentId === null) {
     throw badRequest('The environment has no default agent; name one.', [
       'agentId: required, the environment has no default agent',
     ]);
   }
-  await requireAgent(db, accountId, agentId);
-  return agentId;
+  // The run is priced by its agent's type now (consumption), whatever becomes of the agent later.
+  const { agentType } = await requireAgent(db, accountId, agentId);
+  return { agentId, agentType };
 }
 
 /**
@@ -268,6 +272,8 @@ export interface PreparedRun {
   /** The agent is the account's platform-hosted one. */
   hosted?: boolean;
   agentId: string;
+  /** The agent's type as the run starts: what it is priced by. */
+  agentType: string;
   pipelines: Record<string, string>;
   variables: Record<string, VariableValue | VariableValue[][]>;
 }
@@ -288,7 +294,7 @@ export async function preparePipelineRun(
   const parsed: ParsedFiles = new Map();
   const files = await pipelineFilesRunBy(db, artifact.id, [pipelineName], parsed);
   const pipeline = parseOrRefuse(pipelineName, files, parsed);
-  const agentId = await chooseAgent(
+  const { agentId, agentType } = await chooseAgent(
     db,
     request.accountId,
     request.agentId,
@@ -310,6 +316,7 @@ export async function preparePipelineRun(
     environment,
     versionName: artifact.versionName,
     agentId,
+    agentType,
     ...(request.agentId === undefined && environment.defaultAgentId === null && { hosted: true }),
     ...(warehouse && { warehouse }),
     pipelines: files,
@@ -362,7 +369,7 @@ export async function prepareTestRun(
   if (tests.length === 0) throw notFound(`No test pipeline (a file ending in ${TEST_ORCHESTRATION}) is in this scope.`);
   const parsed: ParsedFiles = new Map();
   const pipelines = await pipelineFilesRunBy(db, artifact.id, tests, parsed);
-  const agentId = await chooseAgent(
+  const { agentId, agentType } = await chooseAgent(
     db,
     request.accountId,
     request.agentId,
@@ -379,6 +386,7 @@ export async function prepareTestRun(
     ...(request.agentId === undefined && environment.defaultAgentId === null && { hosted: true }),
     versionName: artifact.versionName,
     agentId,
+    agentType,
     pipelines,
     variables,
     tests,

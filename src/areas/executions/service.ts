@@ -68,6 +68,7 @@ export async function createExecution(
       testName: fields.testName ?? null,
       versionName: run.versionName,
       agentId: run.agentId,
+      agentType: run.agentType,
       agentWorkId: null,
       executionTag: fields.executionTag ?? null,
       runningTag: fields.executionTag ?? null,

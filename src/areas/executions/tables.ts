@@ -33,6 +33,10 @@ export interface ExecutionTable {
   finishedAt: string | null;
   /** Last report from the agent on this run. */
   lastReportAt: string | null;
+  /** The first report the server took from the agent on this run (server time): run-seconds count from it. */
+  firstReportAt: string | null;
+  /** The run's agent's type when the run was started: what the run is priced by (null on runs from before it was kept). */
+  agentType: string | null;
   /** Moved on by every UPDATE of the row: a write with If-Match compares it (core/conditional.ts). */
   rowVersion: Generated<number>;
 }

@@ -12,11 +12,13 @@ export interface UsageRow {
   projectId: string;
   environmentName: string;
   agentId: string;
+  /** The agent's type when the runs started (what they are priced by); null for runs from before it was kept. */
+  agentType: string | null;
   /** The pipeline run; for a test execution, its scope's name (`(tests)` for a whole project's tests). */
   pipelineName: string;
   runs: number;
   failedRuns: number;
-  /** Seconds from each run's start to its end, summed. */
+  /** Seconds from each run's first report (its agent began it) to its end, summed. */
   runSeconds: number;
   /** Rows the runs' steps wrote where the agent knew it, summed; null when no step of them told. */
   rowsWritten: number | null;
@@ -24,7 +26,8 @@ export interface UsageRow {
 
 /**
  * The account's finished runs that started on the days from `fromDay` to `toDay` (inclusive, UTC), counted
- * once each from the executions table (whatever instance ran or recorded them).
+ * once each from the executions table (whatever instance ran or recorded them): those whose agent reported on
+ * them, from its first report to their end (a run waiting for an agent does no work).
  */
 export async function usageByDay(
   db: Executor,
@@ -36,8 +39,8 @@ export async function usageByDay(
   const day = sql<string>`substr(started_at, 1, 10)`;
   const seconds =
     dialect === 'postgres'
-      ? sql<number>`extract(epoch from (finished_at::timestamptz - started_at::timestamptz))`
-      : sql<number>`(julianday(finished_at) - julianday(started_at)) * 86400.0`;
+      ? sql<number>`extract(epoch from (finished_at::timestamptz - coalesce(first_report_at, started_at)::timestamptz))`
+      : sql<number>`(julianday(finished_at) - julianday(coalesce(first_report_at, started_at))) * 86400.0`;
   const pipeline = sql<string>`coalesce(pipeline_name, test_name, '(tests)')`;
   // Each run's steps' rows written, summed per run first (a run is one row of the grouping below), for the
   // runs of this account and window only. SQLite's sum() of integers fails past 2^63; total() does not.
@@ -67,6 +70,7 @@ export async function usageByDay(
       'projectId',
       'environmentName',
       'agentId',
+      'agentType',
       pipeline.as('pipelineName'),
       sql<string>`count(*)`.as('runs'),
       sql<string>`sum(case when status = 'FAILED' then 1 else 0 end)`.as('failedRuns'),
@@ -79,13 +83,16 @@ export async function usageByDay(
     .where('startedAt', '<', `${toDay}~`)
     .where('status', 'in', WORKING_STATUSES)
     .where('finishedAt', 'is not', null)
-    .groupBy([day, 'projectId', 'environmentName', 'agentId', pipeline])
+    // A run its agent never reported on (cancelled before it was taken, or its agent vanished first) ran nothing.
+    .where('lastReportAt', 'is not', null)
+    .groupBy([day, 'projectId', 'environmentName', 'agentId', 'agentType', pipeline])
     .execute();
   return rows.map((row) => ({
     day: row.day,
     projectId: row.projectId,
     environmentName: row.environmentName,
     agentId: row.agentId,
+    agentType: row.agentType,
     pipelineName: row.pipelineName,
     runs: Number(row.runs),
     failedRuns: Number(row.failedRuns),
