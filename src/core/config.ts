@@ -125,6 +125,12 @@ function creditRates(env: NodeJS.ProcessEnv, name: string): Readonly<Record<stri
     .filter(Boolean)) {
     const match = /^([A-Za-z][\w-]{0,63})=(\d+(\.\d+)?)$/.exec(entry);
     if (!match) throw new ConfigError(`${name} must be comma-separated TYPE=rate pairs (e.g. PLATFORM_HOSTED=2), got "${entry}"`);
+    // Agent types are a closed list: a misspelt one would leave the real type at its default rate unnoticed.
+    if (!Object.hasOwn(DEFAULT_CREDITS_PER_HOUR, match[1])) {
+      throw new ConfigError(
+        `${name} names "${match[1]}", which is no agent type: use ${Object.keys(DEFAULT_CREDITS_PER_HOUR).join(', ')}`,
+      );
+    }
     rates[match[1]] = Number(match[2]);
   }
   return Object.freeze(rates);

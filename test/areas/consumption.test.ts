@@ -220,6 +220,8 @@ describeEachStore('consumption', (kind) => {
     assert.equal(Object.getPrototypeOf(rates), null);
     assert.throws(() => loadConfig({ DPC_CREDITS_PER_HOUR: 'PLATFORM_HOSTED=-1' }), /DPC_CREDITS_PER_HOUR/);
     assert.throws(() => loadConfig({ DPC_CREDITS_PER_HOUR: '__proto__' }), /DPC_CREDITS_PER_HOUR/);
+    // A misspelt agent type is refused, not kept beside the real one.
+    assert.throws(() => loadConfig({ DPC_CREDITS_PER_HOUR: 'platform_hosted=3' }), /"platform_hosted", which is no agent type/);
   });
 
   test("another account's runs are never counted", async () => {
@@ -232,9 +234,15 @@ describeEachStore('consumption', (kind) => {
 
   test('bad windows and groups are 400 naming the parameter; defaults are the last 30 days', async () => {
     const reversed = expectProblem(await api('GET', '/consumption?from=2026-03-02&to=2026-03-01'), 400);
-    assert.deepEqual(reversed.violations, ['querystring.to: must not be before from']);
+    assert.deepEqual(reversed.violations, ['to: must not be before from']);
     const long = expectProblem(await api('GET', '/consumption?from=2025-01-01&to=2026-03-01'), 400);
-    assert.ok(long.violations?.[0].startsWith('querystring.from'), JSON.stringify(long.violations));
+    assert.deepEqual(long.violations, ['from: at most 366 days before to']);
+    // `to` not sent: `from` past today is what is wrong.
+    const future = expectProblem(
+      await api('GET', `/consumption?from=${new Date(Date.now() + 3 * 86_400_000).toISOString().slice(0, 10)}`),
+      400,
+    );
+    assert.deepEqual(future.violations, ['from: must not be after today (the default of to)']);
     const group = expectProblem(await api('GET', '/consumption?groupBy=project,customer'), 400);
     assert.ok(
       group.violations?.some((v) => v.includes('groupBy')),

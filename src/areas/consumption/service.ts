@@ -23,9 +23,15 @@ function windowOf(query: ConsumptionQuery, today = Date.now()): { from: string; 
   const to = query.to ?? dayOf(today);
   const from = query.from ?? dayOf(Date.parse(to) - 29 * DAY_MS);
   const days = (Date.parse(to) - Date.parse(from)) / DAY_MS + 1;
-  if (days < 1) throw badRequest('The window is empty.', ['querystring.to: must not be before from']);
+  // Query parameters are named bare (docs/errors.md); the one the client sent is blamed (`from` past today, `to` not given).
+  if (days < 1) {
+    throw badRequest(
+      'The window is empty.',
+      query.to === undefined ? ['from: must not be after today (the default of to)'] : ['to: must not be before from'],
+    );
+  }
   if (days > MAX_DAYS)
-    throw badRequest(`The window is longer than ${MAX_DAYS} days.`, [`querystring.from: at most ${MAX_DAYS} days before to`]);
+    throw badRequest(`The window is longer than ${MAX_DAYS} days.`, [`from: at most ${MAX_DAYS} days before to`]);
   return { from, to };
 }
 
@@ -100,8 +106,10 @@ export async function consumption(
   const results = [...rolled.values()]
     .map((result) => ({ ...result, runSeconds: round(result.runSeconds), credits: round(result.credits) }))
     .sort((a, b) => a.date.localeCompare(b.date) || JSON.stringify(a).localeCompare(JSON.stringify(b)));
+  // The totals add up the rows as answered (each rounded to the microcredit), so that an invoice built from the
+  // rows reconciles with them.
   const totals = { runs: 0, failedRuns: 0, runSeconds: 0, credits: 0, rowsWritten: null as number | null };
-  for (const result of rolled.values()) {
+  for (const result of results) {
     totals.rowsWritten = addKnown(totals.rowsWritten, result.rowsWritten);
     totals.runs += result.runs;
     totals.failedRuns += result.failedRuns;
