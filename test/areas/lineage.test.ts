@@ -151,13 +151,13 @@ describeEachStore('lineage events', (kind) => {
 
   test("a step's rowsWritten that is not a count is refused naming the field (consumption's rows written)", async () => {
     const { executionId, workId } = await startRun();
-    for (const rowsWritten of [-1, 1.5, '7']) {
+    for (const rowsWritten of [-1, 1.5, '7', 2 ** 48 + 1, Number.MAX_SAFE_INTEGER]) {
       const bad = await agentCall('POST', `/work/${workId}/reports`, {
         type: 'progress',
         body: { step: { index: 0, name: 'Load', status: 'SUCCESS', startedAt: new Date().toISOString(), rowsWritten } },
       });
       assert.deepEqual(expectProblem(bad, 400).violations, [
-        'body.body.step.rowsWritten: must be a whole number of rows, 0 or more',
+        'body.body.step.rowsWritten: must be a whole number of rows, 0 to 281474976710656',
       ]);
     }
     const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);

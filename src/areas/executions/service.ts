@@ -249,11 +249,19 @@ export interface ReportedStep {
   rowsWritten?: unknown;
 }
 
+/**
+ * Rows one step may report at most: 2^48 (2.8 × 10^14), far past any statement's count, and small enough that
+ * consumption's sums of real counts stay exact as JavaScript numbers (below 2^53).
+ */
+const MAX_STEP_ROWS = 2 ** 48;
+
 /** The rows a step reports it wrote: a count, or nothing (not known); 400 naming the field otherwise. */
 function rowsWrittenOf(value: unknown): number | null {
   if (value === undefined || value === null) return null;
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
-  throw badRequest('The step is not valid.', ['body.body.step.rowsWritten: must be a whole number of rows, 0 or more']);
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 && value <= MAX_STEP_ROWS) return value;
+  throw badRequest('The step is not valid.', [
+    `body.body.step.rowsWritten: must be a whole number of rows, 0 to ${MAX_STEP_ROWS}`,
+  ]);
 }
 
 /** Records a step the agent reported; a repeated report of a step updates it. */
