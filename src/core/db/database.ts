@@ -106,7 +106,6 @@ export function openStore(config: Pick<Config, 'databaseUrl' | 'dataDir'> & Part
   const file = new SQLite(path.join(config.dataDir, 'platform.db'));
   file.pragma('journal_mode = WAL');
   file.pragma('synchronous = NORMAL');
-  if (process.env.XP_CKPT) file.pragma('wal_autocheckpoint = ' + process.env.XP_CKPT);
   file.pragma('foreign_keys = ON');
   // A write lock held by another connection is waited for without holding the thread (group-commit.ts).
   file.pragma('busy_timeout = 0');
