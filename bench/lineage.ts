@@ -7,6 +7,7 @@ import { loadConfig } from '../src/core/config.ts';
 import { migrate, openStore, type Store } from '../src/core/db/database.ts';
 import { createAccount } from '../src/core/auth/accounts.ts';
 import { createDatabase, median, record, startBenchServer } from './lib.ts';
+import { protocolAgent, type HeldRun, type ProtocolAgent } from './support/protocol-runs.ts';
 import { applyReport, seedProject, seedRuns } from './support/runs.ts';
 
 /**
@@ -199,11 +200,107 @@ async function paging(kind: 'sqlite' | 'postgres'): Promise<void> {
   }
 }
 
-/** BENCH_LINEAGE_PARTS (default all): paging-sqlite, paging-postgres, write-sqlite, write-postgres. */
+/**
+ * Server CPU µs per report: step `index` of each of `runs` reported over the agent protocol, RUNNING then SUCCESS
+ * (with its lineage when `withLineage`), the runs at once.
+ */
+async function protocolStepReports(
+  server: { cpuMicros(): number },
+  agent: ProtocolAgent,
+  runs: HeldRun[],
+  index: number,
+  withLineage: boolean,
+): Promise<number> {
+  const cpu = server.cpuMicros();
+  await Promise.all(
+    runs.map(async (run) => {
+      const step = { index, name: `step ${index}`, startedAt: new Date().toISOString() };
+      await agent.report(run, 'progress', { step: { ...step, status: 'RUNNING' } });
+      await agent.report(run, 'progress', {
+        step: {
+          ...step,
+          status: 'SUCCESS',
+          finishedAt: new Date().toISOString(),
+          ...(withLineage && { lineage: stepLineage(index) }),
+        },
+      });
+    }),
+  );
+  return (server.cpuMicros() - cpu) / (runs.length * 2);
+}
+
+/**
+ * (a') Lineage's cost on a run's state changes as an agent makes them: the same progress reports sent over the
+ * agent protocol to a real server (`POST /dpc/agent/v1/work/{workId}/reports`: the request, its body's checks,
+ * the report taken once, applied to the run) with and without `step.lineage`, in A-B-B-A quadruples per step as
+ * in (a), measured by the server's CPU per report (from /proc), its store holding RUNS × STEPS events.
+ */
+async function protocolOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
+  const server = await startBenchServer({ postgres: kind === 'postgres', env: { DPC_HOSTED_AGENT: 'false' } });
+  const store = openStore({ ...loadConfig({}), dataDir: server.dataDir, databaseUrl: server.databaseUrl, rememberReads: false });
+  const agent = await protocolAgent(server);
+  try {
+    const { id: accountId } = await store.db.selectFrom('accounts').select('id').executeTakeFirstOrThrow();
+    const { projectId } = await server.api('POST', '/projects', { name: 'lineage bench' });
+    await seedEvents(store, accountId, projectId);
+    const rounds = Number(process.env.BENCH_LINEAGE_PROTOCOL_ROUNDS ?? 6);
+    const per = 8;
+    const warm = await agent.startRuns(per);
+    for (let index = 0; index < STEPS; index += 1) await protocolStepReports(server, agent, warm, index, index % 2 === 0);
+    const ratios: number[] = [];
+    const without: number[] = [];
+    const withLineage: number[] = [];
+    for (let round = 0; round < rounds; round += 1) {
+      const sets = [
+        await agent.startRuns(per),
+        await agent.startRuns(per),
+        await agent.startRuns(per),
+        await agent.startRuns(per),
+      ];
+      for (let index = 0; index < STEPS; index += 1) {
+        const a1 = await protocolStepReports(server, agent, sets[0], index, false);
+        const b1 = await protocolStepReports(server, agent, sets[1], index, true);
+        const b2 = await protocolStepReports(server, agent, sets[2], index, true);
+        const a2 = await protocolStepReports(server, agent, sets[3], index, false);
+        without.push((a1 + a2) / 2);
+        withLineage.push((b1 + b2) / 2);
+        ratios.push(((b1 + b2) / (a1 + a2) - 1) * 100);
+      }
+    }
+    const sorted = [...ratios].sort((x, y) => x - y);
+    const quartile = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    const added = median(ratios);
+    console.log(
+      `${kind}: a progress report over the protocol costs the server ${median(without).toFixed(0)} µs of CPU, with its step's lineage ` +
+        `${median(withLineage).toFixed(0)} µs; added ${added.toFixed(1)} % (median of ${ratios.length} A-B-B-A quadruples; quartiles ` +
+        `${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %), at ${RUNS * STEPS} events` +
+        (kind === 'postgres' ? ' (the store works in its own processes: not in the CPU time)' : ''),
+    );
+    record({
+      name: `lineage written with a run's progress reports over the protocol, ${kind}: added (%)`,
+      measured: added,
+      atMost: 10,
+    });
+  } finally {
+    agent.stop();
+    await store.close();
+    await server.stop();
+  }
+}
+
+/**
+ * BENCH_LINEAGE_PARTS (default all): paging-sqlite, paging-postgres, write-sqlite, write-postgres, protocol-sqlite,
+ * protocol-postgres.
+ */
 export async function bench(): Promise<void> {
-  const parts = (process.env.BENCH_LINEAGE_PARTS ?? 'paging-sqlite,paging-postgres,write-sqlite,write-postgres').split(',');
+  const parts = (
+    process.env.BENCH_LINEAGE_PARTS ??
+    'paging-sqlite,paging-postgres,write-sqlite,write-postgres,protocol-sqlite,protocol-postgres'
+  ).split(',');
   if (parts.includes('paging-sqlite')) await paging('sqlite');
   if (parts.includes('paging-postgres')) await paging('postgres');
   if (parts.includes('write-sqlite')) await writeOverhead('sqlite');
   if (parts.includes('write-postgres')) await writeOverhead('postgres');
+  if (parts.includes('protocol-sqlite')) await protocolOverhead('sqlite');
+  if (parts.includes('protocol-postgres')) await protocolOverhead('postgres');
 }
