@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createDatabase, median, record, startBenchServer, type BenchServer } from './lib.ts';
+import { abba, createDatabase, median, record, signed, spread, startBenchServer, type BenchServer } from './lib.ts';
 import { protocolAgent, type ProtocolAgent } from './support/protocol-runs.ts';
 
 /**
@@ -89,12 +89,8 @@ async function streams(): Promise<void> {
   }
 }
 
-/** A percentage with its sign: +3.1, -2.0. */
-const signed = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(1)}`;
-
 /** A report-applying process (support/report-worker.ts) on its own store, with or without the outbox. */
-interface ReportWorker {
-  report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
+interface ReportWorker extends Reporting {
   stop(): Promise<void>;
 }
 
@@ -132,6 +128,28 @@ async function startReportWorker(kind: 'sqlite' | 'postgres', withoutOutbox: boo
   };
 }
 
+/** Reports applied somewhere, with or without the outbox: a process of support/report-worker.ts, or a server. */
+interface Reporting {
+  /** A set of runs reported through (`steps` steps each); wall and CPU µs per report. */
+  report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
+}
+
+/**
+ * BENCH_OUTBOX_ROUNDS (default 60) A-B-B-A quadruples of `without` and `withEvents`, each side a set of runs of 4
+ * steps, after a warm-up not counted (statements prepared, caches and the JIT warm): wall and CPU time per report.
+ */
+async function compareReports(without: Reporting, withEvents: Reporting) {
+  const steps = 4;
+  for (let i = 0; i < 4; i += 1) {
+    await without.report(steps);
+    await withEvents.report(steps);
+  }
+  return abba(Number(process.env.BENCH_OUTBOX_ROUNDS ?? 60), async (position) => {
+    const { micros, cpuMicros } = await (position === 1 || position === 2 ? withEvents : without).report(steps);
+    return { wall: micros, cpu: cpuMicros };
+  });
+}
+
 /**
  * (2) The outbox's cost on run-state changes as the server makes them: agents' reports applied to runs
  * (applyAgentReport: the run read and moved, the step recorded, and the event of each), the same reports in
@@ -142,50 +160,25 @@ async function startReportWorker(kind: 'sqlite' | 'postgres', withoutOutbox: boo
  * far less than wall time.
  */
 async function outboxOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
-  const rounds = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 60);
-  const steps = 4;
   const [without, withEvents] = await Promise.all([startReportWorker(kind, true), startReportWorker(kind, false)]);
   try {
-    // Not counted: statements prepared, caches and the JIT warm.
-    for (let i = 0; i < 4; i += 1) {
-      await without.report(steps);
-      await withEvents.report(steps);
-    }
-    const ratios: number[] = [];
-    const cpuRatios: number[] = [];
-    const a: number[] = [];
-    const b: number[] = [];
-    for (let round = 0; round < rounds; round += 1) {
-      const a1 = await without.report(steps);
-      const b1 = await withEvents.report(steps);
-      const b2 = await withEvents.report(steps);
-      const a2 = await without.report(steps);
-      a.push((a1.micros + a2.micros) / 2);
-      b.push((b1.micros + b2.micros) / 2);
-      ratios.push((b1.micros + b2.micros) / (a1.micros + a2.micros));
-      cpuRatios.push((b1.cpuMicros + b2.cpuMicros) / (a1.cpuMicros + a2.cpuMicros));
-    }
-    const sorted = [...ratios].sort((x, y) => x - y);
-    const quartile = (q: number) => (sorted[Math.round((sorted.length - 1) * q)] - 1) * 100;
-    const added = (median(ratios) - 1) * 100;
+    const { wall, cpu } = await compareReports(without, withEvents);
+    const added = spread(wall.added);
     console.log(
-      `${kind}: an agent's report applied to its run takes ${median(a).toFixed(0)} µs, with its outbox event ${median(b).toFixed(0)} µs; ` +
-        `added ${signed(added)} % (median of ${rounds} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %)`,
+      `${kind}: an agent's report applied to its run takes ${median(wall.a).toFixed(0)} µs, with its outbox event ${median(wall.b).toFixed(0)} µs; added ${added.text}`,
     );
     console.log(
-      `${kind}: the applying process's CPU time per report: ${signed((median(cpuRatios) - 1) * 100)} %` +
+      `${kind}: the applying process's CPU time per report: ${signed(median(cpu.added))} %` +
         (kind === 'postgres' ? ' (the store works in its own processes: not the whole cost)' : ''),
     );
-    record({ name: `outbox write added to a run-state change, ${kind} (%)`, measured: added, atMost: 10 });
+    record({ name: `outbox write added to a run-state change, ${kind} (%)`, measured: added.median, atMost: 10 });
   } finally {
     await Promise.all([without.stop(), withEvents.stop()]);
   }
 }
 
 /** A server taking agents' reports over the agent protocol, with or without the outbox (support/protocol-runs.ts). */
-interface ReportingServer {
-  /** RUNS_AT_ONCE runs reported through (`steps` steps each); answers wall and server CPU time per report. */
-  report(steps: number): Promise<{ micros: number; cpuMicros: number }>;
+interface ReportingServer extends Reporting {
   stop(): Promise<void>;
 }
 
@@ -238,38 +231,20 @@ async function startReportingServer(kind: 'sqlite' | 'postgres', withoutOutbox: 
  * while wall time on this 2-core machine is shared with the load and with the other server.
  */
 async function reportsOverTheProtocol(kind: 'sqlite' | 'postgres'): Promise<void> {
-  const rounds = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 60);
-  const steps = 4;
   const [without, withEvents] = await Promise.all([startReportingServer(kind, true), startReportingServer(kind, false)]);
   try {
-    for (let i = 0; i < 4; i += 1) {
-      await without.report(steps);
-      await withEvents.report(steps);
-    }
-    const cpuRatios: number[] = [];
-    const wallRatios: number[] = [];
-    const a: number[] = [];
-    const b: number[] = [];
-    for (let round = 0; round < rounds; round += 1) {
-      const a1 = await without.report(steps);
-      const b1 = await withEvents.report(steps);
-      const b2 = await withEvents.report(steps);
-      const a2 = await without.report(steps);
-      a.push((a1.cpuMicros + a2.cpuMicros) / 2);
-      b.push((b1.cpuMicros + b2.cpuMicros) / 2);
-      cpuRatios.push((b1.cpuMicros + b2.cpuMicros) / (a1.cpuMicros + a2.cpuMicros));
-      wallRatios.push((b1.micros + b2.micros) / (a1.micros + a2.micros));
-    }
-    const sorted = [...cpuRatios].sort((x, y) => x - y);
-    const quartile = (q: number) => (sorted[Math.round((sorted.length - 1) * q)] - 1) * 100;
-    const added = (median(cpuRatios) - 1) * 100;
+    const { wall, cpu } = await compareReports(without, withEvents);
+    const added = spread(cpu.added);
     console.log(
-      `${kind}: an agent's report over the protocol costs the server ${median(a).toFixed(0)} µs of CPU, with its outbox event ` +
-        `${median(b).toFixed(0)} µs; added ${signed(added)} % (median of ${rounds} A-B-B-A quadruples; quartiles ` +
-        `${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %); wall time per report ${signed((median(wallRatios) - 1) * 100)} %` +
+      `${kind}: an agent's report over the protocol costs the server ${median(cpu.a).toFixed(0)} µs of CPU, with its outbox event ` +
+        `${median(cpu.b).toFixed(0)} µs; added ${added.text}; wall time per report ${signed(median(wall.added))} %` +
         (kind === 'postgres' ? ' (the store works in its own processes: not in the CPU time)' : ''),
     );
-    record({ name: `outbox write added to an agent's report over the protocol, ${kind} (%)`, measured: added, atMost: 10 });
+    record({
+      name: `outbox write added to an agent's report over the protocol, ${kind} (%)`,
+      measured: added.median,
+      atMost: 10,
+    });
   } finally {
     await Promise.all([without.stop(), withEvents.stop()]);
   }

@@ -25,6 +25,52 @@ export const DURATION_SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
  */
 export const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 
+/** What one A-B-B-A quadruple measured, per quantity: A's and B's mean, and B's added share (B1 + B2) / (A1 + A2) − 1 in %. */
+export interface Quadruples {
+  a: number[];
+  b: number[];
+  added: number[];
+}
+
+/**
+ * `count` A-B-B-A quadruples: `sample(position)` measures one set (positions 0 and 3 are A, 1 and 2 are B), giving
+ * one or more quantities by name (wall µs, CPU µs). A linear drift within a quadruple cancels out, and the median
+ * of the quadruples passes over the few a burst of load or a GC pause fell on.
+ */
+export async function abba<K extends string>(
+  count: number,
+  sample: (position: 0 | 1 | 2 | 3) => Promise<Record<K, number>>,
+): Promise<Record<K, Quadruples>> {
+  const results = {} as Record<K, Quadruples>;
+  for (let i = 0; i < count; i += 1) {
+    const a1 = await sample(0);
+    const b1 = await sample(1);
+    const b2 = await sample(2);
+    const a2 = await sample(3);
+    for (const key of Object.keys(a1) as K[]) {
+      const result = (results[key] ??= { a: [], b: [], added: [] });
+      result.a.push((a1[key] + a2[key]) / 2);
+      result.b.push((b1[key] + b2[key]) / 2);
+      result.added.push(((b1[key] + b2[key]) / (a1[key] + a2[key]) - 1) * 100);
+    }
+  }
+  return results;
+}
+
+/** A percentage with its sign: +3.1, -2.0. */
+export const signed = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(1)}`;
+
+/** `added` (%) of quadruples as printed: the median and its quartiles. */
+export function spread(added: number[]): { median: number; text: string } {
+  const sorted = [...added].sort((x, y) => x - y);
+  const quartile = (q: number) => sorted[Math.round((sorted.length - 1) * q)];
+  const middle = median(added);
+  return {
+    median: middle,
+    text: `${signed(middle)} % (median of ${added.length} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %)`,
+  };
+}
+
 export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);

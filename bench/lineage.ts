@@ -6,7 +6,7 @@ import path from 'node:path';
 import { loadConfig } from '../src/core/config.ts';
 import { migrate, openStore, type Store } from '../src/core/db/database.ts';
 import { createAccount } from '../src/core/auth/accounts.ts';
-import { createDatabase, median, record, startBenchServer } from './lib.ts';
+import { abba, createDatabase, median, record, spread, startBenchServer, type Quadruples } from './lib.ts';
 import { protocolAgent, type HeldRun, type ProtocolAgent } from './support/protocol-runs.ts';
 import { applyReport, seedProject, seedRuns } from './support/runs.ts';
 
@@ -112,6 +112,31 @@ async function stepReports(store: Store, accountId: string, works: string[], ind
 }
 
 /**
+ * `rounds` rounds: each makes four sets of runs (`sets`), then for each of the STEPS steps one A-B-B-A quadruple
+ * in which sets 0 and 3 report the step without lineage and sets 1 and 2 with it (`report`).
+ */
+async function quadruplesPerStep<Runs, K extends string>(
+  rounds: number,
+  sets: () => Promise<Runs[]>,
+  report: (runs: Runs, index: number, withLineage: boolean) => Promise<Record<K, number>>,
+): Promise<Record<K, Quadruples>> {
+  const all = {} as Record<K, Quadruples>;
+  for (let round = 0; round < rounds; round += 1) {
+    const runs = await sets();
+    for (let index = 0; index < STEPS; index += 1) {
+      const measured = await abba(1, (position) => report(runs[position], index, position === 1 || position === 2));
+      for (const key of Object.keys(measured) as K[]) {
+        const into = (all[key] ??= { a: [], b: [], added: [] });
+        into.a.push(...measured[key].a);
+        into.b.push(...measured[key].b);
+        into.added.push(...measured[key].added);
+      }
+    }
+  }
+  return all;
+}
+
+/**
  * The added cost of lineage, measured so that the machine's noise (other processes on 2 shared CPUs) falls
  * on both sides alike: ROUNDS rounds of four sets of 8 runs; for each step, the sets report it in the order
  * A B B A (A: without lineage, B: the same reports with it), a few ms each, and that step's ratio is
@@ -135,29 +160,18 @@ async function writeOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
       const works = await seedRuns(store, accountId, projectId, environmentId, per);
       for (let index = 0; index < STEPS; index += 1) await stepReports(store, accountId, works, index, i % 2 === 0);
     }
-    const ratios: number[] = [];
-    const without: number[] = [];
-    const withLineage: number[] = [];
-    for (let round = 0; round < rounds; round += 1) {
-      const runs = await Promise.all([0, 1, 2, 3].map(() => seedRuns(store, accountId, projectId, environmentId, per)));
-      for (let index = 0; index < STEPS; index += 1) {
-        const a1 = await stepReports(store, accountId, runs[0], index, false);
-        const b1 = await stepReports(store, accountId, runs[1], index, true);
-        const b2 = await stepReports(store, accountId, runs[2], index, true);
-        const a2 = await stepReports(store, accountId, runs[3], index, false);
-        without.push((a1 + a2) / 2);
-        withLineage.push((b1 + b2) / 2);
-        ratios.push(((b1 + b2) / (a1 + a2) - 1) * 100);
-      }
-    }
-    const sorted = [...ratios].sort((x, y) => x - y);
-    const quartile = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-    const added = median(ratios);
-    console.log(
-      `${kind}: a progress report takes ${median(without).toFixed(0)} µs, with its step's lineage ${median(withLineage).toFixed(0)} µs; ` +
-        `added ${added.toFixed(1)} % (median of ${ratios.length} A-B-B-A quadruples; quartiles ${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %), at ${RUNS * STEPS} events`,
+    // Each round's four sets of runs report step by step, A B B A (A without lineage, B with it) for each step.
+    const { time } = await quadruplesPerStep(
+      rounds,
+      () => Promise.all([0, 1, 2, 3].map(() => seedRuns(store, accountId, projectId, environmentId, per))),
+      async (runs, index, lineage) => ({ time: await stepReports(store, accountId, runs, index, lineage) }),
     );
-    record({ name: `lineage written with a run's progress reports, ${kind}: added (%)`, measured: added, atMost: 10 });
+    const added = spread(time.added);
+    console.log(
+      `${kind}: a progress report takes ${median(time.a).toFixed(0)} µs, with its step's lineage ${median(time.b).toFixed(0)} µs; ` +
+        `added ${added.text}, at ${RUNS * STEPS} events`,
+    );
+    record({ name: `lineage written with a run's progress reports, ${kind}: added (%)`, measured: added.median, atMost: 10 });
   } finally {
     await store.close();
     rmSync(dataDir, { recursive: true, force: true });
@@ -247,38 +261,25 @@ async function protocolOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
     const per = 8;
     const warm = await agent.startRuns(per);
     for (let index = 0; index < STEPS; index += 1) await protocolStepReports(server, agent, warm, index, index % 2 === 0);
-    const ratios: number[] = [];
-    const without: number[] = [];
-    const withLineage: number[] = [];
-    for (let round = 0; round < rounds; round += 1) {
-      const sets = [
+    const { cpu } = await quadruplesPerStep(
+      rounds,
+      async () => [
         await agent.startRuns(per),
         await agent.startRuns(per),
         await agent.startRuns(per),
         await agent.startRuns(per),
-      ];
-      for (let index = 0; index < STEPS; index += 1) {
-        const a1 = await protocolStepReports(server, agent, sets[0], index, false);
-        const b1 = await protocolStepReports(server, agent, sets[1], index, true);
-        const b2 = await protocolStepReports(server, agent, sets[2], index, true);
-        const a2 = await protocolStepReports(server, agent, sets[3], index, false);
-        without.push((a1 + a2) / 2);
-        withLineage.push((b1 + b2) / 2);
-        ratios.push(((b1 + b2) / (a1 + a2) - 1) * 100);
-      }
-    }
-    const sorted = [...ratios].sort((x, y) => x - y);
-    const quartile = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-    const added = median(ratios);
+      ],
+      async (runs, index, lineage) => ({ cpu: await protocolStepReports(server, agent, runs, index, lineage) }),
+    );
+    const added = spread(cpu.added);
     console.log(
-      `${kind}: a progress report over the protocol costs the server ${median(without).toFixed(0)} µs of CPU, with its step's lineage ` +
-        `${median(withLineage).toFixed(0)} µs; added ${added.toFixed(1)} % (median of ${ratios.length} A-B-B-A quadruples; quartiles ` +
-        `${quartile(0.25).toFixed(1)} to ${quartile(0.75).toFixed(1)} %), at ${RUNS * STEPS} events` +
+      `${kind}: a progress report over the protocol costs the server ${median(cpu.a).toFixed(0)} µs of CPU, with its step's lineage ` +
+        `${median(cpu.b).toFixed(0)} µs; added ${added.text}, at ${RUNS * STEPS} events` +
         (kind === 'postgres' ? ' (the store works in its own processes: not in the CPU time)' : ''),
     );
     record({
       name: `lineage written with a run's progress reports over the protocol, ${kind}: added (%)`,
-      measured: added,
+      measured: added.median,
       atMost: 10,
     });
   } finally {
