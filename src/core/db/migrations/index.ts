@@ -30,7 +30,7 @@ import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 import { outboxIdsInMemory } from './0039_outbox_ids_in_memory.ts';
 import { rowVersionsEverywhere } from './0040_row_versions_everywhere.ts';
 import { outboxIdBlocks } from './0041_outbox_id_blocks.ts';
-import { executionBilling } from './0042_execution_billing.ts';
+import { executionBilling } from './0044_execution_billing.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -63,7 +63,7 @@ const steps: Record<string, PortableMigration> = {
   '0039_outbox_ids_in_memory': outboxIdsInMemory,
   '0040_row_versions_everywhere': rowVersionsEverywhere,
   '0041_outbox_id_blocks': outboxIdBlocks,
-  '0042_execution_billing': executionBilling,
+  '0044_execution_billing': executionBilling,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
