@@ -30,6 +30,7 @@ import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 import { outboxIdsInMemory } from './0039_outbox_ids_in_memory.ts';
 import { rowVersionsEverywhere } from './0040_row_versions_everywhere.ts';
 import { outboxIdBlocks } from './0041_outbox_id_blocks.ts';
+import { idempotencySealed } from './0042_idempotency_sealed.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -62,6 +63,7 @@ const steps: Record<string, PortableMigration> = {
   '0039_outbox_ids_in_memory': outboxIdsInMemory,
   '0040_row_versions_everywhere': rowVersionsEverywhere,
   '0041_outbox_id_blocks': outboxIdBlocks,
+  '0042_idempotency_sealed': idempotencySealed,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
