@@ -100,6 +100,8 @@ export interface Config {
   webhookRetrySeconds: number[];
   /** A webhook is disabled when this many deliveries in a row failed every try. */
   webhookDisableAfter: number;
+  /** Webhook deliveries sent at once per process (one at a time per webhook). */
+  webhookConcurrency: number;
   /** An OpenLineage HTTP endpoint (Marquez's `/api/v1/lineage`, a catalogue's) every stored lineage event is POSTed to; none by default. */
   openLineageUrl?: URL;
   /** Tries of each push to openLineageUrl (with the job queue's backoff, 1 s doubling to 60 s) before it is given up. */
@@ -296,6 +298,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     // 1 min, 5 min, 30 min, 2 h, 6 h, 18 h: seven tries over 26.6 hours.
     webhookRetrySeconds: secondsList(env, 'DPC_WEBHOOK_RETRY_SECONDS', [60, 300, 1800, 7200, 21_600, 64_800]),
     webhookDisableAfter: integer(env, 'DPC_WEBHOOK_DISABLE_AFTER', 5, 1, 1000),
+    webhookConcurrency: integer(env, 'DPC_WEBHOOK_CONCURRENCY', 16, 1, 1000),
     openLineageUrl: httpUrl(env, 'DPC_OPENLINEAGE_URL'),
     openLineageAttempts: integer(env, 'DPC_OPENLINEAGE_ATTEMPTS', 12, 1, 1000),
   };

@@ -34,6 +34,16 @@ class Receiver {
   }
 }
 
+async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 /** Everything the store holds, as text: the SQLite files' bytes, or every PostgreSQL table's rows. */
 async function storeText(server: TestServer): Promise<string> {
   if (!server.config.databaseUrl) {
@@ -163,6 +173,33 @@ describeEachStore('webhooks (attack 3)', (kind) => {
     );
     expectProblem(other, 422);
     await api('DELETE', `/webhooks/${webhookId}`);
+  });
+
+  test("A18: a receiver that never answers delays only its own webhook: another account's is sent at once", async () => {
+    const other = await server.prologue();
+    const slow = (n: number) =>
+      api('POST', '/webhooks', { url: `${base}/slow/${n}`, eventTypes: ['environments.created'] }, {}, other.caller.token);
+    receiver.answer = (path) => (path.startsWith('/slow') ? null : 204);
+    for (const n of [1, 2, 3]) assert.equal((await slow(n)).status, 201);
+    for (const name of ['one', 'two']) {
+      const made = await api('POST', `/projects/${other.projectId}/environments`, { name }, {}, other.caller.token);
+      assert.equal(made.status, 201, made.text);
+    }
+    await until('the slow receivers to be tried', () => receiver.requests.filter((r) => r.path.startsWith('/slow')).length >= 3);
+
+    const projectId = await server.newProject(caller);
+    const hook = await api('POST', '/webhooks', { url: `${base}/fast`, eventTypes: ['environments.created'] });
+    assert.equal(hook.status, 201);
+    const started = Date.now();
+    assert.equal((await api('POST', `/projects/${projectId}/environments`, { name: 'healthy' })).status, 201);
+    const got = await until('the healthy delivery', () => receiver.requests.find((r) => r.path === '/fast'), 6_000);
+    assert.ok(got.at - started < 2_000, `the healthy webhook waited ${got.at - started} ms`);
+    // One at a time per webhook: each slow webhook's second delivery waits for its first.
+    for (const n of [1, 2, 3]) assert.equal(receiver.requests.filter((r) => r.path === `/slow/${n}`).length, 1);
+    const list = await api('GET', '/webhooks', undefined, {}, other.caller.token);
+    for (const webhook of list.body.results)
+      await api('DELETE', `/webhooks/${webhook.webhookId}`, undefined, {}, other.caller.token);
+    await api('DELETE', `/webhooks/${hook.body.webhookId}`);
   });
 
   test('A19: answers that show a secret once are not to be cached', async () => {

@@ -157,7 +157,9 @@ export class WebhookService {
 
   /** Registers the delivery job and follows the outbox (only in processes that run background work). */
   start(): void {
-    this.app.jobs.register(DELIVERY_JOB, (payload) => this.deliver(payload as DeliveryJob));
+    this.app.jobs.register(DELIVERY_JOB, (payload) => this.deliver(payload as DeliveryJob), {
+      concurrency: this.app.config.webhookConcurrency,
+    });
     let unsubscribe: (() => void) | undefined;
     this.app.addHook('onReady', async () => {
       unsubscribe = this.app.outboxWakeups.subscribe((accounts) => this.wake(accounts));
@@ -277,10 +279,12 @@ export class WebhookService {
       // Deliveries left pending while it was disabled go on (the cursor resumes where it stopped too).
       if (body.enabled === true && row.enabled === 0) {
         for (const pending of await pendingDeliveries(trx, webhookId)) {
-          await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
-            deliveryId: pending.id,
-            attempts: pending.attempts,
-          } satisfies DeliveryJob);
+          await this.app.jobs.enqueue(
+            trx,
+            DELIVERY_JOB,
+            { deliveryId: pending.id, attempts: pending.attempts } satisfies DeliveryJob,
+            { group: webhookId },
+          );
         }
       }
       return toWebhook({ ...row, ...changes });
@@ -310,11 +314,12 @@ export class WebhookService {
       await requireWebhook(trx, accountId, webhookId);
       const delivery = await requireDelivery(trx, webhookId, deliveryId);
       if (!(await reopenDelivery(trx, deliveryId))) throw conflict('The delivery is still pending: it will be tried again.');
-      await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
-        deliveryId,
-        attempts: delivery.attempts,
-        manual: true,
-      } satisfies DeliveryJob);
+      await this.app.jobs.enqueue(
+        trx,
+        DELIVERY_JOB,
+        { deliveryId, attempts: delivery.attempts, manual: true } satisfies DeliveryJob,
+        { group: webhookId },
+      );
       return toDelivery({ ...delivery, status: 'PENDING', nextAttemptAt: now() });
     });
   }
@@ -382,7 +387,9 @@ export class WebhookService {
               eventType: event.type,
               body: deliveryBody(event),
             });
-            await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob);
+            await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob, {
+              group: webhook.id,
+            });
             enqueued = true;
           }
           return true;
@@ -456,6 +463,7 @@ export class WebhookService {
       if (nextAttemptAt) {
         await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId: delivery.id, attempts: tries } satisfies DeliveryJob, {
           runAt: new Date(nextAttemptAt),
+          group: webhook.id,
         });
       } else if (!job.manual || succeeded) {
         await this.settleFailures(trx, webhook, succeeded);
