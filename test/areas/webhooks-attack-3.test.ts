@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, createHmac, randomUUID, timingSafeEqual } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { sql } from 'kysely';
+import { EventStream } from '../helpers/event-stream.ts';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
 
 /** A webhook receiver on a loopback port; `answer` decides each request's status (or null: never answer). */
@@ -72,6 +73,32 @@ function canonicalJson(value: unknown): string {
     return `{${members.map(([name, member]) => `${JSON.stringify(name)}:${canonicalJson(member)}`).join(',')}}`;
   }
   return JSON.stringify(value);
+}
+
+/**
+ * docs/webhooks.md's Node receiver, as written there: its Express handler, taken out of the doc and run with
+ * a request and an answer of our own. The status it answers (401: refused; 204: taken); it must not throw.
+ */
+function documentedReceiver(): (secret: string, headers: http.IncomingHttpHeaders, body: string) => number {
+  const doc = readFileSync(path.join(import.meta.dirname, '../../docs/webhooks.md'), 'utf8');
+  const block = doc.split('```js\n').find((part) => part.includes('timingSafeEqual'))!;
+  const start = block.indexOf('(req, res) => {');
+  const end = block.indexOf('\n  })', start);
+  assert.ok(start >= 0 && end > start, 'the Node recipe is in docs/webhooks.md');
+  const handlerText = block.slice(start, end + 4);
+  return (secret, headers, body) => {
+    const handler = new Function('crypto', 'secret', 'seen', 'console', `return ${handlerText}`)(
+      { createHmac, timingSafeEqual },
+      secret,
+      new Set(),
+      { log: () => {} },
+    ) as (req: unknown, res: unknown) => void;
+    let status = 0;
+    const req = { body: Buffer.from(body), get: (name: string) => headers[name.toLowerCase()] as string | undefined };
+    const res = { sendStatus: (code: number) => (status = code) };
+    handler(req, res);
+    return status;
+  };
 }
 
 const SETTINGS = {
@@ -200,6 +227,102 @@ describeEachStore('webhooks (attack 3)', (kind) => {
     for (const webhook of list.body.results)
       await api('DELETE', `/webhooks/${webhook.webhookId}`, undefined, {}, other.caller.token);
     await api('DELETE', `/webhooks/${hook.body.webhookId}`);
+  });
+
+  test('A9: webhook.disabled names the webhook by id and its origin; URLs with credentials in their query are 422', async () => {
+    for (const query of [
+      'token=abc123secretvalue',
+      'code=abcDEF123',
+      'sig=0a1b2c3d4e',
+      'access_token=x9y8z7',
+      'X-Amz-Signature=f00d',
+    ]) {
+      const refused = expectProblem(await api('POST', '/webhooks', { url: `${base}/hook?${query}` }), 422);
+      assert.ok(
+        refused.violations?.some((v) => v.startsWith('body.url: holds a credential')),
+        query,
+      );
+      assert.ok(!JSON.stringify(refused).includes(query.split('=')[1]), 'the value is not quoted');
+    }
+    const created = await api('POST', '/webhooks', { url: `${base}/hook?page=2` });
+    assert.equal(created.status, 201, created.text);
+    expectProblem(
+      await api('PATCH', `/webhooks/${created.body.webhookId}`, { url: `${base}/hook?token=abc123secretvalue` }),
+      422,
+    );
+    await api('DELETE', `/webhooks/${created.body.webhookId}`);
+
+    const { caller: owner, viewer, projectId } = await server.prologue();
+    const secretPath = `/fail/T0/B1/${randomUUID()}`;
+    receiver.answer = (path) => (path.startsWith('/fail') ? 500 : 204);
+    const failing = await api(
+      'POST',
+      '/webhooks',
+      { url: `${base}${secretPath}`, eventTypes: ['environments.created'] },
+      {},
+      owner.token,
+    );
+    assert.equal(failing.status, 201);
+    const stream = await EventStream.open(server.url, viewer, { query: '?type=webhook.*' });
+    try {
+      await api('POST', `/projects/${projectId}/environments`, { name: 'fails' }, {}, owner.token);
+      const [event] = await stream.take(1, 20_000);
+      assert.equal(event.type, 'webhook.disabled');
+      assert.deepEqual(Object.keys(event.body.data).sort(), ['origin', 'reason', 'webhookId']);
+      assert.equal(event.body.data.webhookId, failing.body.webhookId);
+      assert.equal(event.body.data.origin, base);
+      assert.ok(!JSON.stringify(event.body).includes(secretPath));
+    } finally {
+      await stream.close();
+    }
+
+    // A11: a disabled webhook's delivery is not redelivered (it would wait unannounced): 409 saying so.
+    const deliveries = await api('GET', `/webhooks/${failing.body.webhookId}/deliveries`, undefined, {}, owner.token);
+    const [delivery] = deliveries.body.results;
+    const refused = expectProblem(
+      await api(
+        'POST',
+        `/webhooks/${failing.body.webhookId}/deliveries/${delivery.deliveryId}/redeliver`,
+        undefined,
+        {},
+        owner.token,
+      ),
+      409,
+    );
+    assert.match(refused.detail ?? '', /disabled: enable it first/);
+  });
+
+  test("A13: a webhook's project must be one of the account's", async () => {
+    const other = await server.prologue();
+    for (const projectId of [other.projectId, '00000000-0000-4000-8000-000000000000']) {
+      const refused = expectProblem(await api('POST', '/webhooks', { url: `${base}/hook`, projectId }), 422);
+      assert.deepEqual(refused.violations, ['body.projectId: is not a project of this account']);
+    }
+    const ours = await server.newProject(caller);
+    const created = await api('POST', '/webhooks', { url: `${base}/hook`, projectId: ours });
+    assert.equal(created.status, 201);
+    const patched = expectProblem(await api('PATCH', `/webhooks/${created.body.webhookId}`, { projectId: other.projectId }), 422);
+    assert.deepEqual(patched.violations, ['body.projectId: is not a project of this account']);
+    assert.equal((await api('PATCH', `/webhooks/${created.body.webhookId}`, { projectId: null })).status, 200);
+    await api('DELETE', `/webhooks/${created.body.webhookId}`);
+  });
+
+  test("A10: docs/webhooks.md's Node recipe verifies a delivery and refuses a forged non-ASCII signature without throwing", async () => {
+    const created = await api('POST', '/webhooks', { url: `${base}/signed`, eventTypes: ['environments.created'] });
+    const projectId = await server.newProject(caller);
+    receiver.answer = () => 204;
+    await api('POST', `/projects/${projectId}/environments`, { name: 'signed' });
+    const got = await until('the signed delivery', () => receiver.requests.find((r) => r.path === '/signed'));
+    const secret = created.body.signingSecret as string;
+    const verifyAsDocumented = (secret: string, headers: http.IncomingHttpHeaders, body: string) =>
+      documentedReceiver()(secret, headers, body) === 204;
+    assert.ok(verifyAsDocumented(secret, got.headers, got.body));
+    // Same string length as a real signature, one more byte in UTF-8: refused, not a thrown RangeError.
+    const forged = { ...got.headers, 'x-signature': `sha256=é${'a'.repeat(63)}` };
+    assert.equal(String(forged['x-signature']).length, String(got.headers['x-signature']).length);
+    assert.equal(verifyAsDocumented(secret, forged, got.body), false);
+    assert.equal(verifyAsDocumented(secret, got.headers, got.body.replace('signed', 'forged')), false);
+    await api('DELETE', `/webhooks/${created.body.webhookId}`);
   });
 
   test('A19: answers that show a secret once are not to be cached', async () => {

@@ -136,7 +136,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         summary: 'Send a delivery again',
         description:
-          'One more try of a delivery that succeeded or failed, with the same event id and body, soon. A pending one is 409.',
+          'One more try of a delivery that succeeded or failed, with the same event id and body, soon. A pending one is 409; so is a delivery of a disabled webhook (enable it first).',
         tags,
         params: DeliveryParams,
         response: { 202: WebhookDelivery, ...problems(409) },
