@@ -107,6 +107,7 @@ const SETTINGS = {
   eventsPollMs: 200,
   webhookRetrySeconds: [1],
   webhookDisableAfter: 1,
+  eventsStreamsPerClient: 3,
 };
 
 describeEachStore('webhooks (attack 3)', (kind) => {
@@ -323,6 +324,34 @@ describeEachStore('webhooks (attack 3)', (kind) => {
     assert.equal(verifyAsDocumented(secret, forged, got.body), false);
     assert.equal(verifyAsDocumented(secret, got.headers, got.body.replace('signed', 'forged')), false);
     await api('DELETE', `/webhooks/${created.body.webhookId}`);
+  });
+
+  test('A14: an API client holds at most DPC_EVENTS_STREAMS_PER_CLIENT streams open on a process; more are 429', async () => {
+    const viewer = await server.tokenFor(caller.accountId, 'viewer');
+    const streams = await Promise.all(Array.from({ length: 3 }, () => EventStream.open(server.url, viewer)));
+    assert.deepEqual(
+      streams.map((stream) => stream.status),
+      [200, 200, 200],
+    );
+    try {
+      const refused = await EventStream.open(server.url, viewer);
+      if (refused.status === 200) refused.close();
+      assert.equal(refused.status, 429);
+      assert.match(refused.problem.detail, /already has 3 event streams open/);
+      // Another client of the account is counted apart.
+      const other = await EventStream.open(server.url, await server.tokenFor(caller.accountId, 'viewer'));
+      assert.equal(other.status, 200);
+      other.close();
+      // A stream that closes frees its place.
+      streams.pop()!.close();
+      const again = await until('a place freed', async () => {
+        const opened = await EventStream.open(server.url, viewer);
+        return opened.status === 200 ? opened : undefined;
+      });
+      streams.push(again);
+    } finally {
+      for (const stream of streams) stream.close();
+    }
   });
 
   test('A19: answers that show a secret once are not to be cached', async () => {
