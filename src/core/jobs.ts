@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { Executor, Store } from './db/database.ts';
+import type { Database } from './db/schema.ts';
 import { now } from './db/database.ts';
 
 export type JobHandler = (payload: unknown, job: { id: string; attempts: number }) => Promise<void>;
@@ -32,6 +34,8 @@ interface Lane {
 }
 
 const DEFAULT_LANE = 'default';
+/** Due jobs a PostgreSQL claim looks at before it gives up (another claimer took them meanwhile). */
+const CANDIDATES = 8;
 
 interface QueueSettings {
   pollIntervalMs?: number;
@@ -49,8 +53,7 @@ interface QueueSettings {
  * lease is renewed while its worker lives, and a job whose worker vanished is taken over when it runs out.
  * Jobs run in lanes: the default one runs one job at a time per process; a type registered with a
  * `concurrency` has a lane of its own that runs up to that many at once. Jobs enqueued with a `group` run
- * one at a time (in this process always; across processes as far as the claim's look at live leases sees:
- * two processes claiming the same group at the same instant on PostgreSQL may both win).
+ * one at a time, in the order they are due, across processes (see `claim`).
  */
 export class JobQueue {
   private readonly handlers = new Map<string, JobHandler>();
@@ -120,45 +123,77 @@ export class JobQueue {
     const at = now();
     const lockedUntil = new Date(Date.now() + this.leaseMs).toISOString();
     const busy = [...this.busyGroups];
-    const due = this.store.db
-      .selectFrom('jobs')
-      .select('id')
-      .where('type', 'in', types)
-      .where((eb) =>
-        eb.or([
-          eb.and([eb('state', '=', 'queued'), eb('runAt', '<=', at)]),
-          eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)]),
-        ]),
-      )
-      .where((eb) =>
-        eb.or([
-          eb('groupKey', 'is', null),
-          eb.and([
-            ...(busy.length > 0 ? [eb('groupKey', 'not in', busy)] : []),
-            eb.not(
-              eb.exists(
-                eb
-                  .selectFrom('jobs as other')
-                  .select('other.id')
-                  .whereRef('other.groupKey', '=', 'jobs.groupKey')
-                  .where('other.state', '=', 'running')
-                  .where('other.lockedUntil', '>=', at),
-              ),
-            ),
-          ]),
-        ]),
-      )
-      .orderBy('runAt')
-      .limit(1);
-    const claimed = await this.store.db
-      .updateTable('jobs')
-      .set((eb) => ({ state: 'running', lockedBy: this.workerId, lockedUntil, attempts: eb('attempts', '+', 1) }))
-      .where('id', '=', this.store.dialect === 'postgres' ? due.forUpdate().skipLocked() : due)
-      // Re-checked on the row itself, so that two claimers racing for it cannot both win.
-      .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)])]))
-      .returning(['id', 'type', 'payload', 'attempts', 'maxAttempts', 'groupKey'])
-      .executeTakeFirst();
-    return claimed;
+    const claimable = (eb: ExpressionBuilder<Database, 'jobs'>) =>
+      eb.or([
+        eb.and([eb('state', '=', 'queued'), eb('runAt', '<=', at)]),
+        eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)]),
+      ]);
+    // No job of its group runs under a live lease (the job's own lapsed lease does not count).
+    const groupFree = (eb: ExpressionBuilder<Database, 'jobs'>) =>
+      eb.or([
+        eb('groupKey', 'is', null),
+        eb.not(
+          eb.exists(
+            eb
+              .selectFrom('jobs as other')
+              .select('other.id')
+              .whereRef('other.groupKey', '=', 'jobs.groupKey')
+              .where('other.state', '=', 'running')
+              .where('other.lockedUntil', '>=', at),
+          ),
+        ),
+      ]);
+    const due = (db: Executor, limit: number) =>
+      db
+        .selectFrom('jobs')
+        .select('id')
+        .where('type', 'in', types)
+        .where(claimable)
+        .where((eb) => (busy.length > 0 ? eb.or([eb('groupKey', 'is', null), eb('groupKey', 'not in', busy)]) : eb.lit(true)))
+        .where(groupFree)
+        .orderBy('runAt')
+        .limit(limit);
+    const take = (db: Executor, id: string | ReturnType<typeof due>) =>
+      db
+        .updateTable('jobs')
+        .set((eb) => ({ state: 'running', lockedBy: this.workerId, lockedUntil, attempts: eb('attempts', '+', 1) }))
+        .where('id', '=', id)
+        // Re-checked on the row itself, so that two claimers racing for it (or for its group) cannot both win.
+        .where(claimable)
+        .where(groupFree)
+        .returning(['id', 'type', 'payload', 'attempts', 'maxAttempts', 'groupKey'])
+        .executeTakeFirst();
+    // SQLite: one statement, and writes are serialised.
+    if (this.store.dialect !== 'postgres') return take(this.store.db, due(this.store.db, 1));
+    // PostgreSQL: two claimers' statements may each see no running job of a group, and a SKIP LOCKED look
+    // may pass over a group's first job that another claimer looks at. So: due jobs are looked at unlocked;
+    // a grouped one is claimed holding its group's advisory lock (to the commit) as the group's first due job,
+    // re-checked in a statement of its own (its snapshot taken after any earlier holder committed). A group's
+    // jobs are so claimed one at a time, in order, across processes. A claimer holds at most the row it
+    // claimed and never waits for a lock while holding another's: no deadlock.
+    return this.store.db.transaction().execute(async (trx) => {
+      for (const candidate of await due(trx, CANDIDATES).select('groupKey').execute()) {
+        if (candidate.groupKey === null) {
+          const claimed = await take(trx, candidate.id);
+          if (claimed) return claimed;
+          continue;
+        }
+        const { rows } = await sql<{ locked: boolean }>`
+          select pg_try_advisory_xact_lock(hashtext(${`dpc job group:${candidate.groupKey}`})) as locked`.execute(trx);
+        if (!rows[0]?.locked) continue;
+        const first = trx
+          .selectFrom('jobs')
+          .select('id')
+          .where('groupKey', '=', candidate.groupKey)
+          .where('type', 'in', types)
+          .where(claimable)
+          .orderBy('runAt')
+          .limit(1);
+        const claimed = await take(trx, first);
+        if (claimed) return claimed;
+      }
+      return undefined;
+    });
   }
 
   /** The types whose lane has room for one more job in this process. */
