@@ -41,7 +41,8 @@ function subscribe(url: string, token: string, onEvent: (at: number) => void): P
 }
 
 async function streams(): Promise<void> {
-  const server = await startBenchServer();
+  // One API client opens them all: lift its cap on open streams (DPC_EVENTS_STREAMS_PER_CLIENT).
+  const server = await startBenchServer({ env: { DPC_EVENTS_STREAMS_PER_CLIENT: String(SUBSCRIBERS) } });
   const requests: http.ClientRequest[] = [];
   try {
     const base = server.memory().rssMb;

@@ -96,10 +96,14 @@ export interface Config {
   eventsPollMs: number;
   /** Time between keep-alive comments on an idle event stream. */
   eventsHeartbeatSeconds: number;
+  /** Event streams one API client may hold open on one process; more are 429. */
+  eventsStreamsPerClient: number;
   /** Waits before each retry of a failed webhook delivery, in seconds: one try, then one per entry. */
   webhookRetrySeconds: number[];
   /** A webhook is disabled when this many deliveries in a row failed every try. */
   webhookDisableAfter: number;
+  /** Webhook deliveries sent at once per process (one at a time per webhook). */
+  webhookConcurrency: number;
   /** An OpenLineage HTTP endpoint (Marquez's `/api/v1/lineage`, a catalogue's) every stored lineage event is POSTed to; none by default. */
   openLineageUrl?: URL;
   /** Tries of each push to openLineageUrl (with the job queue's backoff, 1 s doubling to 60 s) before it is given up. */
@@ -299,9 +303,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     eventsRetentionDays: integer(env, 'DPC_EVENTS_RETENTION_DAYS', 30, 1, 3650),
     eventsPollMs: integer(env, 'DPC_EVENTS_POLL_MS', 1000, 50, 60_000),
     eventsHeartbeatSeconds: integer(env, 'DPC_EVENTS_HEARTBEAT_SECONDS', 15, 1, 300),
+    eventsStreamsPerClient: integer(env, 'DPC_EVENTS_STREAMS_PER_CLIENT', 20, 1, 100_000),
     // 1 min, 5 min, 30 min, 2 h, 6 h, 18 h: seven tries over 26.6 hours.
     webhookRetrySeconds: secondsList(env, 'DPC_WEBHOOK_RETRY_SECONDS', [60, 300, 1800, 7200, 21_600, 64_800]),
     webhookDisableAfter: integer(env, 'DPC_WEBHOOK_DISABLE_AFTER', 5, 1, 1000),
+    webhookConcurrency: integer(env, 'DPC_WEBHOOK_CONCURRENCY', 16, 1, 1000),
     openLineageUrl: httpUrl(env, 'DPC_OPENLINEAGE_URL'),
     openLineageAttempts: integer(env, 'DPC_OPENLINEAGE_ATTEMPTS', 12, 1, 1000),
   };

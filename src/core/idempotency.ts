@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHmac } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fp from 'fastify-plugin';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
@@ -18,7 +18,7 @@ const CLAIM_MS = 120_000;
 const WAIT_MS = 10_000;
 const WAIT_STEP_MS = 50;
 /** Answer headers replayed with the stored body. */
-const REPLAYED_HEADERS = ['content-type', 'location'];
+const REPLAYED_HEADERS = ['content-type', 'location', 'cache-control'];
 /** Headers that are part of a multipart upload's request (its parts are not read before the handler). */
 const UPLOAD_HEADERS = ['versionname', 'environmentname', 'commithash', 'branch', 'sharedpipelineidprefix'];
 
@@ -44,14 +44,16 @@ declare module 'fastify' {
 const isMultipart = (request: FastifyRequest) => String(request.headers['content-type'] ?? '').startsWith('multipart/');
 
 /**
- * What makes two requests the same: method, URL (query included) and body. A JSON body counts as parsed
+ * What makes two requests the same: method, URL (query included) and body, as an HMAC-SHA256 keyed with a
+ * key derived from the server's encryption key (never a plain hash: a body may hold a secret value, and a
+ * plain hash of an otherwise known body gives a guessable secret away to whoever reads the store). A JSON body counts as parsed
  * and validated, so formatting differences and the order of an object's members do not matter. A multipart
  * upload (read by its handler) counts here by its content type without the boundary and the headers that
  * describe it; its parts (names, filenames, content types and bytes: `PartsDigest`) are added once read,
  * as `<this>:<digest of the parts>`.
  */
-function fingerprintOf(request: FastifyRequest): string {
-  const hash = createHash('sha256').update(`${request.method} ${request.url}\n`);
+function fingerprintOf(request: FastifyRequest, key: Buffer): string {
+  const hash = createHmac('sha256', key).update(`${request.method} ${request.url}\n`);
   const type = String(request.headers['content-type'] ?? '');
   if (isMultipart(request)) {
     hash.update(type.split(';')[0]);
@@ -111,16 +113,25 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
   app.decorateRequest('idempotencyClaim', null);
   app.decorateRequest('idempotentReplay', false);
   const db = app.store.db;
+  const box = app.secretBox;
+  const fingerprintKey = box.derive('idempotency-key fingerprints');
+  /** What a stored answer is bound to: its key row (a sealed body copied to another row does not open there). */
+  const sealContext = (clientId: string, key: string) => `idempotency_keys:${clientId}:${key}:body`;
 
   runPeriodically(app, 'idempotency key expiry', 3_600_000, () =>
     db.deleteFrom('idempotencyKeys').where('expiresAt', '<', now()).execute(),
   );
 
-  const replay = (reply: FastifyReply, row: { status: number | null; headers: string | null; body: string | null }) => {
+  const replay = (
+    reply: FastifyReply,
+    row: { clientId: string; key: string; status: number | null; headers: string | null; body: string | null },
+  ) => {
     reply.request.idempotentReplay = true;
     const headers = JSON.parse(row.headers ?? '{}') as Record<string, string>;
+    // Stored sealed (it may show a secret once: a signing secret, a client secret).
+    const body = row.body === null ? null : box.open(row.body, sealContext(row.clientId, row.key));
     reply.code(row.status ?? 200).headers({ ...headers, 'idempotent-replayed': 'true' });
-    return reply.send(row.body === null ? undefined : Buffer.from(row.body, 'utf8'));
+    return reply.send(body === null ? undefined : Buffer.from(body, 'utf8'));
   };
 
   const claim = async (request: FastifyRequest, reply: FastifyReply) => {
@@ -132,7 +143,7 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
       ]);
     }
     const { accountId, clientId } = request.principal;
-    const fingerprint = fingerprintOf(request);
+    const fingerprint = fingerprintOf(request, fingerprintKey);
     const upload = isMultipart(request);
     const claimed = () => {
       request.idempotencyClaim = { clientId, key, ...(upload ? { upload: { fingerprint, partsRead: false } } : {}) };
@@ -258,7 +269,8 @@ export const idempotencyPlugin = fp(async (app: FastifyInstance) => {
           return value === undefined ? [] : [[name, String(value)]];
         }),
       );
-      await where.set({ state: 'done', status, headers: JSON.stringify(headers), body, lockedUntil: null }).execute();
+      const sealed = body === null ? null : box.seal(body, sealContext(held.clientId, held.key));
+      await where.set({ state: 'done', status, headers: JSON.stringify(headers), body: sealed, lockedUntil: null }).execute();
     } catch (error) {
       request.log.error({ err: error }, 'could not keep the answer of an idempotent request');
     }

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger } from 'fastify';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { Executor, Store } from './db/database.ts';
+import type { Database } from './db/schema.ts';
 import { now } from './db/database.ts';
 
 export type JobHandler = (payload: unknown, job: { id: string; attempts: number }) => Promise<void>;
@@ -9,7 +11,31 @@ export interface EnqueueOptions {
   /** When the job may run first; now by default. */
   runAt?: Date;
   maxAttempts?: number;
+  /**
+   * Jobs of one group run one at a time, in the order they are due (a webhook's deliveries): a job is not
+   * claimed while another of its group runs under a live lease.
+   */
+  group?: string;
 }
+
+export interface RegisterOptions {
+  /**
+   * Jobs of this type run in a lane of their own, up to this many at once per process (webhook deliveries:
+   * one slow receiver must not hold the others). Without it, a type shares the default lane, one job at a time.
+   */
+  concurrency?: number;
+}
+
+type ClaimedJob = { id: string; type: string; payload: string; attempts: number; maxAttempts: number; groupKey: string | null };
+
+interface Lane {
+  limit: number;
+  active: number;
+}
+
+const DEFAULT_LANE = 'default';
+/** Due jobs a PostgreSQL claim looks at before it gives up (another claimer took them meanwhile). */
+const CANDIDATES = 8;
 
 interface QueueSettings {
   pollIntervalMs?: number;
@@ -25,9 +51,19 @@ interface QueueSettings {
  * across every server process sharing the store: on PostgreSQL with FOR UPDATE SKIP LOCKED, on SQLite
  * because writes are serialised. A failed job is retried with backoff until maxAttempts; a running job's
  * lease is renewed while its worker lives, and a job whose worker vanished is taken over when it runs out.
+ * Jobs run in lanes: the default one runs one job at a time per process; a type registered with a
+ * `concurrency` has a lane of its own that runs up to that many at once. Jobs enqueued with a `group` run
+ * one at a time, in the order they are due, across processes (see `claim`).
  */
 export class JobQueue {
   private readonly handlers = new Map<string, JobHandler>();
+  /** Each type's lane, and each lane's bound and jobs running in this process. */
+  private readonly laneOf = new Map<string, string>();
+  private readonly lanes = new Map<string, Lane>([[DEFAULT_LANE, { limit: 1, active: 0 }]]);
+  /** Groups with a job running in this process. */
+  private readonly busyGroups = new Set<string>();
+  /** Jobs running in this process. */
+  private readonly inFlight = new Set<Promise<void>>();
   private readonly workerId = randomUUID();
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -45,8 +81,12 @@ export class JobQueue {
     this.leaseMs = settings.leaseMs ?? 5 * 60_000;
   }
 
-  register(type: string, handler: JobHandler): void {
+  register(type: string, handler: JobHandler, options: RegisterOptions = {}): void {
     this.handlers.set(type, handler);
+    if (options.concurrency !== undefined) {
+      this.laneOf.set(type, type);
+      this.lanes.set(type, { limit: Math.max(1, options.concurrency), active: 0 });
+    } else this.laneOf.set(type, DEFAULT_LANE);
   }
 
   /** Adds a job; pass the transaction of the write it belongs to so that both land or neither does. */
@@ -65,6 +105,7 @@ export class JobQueue {
         lockedBy: null,
         lockedUntil: null,
         lastError: null,
+        groupKey: options.group ?? null,
         createdAt: now(),
         finishedAt: null,
       })
@@ -73,44 +114,134 @@ export class JobQueue {
     return id;
   }
 
-  /** Claims the next due job of a registered type, or undefined. */
-  async claim(): Promise<{ id: string; type: string; payload: string; attempts: number; maxAttempts: number } | undefined> {
-    const types = [...this.handlers.keys()];
+  /**
+   * Claims the next due job of a registered type (of `types`, by default all), or undefined. A job of a group
+   * with a job running (in this process, or under a live lease anywhere) is passed over.
+   */
+  async claim(types: string[] = [...this.handlers.keys()]): Promise<ClaimedJob | undefined> {
     if (types.length === 0) return undefined;
     const at = now();
     const lockedUntil = new Date(Date.now() + this.leaseMs).toISOString();
-    const due = this.store.db
-      .selectFrom('jobs')
-      .select('id')
-      .where('type', 'in', types)
-      .where((eb) =>
-        eb.or([
-          eb.and([eb('state', '=', 'queued'), eb('runAt', '<=', at)]),
-          eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)]),
-        ]),
-      )
-      .orderBy('runAt')
-      .limit(1);
-    const claimed = await this.store.db
-      .updateTable('jobs')
-      .set((eb) => ({ state: 'running', lockedBy: this.workerId, lockedUntil, attempts: eb('attempts', '+', 1) }))
-      .where('id', '=', this.store.dialect === 'postgres' ? due.forUpdate().skipLocked() : due)
-      // Re-checked on the row itself, so that two claimers racing for it cannot both win.
-      .where((eb) => eb.or([eb('state', '=', 'queued'), eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)])]))
-      .returning(['id', 'type', 'payload', 'attempts', 'maxAttempts'])
-      .executeTakeFirst();
-    return claimed;
+    const busy = [...this.busyGroups];
+    const claimable = (eb: ExpressionBuilder<Database, 'jobs'>) =>
+      eb.or([
+        eb.and([eb('state', '=', 'queued'), eb('runAt', '<=', at)]),
+        eb.and([eb('state', '=', 'running'), eb('lockedUntil', '<', at)]),
+      ]);
+    // No job of its group runs under a live lease (the job's own lapsed lease does not count).
+    const groupFree = (eb: ExpressionBuilder<Database, 'jobs'>) =>
+      eb.or([
+        eb('groupKey', 'is', null),
+        eb.not(
+          eb.exists(
+            eb
+              .selectFrom('jobs as other')
+              .select('other.id')
+              .whereRef('other.groupKey', '=', 'jobs.groupKey')
+              .where('other.state', '=', 'running')
+              .where('other.lockedUntil', '>=', at),
+          ),
+        ),
+      ]);
+    const due = (db: Executor, limit: number) =>
+      db
+        .selectFrom('jobs')
+        .select('id')
+        .where('type', 'in', types)
+        .where(claimable)
+        .where((eb) => (busy.length > 0 ? eb.or([eb('groupKey', 'is', null), eb('groupKey', 'not in', busy)]) : eb.lit(true)))
+        .where(groupFree)
+        .orderBy('runAt')
+        .limit(limit);
+    const take = (db: Executor, id: string | ReturnType<typeof due>) =>
+      db
+        .updateTable('jobs')
+        .set((eb) => ({ state: 'running', lockedBy: this.workerId, lockedUntil, attempts: eb('attempts', '+', 1) }))
+        .where('id', '=', id)
+        // Re-checked on the row itself, so that two claimers racing for it (or for its group) cannot both win.
+        .where(claimable)
+        .where(groupFree)
+        .returning(['id', 'type', 'payload', 'attempts', 'maxAttempts', 'groupKey'])
+        .executeTakeFirst();
+    // SQLite: one statement, and writes are serialised.
+    if (this.store.dialect !== 'postgres') return take(this.store.db, due(this.store.db, 1));
+    // PostgreSQL: two claimers' statements may each see no running job of a group, and a SKIP LOCKED look
+    // may pass over a group's first job that another claimer looks at. So: due jobs are looked at unlocked;
+    // a grouped one is claimed holding its group's advisory lock (to the commit) as the group's first due job,
+    // re-checked in a statement of its own (its snapshot taken after any earlier holder committed). A group's
+    // jobs are so claimed one at a time, in order, across processes. A claimer holds at most the row it
+    // claimed and never waits for a lock while holding another's: no deadlock.
+    return this.store.db.transaction().execute(async (trx) => {
+      for (const candidate of await due(trx, CANDIDATES).select('groupKey').execute()) {
+        if (candidate.groupKey === null) {
+          const claimed = await take(trx, candidate.id);
+          if (claimed) return claimed;
+          continue;
+        }
+        const { rows } = await sql<{ locked: boolean }>`
+          select pg_try_advisory_xact_lock(hashtext(${`dpc job group:${candidate.groupKey}`})) as locked`.execute(trx);
+        if (!rows[0]?.locked) continue;
+        const first = trx
+          .selectFrom('jobs')
+          .select('id')
+          .where('groupKey', '=', candidate.groupKey)
+          .where('type', 'in', types)
+          .where(claimable)
+          .orderBy('runAt')
+          .limit(1);
+        const claimed = await take(trx, first);
+        if (claimed) return claimed;
+      }
+      return undefined;
+    });
   }
 
-  /** Runs due jobs until none is left. */
-  async drain(): Promise<number> {
+  /** The types whose lane has room for one more job in this process. */
+  private typesWithRoom(): string[] {
+    return [...this.handlers.keys()].filter((type) => {
+      const lane = this.lanes.get(this.laneOf.get(type) ?? DEFAULT_LANE)!;
+      return lane.active < lane.limit;
+    });
+  }
+
+  /**
+   * Claims due jobs while their lanes have room and starts them (not waiting for them); how many. Each job
+   * that ends looks for more.
+   */
+  private async pump(): Promise<number> {
     let count = 0;
     for (;;) {
       if (this.stopping) return count;
-      const job = await this.claim();
+      const types = this.typesWithRoom();
+      if (types.length === 0) return count;
+      const job = await this.claim(types);
       if (!job) return count;
-      await this.run(job);
+      const lane = this.lanes.get(this.laneOf.get(job.type) ?? DEFAULT_LANE)!;
+      lane.active += 1;
+      if (job.groupKey !== null) this.busyGroups.add(job.groupKey);
+      const running: Promise<void> = this.run(job)
+        .catch((error) => this.settings.log?.error({ err: error, jobId: job.id }, 'job run failed'))
+        .finally(() => {
+          lane.active -= 1;
+          if (job.groupKey !== null) this.busyGroups.delete(job.groupKey);
+          this.inFlight.delete(running);
+          this.poke();
+        });
+      this.inFlight.add(running);
       count += 1;
+    }
+  }
+
+  /** Runs due jobs until none is left (and none of this process runs); how many it started. */
+  async drain(): Promise<number> {
+    let count = 0;
+    for (;;) {
+      count += await this.pump();
+      if (this.inFlight.size === 0 || this.stopping) {
+        await Promise.all(this.inFlight);
+        return count;
+      }
+      await Promise.race(this.inFlight);
     }
   }
 
@@ -123,6 +254,7 @@ export class JobQueue {
     this.stopping = true;
     if (this.timer) clearTimeout(this.timer);
     await this.running;
+    await Promise.all(this.inFlight);
   }
 
   /**
@@ -140,7 +272,8 @@ export class JobQueue {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.pokedWhileRunning = false;
-      this.running = this.drain()
+      // Starts what is due and returns: a job that ends pokes for more, so a slow one holds only its lane slot.
+      this.running = this.pump()
         .then(() => undefined)
         .catch((error) => this.settings.log?.error({ err: error }, 'job queue poll failed'))
         .finally(() => {
@@ -151,7 +284,7 @@ export class JobQueue {
     this.timer.unref();
   }
 
-  private async run(job: { id: string; type: string; payload: string; attempts: number; maxAttempts: number }): Promise<void> {
+  private async run(job: ClaimedJob): Promise<void> {
     const handler = this.handlers.get(job.type)!;
     // A live worker keeps its lease however long the job takes: only a worker that died lets it lapse.
     const renewal = setInterval(() => {

@@ -43,6 +43,49 @@ describeEachStore('job queue', (kind) => {
     assert.ok(states.every((row) => row.state === 'done'));
   });
 
+  test('a lane runs its jobs at once up to its concurrency; a group runs one job at a time, in order, across workers', async () => {
+    const queues = stores.map((store) => new JobQueue(store));
+    let running = 0;
+    let most = 0;
+    const runningOf = new Map<string, number>();
+    const mostOf = new Map<string, number>();
+    const order: string[] = [];
+    for (const queue of queues) {
+      queue.register(
+        'laned',
+        async (payload) => {
+          const { group, n } = payload as { group: string; n: number };
+          running += 1;
+          runningOf.set(group, (runningOf.get(group) ?? 0) + 1);
+          most = Math.max(most, running);
+          mostOf.set(group, Math.max(mostOf.get(group) ?? 0, runningOf.get(group)!));
+          order.push(`${group}:${n}`);
+          await new Promise((r) => setTimeout(r, 60));
+          running -= 1;
+          runningOf.set(group, runningOf.get(group)! - 1);
+        },
+        { concurrency: 4 },
+      );
+    }
+    const start = Date.now() - 60_000;
+    for (let n = 0; n < 4; n += 1) {
+      for (const group of ['a', 'b', 'c']) {
+        await queues[0].enqueue(stores[0].db, 'laned', { group, n }, { group, runAt: new Date(start + n * 1000) });
+      }
+    }
+    const done = await Promise.all([queues[0].drain(), queues[1].drain()]);
+    assert.equal(done[0] + done[1], 12);
+    assert.ok(most > 1, `jobs of different groups ran at once (at most ${most})`);
+    for (const group of ['a', 'b', 'c']) {
+      assert.equal(mostOf.get(group), 1, `group ${group} ran one at a time`);
+      const ofGroup = order.filter((entry) => entry.startsWith(`${group}:`));
+      assert.deepEqual(
+        ofGroup,
+        [0, 1, 2, 3].map((n) => `${group}:${n}`),
+      );
+    }
+  });
+
   test('a failing job is retried with backoff and then marked failed', async () => {
     const queue = new JobQueue(stores[0]);
     let calls = 0;

@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Db } from '../../core/db/database.ts';
+import { ProblemError } from '../../core/problems.ts';
 import { matches, readEvents, type EventFilter, type StoredEvent } from '../../core/outbox.ts';
 import type { OutboxWakeups } from '../../core/outbox-wakeups.ts';
 
@@ -214,6 +215,8 @@ export class FeedHub {
   private poll: NodeJS.Timeout | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
+  /** Streams open on this process per API client (DPC_EVENTS_STREAMS_PER_CLIENT at most). */
+  private readonly openPerClient = new Map<string, number>();
 
   constructor(
     private readonly db: Db,
@@ -224,8 +227,32 @@ export class FeedHub {
       log: Pick<FastifyBaseLogger, 'warn'>;
       /** Whether a stream's access still stands (TokenService.stillValid): checked before each write and heartbeat. */
       stillValid: (clientId: string, expiresAt: number) => boolean;
+      /** Streams one API client may hold open on this process at once; more are 429. */
+      streamsPerClient: number;
     },
   ) {}
+
+  /**
+   * Counts a stream of `clientId` about to open on `socket` until the socket closes; 429 when the client
+   * already holds streamsPerClient of them on this process (each holds a connection for hours).
+   */
+  admit(clientId: string, socket: Socket): void {
+    const open = this.openPerClient.get(clientId) ?? 0;
+    const limit = this.settings.streamsPerClient;
+    if (open >= limit) {
+      throw new ProblemError(
+        429,
+        `This API client already has ${limit} event streams open on this server; close one (or resume one with Last-Event-ID) first.`,
+        { name: 'too-many-streams', headers: { 'retry-after': '5' } },
+      );
+    }
+    this.openPerClient.set(clientId, open + 1);
+    socket.once('close', () => {
+      const left = (this.openPerClient.get(clientId) ?? 1) - 1;
+      if (left > 0) this.openPerClient.set(clientId, left);
+      else this.openPerClient.delete(clientId);
+    });
+  }
 
   get subscriberCount(): number {
     let count = 0;

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
+import { problems } from '../../core/openapi.ts';
 import { badRequest } from '../../core/problems.ts';
 import { bearerTokenOf } from '../../core/auth/plugin.ts';
 import { committedAfter, lastEventId, pruneEvents } from '../../core/outbox.ts';
@@ -27,6 +28,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
     heartbeatMs: app.config.eventsHeartbeatSeconds * 1000,
     log: app.log,
     stillValid: (clientId, expiresAt) => app.tokens.stillValid(clientId, expiresAt),
+    streamsPerClient: app.config.eventsStreamsPerClient,
   });
   // Open streams would hold the server's close up: they end first, and their clients resume elsewhere.
   app.addHook('preClose', async () => hub.close());
@@ -44,7 +46,8 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
           "A `text/event-stream` of the account's events, oldest first, each with its id (`id:`), type (`event:`) and " +
           'JSON (`data:`, a StreamedEvent). Without Last-Event-ID it starts with the next event; with it, after that ' +
           'event, on any server instance: nothing is lost or repeated. Events are kept DPC_EVENTS_RETENTION_DAYS ' +
-          '(30) days. A comment line every DPC_EVENTS_HEARTBEAT_SECONDS keeps idle connections open. See docs/events.md.',
+          '(30) days. A comment line every DPC_EVENTS_HEARTBEAT_SECONDS keeps idle connections open. An API client may hold ' +
+          'DPC_EVENTS_STREAMS_PER_CLIENT (20) streams open on one server process; more are 429. See docs/events.md.',
         tags: ['Events'],
         querystring: EventStreamQuery,
         headers: EventStreamHeaders,
@@ -53,6 +56,7 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
             description: 'The stream; it stays open until the client or the server closes it.',
             content: { 'text/event-stream': { schema: Type.String() } },
           },
+          ...problems(429),
         },
       },
     },
@@ -71,12 +75,13 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
       // Starting "now": events past the safe point that committed already (PostgreSQL commits ids out of
       // order) happened before the client subscribed, and are not sent.
       const before = resume === undefined ? await committedAfter(app.store.db, accountId, head) : undefined;
+      const socket = request.raw.socket;
+      hub.admit(request.principal.clientId, socket); // 429 past DPC_EVENTS_STREAMS_PER_CLIENT
       reply.hijack();
       // A stream holds its connection for hours, thousands at once, so it is written straight to the socket:
       // no chunked framing, no ServerResponse header block kept for the connection's life, and nothing of the
       // request it no longer needs (its headers, the bearer token most of them, were read). The answer is
       // delimited by the connection's close, as HTTP/1.1 allows for an answer without a length.
-      const socket = request.raw.socket;
       request.raw.rawHeaders = [];
       request.raw.headers = {};
       // Sent with the head, so that a client knows it is subscribed before the first event.

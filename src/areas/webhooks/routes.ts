@@ -48,6 +48,8 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
         // Named in the transaction, whose commit writes the write's outbox event.
         request.auditIds.webhookId = id;
       });
+      // It shows the signing secret this once: no cache keeps it.
+      reply.header('cache-control', 'no-store');
       return sendCreated(request, reply, { segment: created.webhookId }, created);
     },
   );
@@ -106,7 +108,10 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
         response: { 200: SigningSecret },
       },
     },
-    async (request) => ({ signingSecret: await service.rotateSecret(request.principal.accountId, request.params.webhookId) }),
+    async (request, reply) => {
+      const signingSecret = await service.rotateSecret(request.principal.accountId, request.params.webhookId);
+      return reply.header('cache-control', 'no-store').send({ signingSecret });
+    },
   );
 
   app.get(
@@ -131,7 +136,7 @@ export async function webhookRoutes(fastify: FastifyInstance): Promise<void> {
       schema: {
         summary: 'Send a delivery again',
         description:
-          'One more try of a delivery that succeeded or failed, with the same event id and body, soon. A pending one is 409.',
+          'One more try of a delivery that succeeded or failed, with the same event id and body, soon. A pending one is 409; so is a delivery of a disabled webhook (enable it first).',
         tags,
         params: DeliveryParams,
         response: { 202: WebhookDelivery, ...problems(409) },

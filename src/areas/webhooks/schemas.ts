@@ -21,7 +21,8 @@ const EventTypes = Type.Array(EventType, {
 const WebhookUrl = Type.String({
   minLength: 1,
   maxLength: 2048,
-  description: 'http(s) URL the events are POSTed to; it must be reachable under the outbound address rules.',
+  description:
+    'http(s) URL the events are POSTed to; it must be reachable under the outbound address rules and hold no credential (no user or password, no credential query parameter such as `token`, `sig`, `code`): 422 naming `body.url`.',
 });
 
 export const CreateWebhookRequest = Type.Object(
@@ -29,7 +30,10 @@ export const CreateWebhookRequest = Type.Object(
     url: WebhookUrl,
     description: Type.Optional(Type.String({ maxLength: 1000 })),
     eventTypes: Type.Optional(EventTypes),
-    projectId: Type.Optional(ProjectId),
+    projectId: Type.Optional({
+      ...ProjectId,
+      description: "Only this project's events; a project of the account (422 otherwise).",
+    }),
     enabled: Type.Optional(Type.Boolean({ default: true })),
   },
   {

@@ -3,7 +3,8 @@ import type { FastifyInstance } from 'fastify';
 import { now, type Executor } from '../../core/db/database.ts';
 import { emit, lastEventId, matches, readEvents, type StoredEvent } from '../../core/outbox.ts';
 import { OutboundClient, OutboundError, outboundSettings } from '../../core/outbound.ts';
-import { conflict, notFound, unprocessable } from '../../core/problems.ts';
+import { credentialIn, credentialInNamed } from '../../core/credentials.ts';
+import { conflict, notFound, ProblemError, unprocessable } from '../../core/problems.ts';
 import { pageOf, type PageQuery } from '../../core/paging.ts';
 import { runPeriodically } from '../../core/ticker.ts';
 import {
@@ -27,6 +28,7 @@ import {
   type DeliveryRow,
   type WebhookRow,
 } from './repository.ts';
+import { requireProject } from '../projects/index.ts';
 import type { CreateWebhookRequest, UpdateWebhookRequest, Webhook, WebhookDelivery } from './schemas.ts';
 
 export const DELIVERY_JOB = 'webhook-delivery';
@@ -47,6 +49,30 @@ interface DeliveryJob {
   attempts: number;
   /** A manual redelivery: one try, no retries. */
   manual?: boolean;
+}
+
+/**
+ * Query parameter names a receiver's key hides in that the credential detector (core/credentials.ts) does
+ * not count as credentials everywhere: Azure Functions' `?code=`.
+ */
+const WEBHOOK_KEY_PARAMETERS = new Set(['code']);
+
+/** A webhook's URL as events show it: scheme, host and port only (its path and query may hold the receiver's key). */
+export function webhookOrigin(url: string): string {
+  return URL.canParse(url) ? new URL(url).origin : '';
+}
+
+/** A project given to a webhook must be one of the account's: 422 naming `body.projectId` otherwise. */
+async function checkProject(db: Executor, accountId: string, projectId: string | null | undefined): Promise<void> {
+  if (projectId === undefined || projectId === null) return;
+  try {
+    await requireProject(db, accountId, projectId);
+  } catch (error) {
+    if (!(error instanceof ProblemError) || error.status !== 404) throw error;
+    throw unprocessable(`Project ${projectId} does not exist in this account.`, [
+      'body.projectId: is not a project of this account',
+    ]);
+  }
 }
 
 const sealContext = (webhookId: string) => `webhooks:${webhookId}:signing-secret`;
@@ -157,7 +183,9 @@ export class WebhookService {
 
   /** Registers the delivery job and follows the outbox (only in processes that run background work). */
   start(): void {
-    this.app.jobs.register(DELIVERY_JOB, (payload) => this.deliver(payload as DeliveryJob));
+    this.app.jobs.register(DELIVERY_JOB, (payload) => this.deliver(payload as DeliveryJob), {
+      concurrency: this.app.config.webhookConcurrency,
+    });
     let unsubscribe: (() => void) | undefined;
     this.app.addHook('onReady', async () => {
       unsubscribe = this.app.outboxWakeups.subscribe((accounts) => this.wake(accounts));
@@ -184,6 +212,21 @@ export class WebhookService {
     if (parsed.username || parsed.password) {
       throw unprocessable('A webhook URL must not hold credentials.', ['body.url: must not hold a user or password']);
     }
+    // Its query is looked at as other stored URLs are (docs/credentials.md): the URL is shown to admins and
+    // kept in plain text; a receiver authenticates deliveries by their signature instead.
+    const found =
+      [...parsed.searchParams]
+        .map(([name, value]) =>
+          WEBHOOK_KEY_PARAMETERS.has(name.toLowerCase()) && value !== ''
+            ? `"${name}" names a credential`
+            : credentialInNamed(name, value),
+        )
+        .find((reason) => reason !== undefined) ?? credentialIn(url);
+    if (found) {
+      throw unprocessable('A webhook URL must not hold credentials: the receiver checks the signature instead.', [
+        `body.url: holds a credential (${found})`,
+      ]);
+    }
     try {
       await this.outbound.checkHost(parsed);
     } catch (error) {
@@ -209,6 +252,7 @@ export class WebhookService {
     this.webhooksGivenTo(accountId);
     const secret = newSigningSecret();
     const row = await this.app.store.db.transaction().execute(async (trx) => {
+      await checkProject(trx, accountId, body.projectId);
       const created = await insertWebhook(trx, {
         accountId,
         url: body.url,
@@ -265,6 +309,7 @@ export class WebhookService {
 
     return this.app.store.db.transaction().execute(async (trx) => {
       const row = await requireWebhook(trx, accountId, webhookId);
+      await checkProject(trx, accountId, body.projectId);
       const changes: Partial<WebhookRow> = {
         ...(body.url !== undefined && { url: body.url }),
         ...(body.description !== undefined && { description: body.description }),
@@ -277,10 +322,12 @@ export class WebhookService {
       // Deliveries left pending while it was disabled go on (the cursor resumes where it stopped too).
       if (body.enabled === true && row.enabled === 0) {
         for (const pending of await pendingDeliveries(trx, webhookId)) {
-          await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
-            deliveryId: pending.id,
-            attempts: pending.attempts,
-          } satisfies DeliveryJob);
+          await this.app.jobs.enqueue(
+            trx,
+            DELIVERY_JOB,
+            { deliveryId: pending.id, attempts: pending.attempts } satisfies DeliveryJob,
+            { group: webhookId },
+          );
         }
       }
       return toWebhook({ ...row, ...changes });
@@ -304,17 +351,24 @@ export class WebhookService {
     return secret;
   }
 
-  /** Tries a finished delivery once more, soon: a 404 when the webhook or delivery is missing, a 409 when it is pending. */
+  /**
+   * Tries a finished delivery once more, soon: a 404 when the webhook or delivery is missing, a 409 when it
+   * is pending or the webhook is disabled.
+   */
   async redeliver(accountId: string, webhookId: string, deliveryId: string): Promise<WebhookDelivery> {
     return this.app.store.db.transaction().execute(async (trx) => {
-      await requireWebhook(trx, accountId, webhookId);
+      const webhook = await requireWebhook(trx, accountId, webhookId);
       const delivery = await requireDelivery(trx, webhookId, deliveryId);
+      // A disabled webhook sends nothing: the try would wait, unannounced, for it to be enabled.
+      if (webhook.enabled !== 1)
+        throw conflict('The webhook is disabled: enable it first (PATCH enabled: true), then redeliver.');
       if (!(await reopenDelivery(trx, deliveryId))) throw conflict('The delivery is still pending: it will be tried again.');
-      await this.app.jobs.enqueue(trx, DELIVERY_JOB, {
-        deliveryId,
-        attempts: delivery.attempts,
-        manual: true,
-      } satisfies DeliveryJob);
+      await this.app.jobs.enqueue(
+        trx,
+        DELIVERY_JOB,
+        { deliveryId, attempts: delivery.attempts, manual: true } satisfies DeliveryJob,
+        { group: webhookId },
+      );
       return toDelivery({ ...delivery, status: 'PENDING', nextAttemptAt: now() });
     });
   }
@@ -382,7 +436,9 @@ export class WebhookService {
               eventType: event.type,
               body: deliveryBody(event),
             });
-            await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob);
+            await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId, attempts: 0 } satisfies DeliveryJob, {
+              group: webhook.id,
+            });
             enqueued = true;
           }
           return true;
@@ -456,6 +512,7 @@ export class WebhookService {
       if (nextAttemptAt) {
         await this.app.jobs.enqueue(trx, DELIVERY_JOB, { deliveryId: delivery.id, attempts: tries } satisfies DeliveryJob, {
           runAt: new Date(nextAttemptAt),
+          group: webhook.id,
         });
       } else if (!job.manual || succeeded) {
         await this.settleFailures(trx, webhook, succeeded);
@@ -478,7 +535,8 @@ export class WebhookService {
       type: 'webhook.disabled',
       projectId: webhook.projectId,
       subject: `webhooks/${webhook.id}`,
-      data: { webhookId: webhook.id, url: webhook.url, reason },
+      // Every role reads events: the webhook by id and its URL's origin only, never its path or query.
+      data: { webhookId: webhook.id, origin: webhookOrigin(webhook.url), reason },
     });
   }
 }

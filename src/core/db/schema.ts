@@ -56,6 +56,8 @@ export interface JobTable {
   lockedBy: string | null;
   lockedUntil: string | null;
   lastError: string | null;
+  /** Jobs of one group run one at a time (core/jobs.ts). */
+  groupKey: string | null;
   createdAt: string;
   finishedAt: string | null;
 }

@@ -30,6 +30,8 @@ import { outboxLighterWrites } from './0038_outbox_lighter_writes.ts';
 import { outboxIdsInMemory } from './0039_outbox_ids_in_memory.ts';
 import { rowVersionsEverywhere } from './0040_row_versions_everywhere.ts';
 import { outboxIdBlocks } from './0041_outbox_id_blocks.ts';
+import { idempotencySealed } from './0042_idempotency_sealed.ts';
+import { jobGroups } from './0043_job_groups.ts';
 import { executionBilling } from './0044_execution_billing.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
@@ -63,6 +65,8 @@ const steps: Record<string, PortableMigration> = {
   '0039_outbox_ids_in_memory': outboxIdsInMemory,
   '0040_row_versions_everywhere': rowVersionsEverywhere,
   '0041_outbox_id_blocks': outboxIdBlocks,
+  '0042_idempotency_sealed': idempotencySealed,
+  '0043_job_groups': jobGroups,
   '0044_execution_billing': executionBilling,
 };
 
