@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import { loadConfig } from '../../src/core/config.ts';
 import { migrate, openStore, type Store } from '../../src/core/db/database.ts';
 import { createAccount } from '../../src/core/auth/accounts.ts';
+import { sql } from 'kysely';
 import { emit, lastEventId, pruneEvents, readEvents } from '../../src/core/outbox.ts';
 
 /**
@@ -50,6 +51,25 @@ test('two connections to one file writing in turn hand out growing ids, none twi
   );
   const types = (await readEvents(first.db, accountId, 0, 1000)).events.map((event) => event.type);
   assert.deepEqual(types.slice(0, 3), ['a', 'b', 'c']);
+});
+
+test('once two connections have written, each keeps the counter: one row tells the last id, not a seek per account', async () => {
+  const counter = async () =>
+    (await sql<{ lastId: number; shared: number }>`select last_id as "lastId", shared from outbox_counter`.execute(first.db))
+      .rows[0];
+  // The writes above were interleaved: the file is shared, and the counter is the last id handed out.
+  assert.equal(Number((await counter()).shared), 1);
+  assert.equal(Number((await counter()).lastId), Math.max(...(await ids(first))));
+  // Accounts whose last event a scan would have to seek: the counter answers for all of them.
+  for (let i = 0; i < 3; i += 1) {
+    await write(i % 2 === 0 ? first : second, `shared ${i}`);
+    assert.equal(Number((await counter()).lastId), Math.max(...(await ids(first))));
+  }
+  // A counter that every writer keeps is what the next writer reads: set past the events, ids go on from it.
+  await sql`update outbox_counter set last_id = last_id + 1000`.execute(second.db);
+  const floor = Number((await counter()).lastId);
+  await write(first, 'after the counter');
+  assert.equal(Math.max(...(await ids(second))), floor + 1);
 });
 
 test('after retention deleted every event, a new connection goes on past the ids handed out', async () => {

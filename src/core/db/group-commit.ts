@@ -55,6 +55,9 @@ export const LAST_EVENT_ID_SQL =
   'select max((select last_id from outbox_counter), ' +
   'coalesce((select max((select max(e.id) from outbox_events e where e.account_id = a.id)) from accounts a), 0))';
 const LAST_EVENT_ID = CompiledQuery.raw(`${LAST_EVENT_ID_SQL} as lastId`);
+/** The counter as every writer keeps it once the file is shared (migration 0045_outbox_shared_counter). */
+const SHARED_COUNTER = CompiledQuery.raw('select last_id as lastId, shared from outbox_counter');
+const KEEP_COUNTER = 'update outbox_counter set last_id = ?, shared = 1';
 
 /** The outbox's rows as #writeEvents writes them, ids handed out by the group. */
 const OUTBOX_INSERT: DeferredInsert = {
@@ -140,10 +143,10 @@ class GroupCommitDriver implements Driver {
   /** The deferred rows of the transaction holding the connection (deferInsert). */
   #rows: [DeferredInsert, unknown[]][] = [];
   /**
-   * The last outbox id this connection handed out, and SQLite's data_version when it did (another
-   * connection's commit changes it): see #writeEvents.
+   * The last outbox id this connection handed out, SQLite's data_version when it did (another connection's
+   * commit changes it), and whether the file is shared (every writer keeps the counter): see #writeEvents.
    */
-  #lastEventId: { id: number; dataVersion: number } | undefined;
+  #lastEventId: { id: number; dataVersion: number; shared: boolean } | undefined;
   /** The pending event of the audited write the transaction belongs to, and SQLite's change count at its start. */
   #pending: { write: PendingWriteEvent; changesBefore: number } | undefined;
 
@@ -377,19 +380,34 @@ class GroupCommitDriver implements Driver {
    * The group's outbox events, in as few statements as SQLite binds values for. The write lock is held: ids are handed out
    * and committed in order, by every process on the file. The next id follows the last this connection handed
    * out, kept in memory (no counter row to write with each commit) while SQLite's data_version says no other
-   * connection has committed since; otherwise it is found again: past every event kept (one seek per account)
-   * and past the counter's floor (raised before events are deleted: an id is never handed out twice).
+   * connection has committed since; otherwise it is found again: from the counter once the file is shared
+   * (every writer then writes its last id there with each commit), else past every event kept (one seek per
+   * account) and past the counter's floor (raised before events are deleted: an id is never handed out twice).
+   * A connection that finds another has written marks the file shared with its commit.
    */
   async #writeEvents(events: readonly DeferredEvent[]): Promise<void> {
     const { rows: versions } = await this.#connection.executeQuery<{ data_version: number }>(DATA_VERSION);
     const dataVersion = Number(versions[0].data_version);
     if (this.#lastEventId?.dataVersion !== dataVersion) {
-      const { rows } = await this.#connection.executeQuery<{ lastId: number }>(LAST_EVENT_ID);
-      this.#lastEventId = { id: Number(rows[0].lastId), dataVersion };
+      // Another connection committed since (or this is the first commit of events): where are ids now?
+      const { rows: counter } = await this.#connection.executeQuery<{ lastId: number; shared: number }>(SHARED_COUNTER);
+      if (Number(counter[0].shared) === 1) {
+        // Every writer keeps the counter: one row (not one seek per account).
+        this.#lastEventId = { id: Number(counter[0].lastId), dataVersion, shared: true };
+      } else {
+        const { rows } = await this.#connection.executeQuery<{ lastId: number }>(LAST_EVENT_ID);
+        // Another connection wrote since this one's last commit: the file is shared from now on (this commit
+        // sets the flag; any other writer reads it under the write lock before it hands out an id).
+        const shared = this.#lastEventId !== undefined;
+        this.#lastEventId = { id: Number(rows[0].lastId), dataVersion, shared };
+      }
     }
     const last = this.#lastEventId.id;
     // Handed out even if the commit then fails: ids may have gaps, never repeats.
     this.#lastEventId.id += events.length;
+    if (this.#lastEventId.shared) {
+      await this.#connection.executeQuery(CompiledQuery.raw(KEEP_COUNTER, [this.#lastEventId.id]));
+    }
     await this.#writeRows(
       OUTBOX_INSERT,
       events.map((event, i) => [

@@ -33,6 +33,7 @@ import { outboxIdBlocks } from './0041_outbox_id_blocks.ts';
 import { idempotencySealed } from './0042_idempotency_sealed.ts';
 import { jobGroups } from './0043_job_groups.ts';
 import { executionBilling } from './0044_execution_billing.ts';
+import { outboxSharedCounter } from './0045_outbox_shared_counter.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -68,6 +69,7 @@ const steps: Record<string, PortableMigration> = {
   '0042_idempotency_sealed': idempotencySealed,
   '0043_job_groups': jobGroups,
   '0044_execution_billing': executionBilling,
+  '0045_outbox_shared_counter': outboxSharedCounter,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
