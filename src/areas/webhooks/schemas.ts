@@ -124,7 +124,10 @@ export const WebhookDelivery = Type.Object(
     lastAttemptAt: Type.Optional(Type.String({ format: 'date-time' })),
     lastStatusCode: Type.Optional(Type.Integer({ description: "The receiver's status at the last try." })),
     lastResponse: Type.Optional(
-      Type.String({ description: "The start of the receiver's last answer (at most 1000 characters)." }),
+      Type.String({
+        description:
+          "What the receiver's last answer was: its size and content type (`2 bytes of text/plain`), never its body (a URL may reach an internal service).",
+      }),
     ),
     lastError: Type.Optional(Type.String({ description: 'Why the last try got no answer (timeout, refused address, ...).' })),
     createdAt: Type.String({ format: 'date-time' }),
@@ -139,7 +142,7 @@ export const WebhookDelivery = Type.Object(
         attempts: 1,
         lastAttemptAt: '2026-11-25T09:30:01.000Z',
         lastStatusCode: 200,
-        lastResponse: 'ok',
+        lastResponse: '2 bytes of text/plain',
         createdAt: '2026-11-25T09:30:00.500Z',
       },
     ],

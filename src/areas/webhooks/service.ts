@@ -40,8 +40,15 @@ const FAN_OUT_BATCH = 200;
  * another database), so it looks again, as the event stream does (event-feed/hub.ts).
  */
 const HELD_BACK_MS = 25;
-/** Characters of a receiver's answer kept in the delivery log. */
-const RESPONSE_KEPT = 1000;
+/**
+ * What the delivery log keeps of a receiver's answer: its content type and size, never its body. A webhook's URL
+ * may point into the ranges DPC_OUTBOUND_ALLOW opens for the whole deployment (a warehouse's, a catalogue's):
+ * keeping the body would let any account's admin read what a service there answers (attack finding A25).
+ */
+function answerSummary(headers: Record<string, string>, bytes: number): string {
+  const type = headers['content-type']?.split(';')[0].trim().slice(0, 100);
+  return `${bytes} bytes${type ? ` of ${type}` : ''}`;
+}
 
 interface DeliveryJob {
   deliveryId: string;
@@ -488,7 +495,7 @@ export class WebhookService {
         body: delivery.body,
       });
       statusCode = answer.status;
-      response = answer.body.toString('utf8').slice(0, RESPONSE_KEPT);
+      response = answerSummary(answer.headers, answer.body.length);
     } catch (failure) {
       if (!(failure instanceof OutboundError)) throw failure;
       error = failure.message;
