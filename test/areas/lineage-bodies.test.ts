@@ -63,7 +63,7 @@ describeEachStore('lineage bodies', (kind) => {
     const extra = { ...lineage(), rows: -0, note: undefined };
     const sent = [lineage(), lineage(), reordered, lineage(), changed, extra, extra, lineage()];
     const executionId = randomUUID();
-    for (const [i, value] of sent.entries()) await record(executionId, 0, value);
+    for (const value of sent) await record(executionId, 0, value);
     assert.deepEqual(
       await bodiesOf(executionId),
       sent.map((value) => JSON.stringify(value)),
