@@ -68,6 +68,17 @@ describeEachStore('lineage bodies', (kind) => {
       await bodiesOf(executionId),
       sent.map((value) => JSON.stringify(value)),
     );
+    // What differs from the body remembered is checked as ever.
+    const wrong = lineage();
+    wrong.inputs[0].namespace = '';
+    await assert.rejects(record(executionId, 0, wrong), (error: { status?: number; options?: { violations?: string[] } }) => {
+      assert.equal(error.status, 400);
+      assert.deepEqual(error.options?.violations, [
+        'body.body.step.lineage.inputs[0].namespace: must be a string of 1 to 1024 characters',
+      ]);
+      return true;
+    });
+    assert.equal((await bodiesOf(executionId)).length, sent.length);
   });
 
   test('a body whose transaction rolled back is written again by the next step that reports it, not taken as stored', async () => {

@@ -229,22 +229,25 @@ interface RecentBody {
 
 /**
  * The last body of each step recorded lately (by project, job and step index): a step reports the same
- * datasets run after run. A report that is right (the same walk as writtenLineage) and writes as that body
- * (writesAs) takes its text and hash as they are: the same text JSON.stringify would write, without
- * serialising ~1 KB and hashing it again (bench/lineage.ts: about 20 µs of a report's transaction).
+ * datasets run after run. A report that writes as that body (writesAs: the same text JSON.stringify would
+ * write) takes its text and hash as they are, without checking, serialising and hashing ~1 KB again
+ * (bench/lineage.ts: about 20 µs of a report's transaction). It is right as that body was: the check
+ * (fitsAsSent) reads only what the JSON text holds, and what is stored is that text. Only bodies that were
+ * right as sent are kept (a report copied field by field, checkedLineage, is not: it does not write as its copy).
  */
 const recentBodies = new Map<string, RecentBody>();
 const RECENT_BODIES_KEPT = 5000;
 
 /** The lineage a step report carries, as recorded (writtenLineage), with its hash. */
 function stepBody(at: LineageStep, reported: unknown): { json: string; hash: string; datasets: number } {
+  const key = `${at.projectId}\u0000${at.pipelineName}\u0000${at.step.index}`;
+  const recent = recentBodies.get(key);
+  // The same data as a body that was checked is right too (the check reads nothing JSON does not hold).
+  if (recent !== undefined && writesAs(reported, recent.shape)) return recent;
   if (!fitsAsSent(reported)) {
     const { json, datasets } = writtenLineage(reported);
     return { json, hash: hashOf(json), datasets };
   }
-  const key = `${at.projectId}\u0000${at.pipelineName}\u0000${at.step.index}`;
-  const recent = recentBodies.get(key);
-  if (recent !== undefined && writesAs(reported, recent.shape)) return recent;
   const json = JSON.stringify(reported);
   const body = {
     json,
