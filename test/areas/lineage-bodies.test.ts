@@ -81,6 +81,27 @@ describeEachStore('lineage bodies', (kind) => {
     assert.equal((await bodiesOf(executionId)).length, sent.length);
   });
 
+  test('PostgreSQL: a body known as stored but gone since (a failover to a standby without it) is written again with the next step', async (t) => {
+    if (kind !== 'postgres') {
+      t.skip("SQLite knows a body from its own connection's commits; only a project's deletion removes one");
+      return;
+    }
+    const lineage = { inputs: [{ ...orders, name: 'shop.public.failover' }], outputs: [mart] };
+    const executionId = randomUUID();
+    await record(executionId, 0, lineage); // inserted
+    await record(executionId, 1, lineage); // met, committed before: known from now on
+    await server.db
+      .deleteFrom('lineageBodies')
+      .where('projectId', '=', projectId)
+      .where('body', '=', JSON.stringify(lineage))
+      .execute();
+    await record(executionId, 2, lineage);
+    await record(executionId, 3, lineage);
+    const stored = await bodiesOf(executionId);
+    assert.equal(stored.length, 4, 'every step has its body again');
+    assert.ok(stored.every((body) => body === JSON.stringify(lineage)));
+  });
+
   test('a body whose transaction rolled back is written again by the next step that reports it, not taken as stored', async () => {
     const lineage = { inputs: [{ ...orders, name: `shop.public.rolled_${kind}` }], outputs: [mart] };
     const executionId = randomUUID();

@@ -1,5 +1,5 @@
 import type { Executor, Trx } from '../../core/db/database.ts';
-import { statementsAreRoundTrips } from '../../core/db/database.ts';
+import { sql, statementsAreRoundTrips } from '../../core/db/database.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
 import { deferInsertOnSqlite, type DeferredInsert } from '../../core/db/group-commit.ts';
 import { countOf, pageWindow, type PageQuery } from '../../core/paging.ts';
@@ -29,7 +29,10 @@ const stepValues = (step: LineageStepRow) => ({
  * and the transaction had not inserted it itself (an insert `on conflict do nothing` that meets a row of a
  * transaction in progress waits for its end: it meets only committed rows, or its own transaction's).
  * Forgotten with the project's deletion in this process; another process's deletion leaves an entry that no
- * step can use (the project's runs are gone with it, and its ids are never used again).
+ * step can use (the project's runs are gone with it, and its ids are never used again). On PostgreSQL the
+ * step of a known body is written only if the body is there (insertStepOfKnownBody): a failover or a restore
+ * can lose a commit this process saw; SQLite knows bodies from its own connection's commits, on a file that
+ * cannot change under it.
  */
 const knownBodies = new Map<string, Set<string>>();
 let knownCount = 0;
@@ -50,6 +53,10 @@ function know(projectId: string, hash: string): void {
   knownCount += 1;
 }
 
+function forget(projectId: string, hash: string): void {
+  if (knownBodies.get(projectId)?.delete(hash)) knownCount -= 1;
+}
+
 /** PostgreSQL: the bodies each open transaction inserted itself (not committed before it ends: see knownBodies). */
 const insertedBy = new WeakMap<Executor, Set<string>>();
 
@@ -61,9 +68,54 @@ const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof Lineage
     .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
 );
 
-/** The step (on SQLite after its body: SQLite has no writable WITH, and a statement there is a call, not a round trip; alone where the body is known). */
+/** SQLite: the step, after its body (SQLite has no writable WITH, and a statement there is a call, not a round trip). */
 const insertStep = preparedQuery((db, step: LineageStepRow) =>
   db.insertInto('lineageSteps').values(stepValues(step)).returning('id'),
+);
+
+/**
+ * The step of a body known to be stored, written only if the body is there (otherwise no row): the body may
+ * have gone since it was known without this process seeing it go (PostgreSQL: a failover to a standby that
+ * had not received its commit, a restore from a backup). One index lookup instead of the body's ~1 KB.
+ */
+const insertStepOfKnownBody = preparedQuery((db, step: LineageStepRow) =>
+  db
+    .insertInto('lineageSteps')
+    .columns([
+      'accountId',
+      'projectId',
+      'executionId',
+      'generatedAt',
+      'eventTime',
+      'jobName',
+      'jobKind',
+      'stepIndex',
+      'stepName',
+      'stepStatus',
+      'bodyHash',
+    ])
+    .expression(
+      db
+        .selectNoFrom([
+          sql<string>`cast(${step.accountId} as text)`.as('accountId'),
+          sql<string>`cast(${step.projectId} as text)`.as('projectId'),
+          sql<string>`cast(${step.executionId} as text)`.as('executionId'),
+          sql<string>`cast(${step.generatedAt} as text)`.as('generatedAt'),
+          sql<string>`cast(${step.eventTime} as text)`.as('eventTime'),
+          sql<string>`cast(${step.jobName} as text)`.as('jobName'),
+          sql<string>`cast(${step.jobKind} as text)`.as('jobKind'),
+          sql<number>`cast(${step.stepIndex} as integer)`.as('stepIndex'),
+          sql<string>`cast(${step.stepName} as text)`.as('stepName'),
+          sql<string>`cast(${step.stepStatus} as text)`.as('stepStatus'),
+          sql<string>`cast(${step.bodyHash} as text)`.as('bodyHash'),
+        ])
+        .where(({ exists, selectFrom }) =>
+          exists(
+            selectFrom('lineageBodies').select('hash').where('projectId', '=', step.projectId).where('hash', '=', step.bodyHash),
+          ),
+        ),
+    )
+    .returning('id'),
 );
 
 /**
@@ -93,8 +145,9 @@ const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: strin
 /** Records a step's lineage: its row, and its body unless the project has that body already; answers the row's id. */
 export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<number> {
   if (isKnown(step.projectId, step.bodyHash)) {
-    const [row] = await insertStep(db, step);
-    return Number(row.id);
+    const [row] = await insertStepOfKnownBody(db, step);
+    if (row) return Number(row.id);
+    forget(step.projectId, step.bodyHash); // gone after all: written with the step below
   }
   if (statementsAreRoundTrips(db)) {
     const [row] = await insertBodyAndStep(db, { ...step, body });
