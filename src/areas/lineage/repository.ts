@@ -1,5 +1,5 @@
 import type { Executor, Trx } from '../../core/db/database.ts';
-import { sql, statementsAreRoundTrips } from '../../core/db/database.ts';
+import { statementsAreRoundTrips } from '../../core/db/database.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
 import { deferInsertOnSqlite, type DeferredInsert } from '../../core/db/group-commit.ts';
 import { countOf, pageWindow, type PageQuery } from '../../core/paging.ts';
@@ -29,38 +29,40 @@ const stepValues = (step: LineageStepRow) => ({
  * and the transaction had not inserted it itself (an insert `on conflict do nothing` that meets a row of a
  * transaction in progress waits for its end: it meets only committed rows, or its own transaction's).
  * Forgotten with the project's deletion in this process; another process's deletion leaves an entry that no
- * step can use (the project's runs are gone with it, and its ids are never used again). On PostgreSQL the
- * step of a known body is written only if the body is there (insertStepOfKnownBody): a failover or a restore
- * can lose a commit this process saw; SQLite knows bodies from its own connection's commits, on a file that
- * cannot change under it.
+ * step can use (the project's runs are gone with it, and its ids are never used again). And taken as known
+ * for KNOWN_FOR_MS after it was last seen stored, then sent again (once per body and 5 s): PostgreSQL can
+ * lose a commit this process saw (a failover to a standby that had not received it, a restore from a
+ * backup), and a step written without its body then would have no event; a look whether the body is there
+ * with every step costs a subquery's planning (bench/lineage.ts: +3 points on PostgreSQL), this at most 5 s
+ * of steps after such a loss.
  */
-const knownBodies = new Map<string, Set<string>>();
+const knownBodies = new Map<string, Map<string, number>>();
 let knownCount = 0;
 const KNOWN_BODIES_KEPT = 20_000;
+/** How long a body is taken as stored after it was last seen so: the longest a lost commit can go unnoticed. */
+const KNOWN_FOR_MS = 5000;
 
-const isKnown = (projectId: string, hash: string) => knownBodies.get(projectId)?.has(hash) === true;
+const isKnown = (projectId: string, hash: string) => {
+  const knownAt = knownBodies.get(projectId)?.get(hash);
+  return knownAt !== undefined && Date.now() - knownAt < KNOWN_FOR_MS;
+};
 
 function know(projectId: string, hash: string): void {
   let hashes = knownBodies.get(projectId);
-  if (hashes?.has(hash)) return;
   if (knownCount >= KNOWN_BODIES_KEPT) {
     knownBodies.clear();
     knownCount = 0;
     hashes = undefined;
   }
-  if (!hashes) knownBodies.set(projectId, (hashes = new Set()));
-  hashes.add(hash);
-  knownCount += 1;
-}
-
-function forget(projectId: string, hash: string): void {
-  if (knownBodies.get(projectId)?.delete(hash)) knownCount -= 1;
+  if (!hashes) knownBodies.set(projectId, (hashes = new Map()));
+  if (!hashes.has(hash)) knownCount += 1;
+  hashes.set(hash, Date.now());
 }
 
 /** PostgreSQL: the bodies each open transaction inserted itself (not committed before it ends: see knownBodies). */
 const insertedBy = new WeakMap<Executor, Set<string>>();
 
-/** SQLite: the body unless the project has it already (each statement compiled once). */
+/** The body unless the project has it already (each statement compiled once). */
 const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof LineageBodyTable>) =>
   db
     .insertInto('lineageBodies')
@@ -68,54 +70,9 @@ const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof Lineage
     .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
 );
 
-/** SQLite: the step, after its body (SQLite has no writable WITH, and a statement there is a call, not a round trip). */
+/** The step (on SQLite after its body: SQLite has no writable WITH, and a statement there is a call, not a round trip; alone where the body is known). */
 const insertStep = preparedQuery((db, step: LineageStepRow) =>
   db.insertInto('lineageSteps').values(stepValues(step)).returning('id'),
-);
-
-/**
- * The step of a body known to be stored, written only if the body is there (otherwise no row): the body may
- * have gone since it was known without this process seeing it go (PostgreSQL: a failover to a standby that
- * had not received its commit, a restore from a backup). One index lookup instead of the body's ~1 KB.
- */
-const insertStepOfKnownBody = preparedQuery((db, step: LineageStepRow) =>
-  db
-    .insertInto('lineageSteps')
-    .columns([
-      'accountId',
-      'projectId',
-      'executionId',
-      'generatedAt',
-      'eventTime',
-      'jobName',
-      'jobKind',
-      'stepIndex',
-      'stepName',
-      'stepStatus',
-      'bodyHash',
-    ])
-    .expression(
-      db
-        .selectNoFrom([
-          sql<string>`cast(${step.accountId} as text)`.as('accountId'),
-          sql<string>`cast(${step.projectId} as text)`.as('projectId'),
-          sql<string>`cast(${step.executionId} as text)`.as('executionId'),
-          sql<string>`cast(${step.generatedAt} as text)`.as('generatedAt'),
-          sql<string>`cast(${step.eventTime} as text)`.as('eventTime'),
-          sql<string>`cast(${step.jobName} as text)`.as('jobName'),
-          sql<string>`cast(${step.jobKind} as text)`.as('jobKind'),
-          sql<number>`cast(${step.stepIndex} as integer)`.as('stepIndex'),
-          sql<string>`cast(${step.stepName} as text)`.as('stepName'),
-          sql<string>`cast(${step.stepStatus} as text)`.as('stepStatus'),
-          sql<string>`cast(${step.bodyHash} as text)`.as('bodyHash'),
-        ])
-        .where(({ exists, selectFrom }) =>
-          exists(
-            selectFrom('lineageBodies').select('hash').where('projectId', '=', step.projectId).where('hash', '=', step.bodyHash),
-          ),
-        ),
-    )
-    .returning('id'),
 );
 
 /**
@@ -145,9 +102,8 @@ const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: strin
 /** Records a step's lineage: its row, and its body unless the project has that body already; answers the row's id. */
 export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<number> {
   if (isKnown(step.projectId, step.bodyHash)) {
-    const [row] = await insertStepOfKnownBody(db, step);
-    if (row) return Number(row.id);
-    forget(step.projectId, step.bodyHash); // gone after all: written with the step below
+    const [row] = await insertStep(db, step);
+    return Number(row.id);
   }
   if (statementsAreRoundTrips(db)) {
     const [row] = await insertBodyAndStep(db, { ...step, body });
