@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, orchestration, uploadVersion } from '../helpers/executions.ts';
 import { assertRunEvent } from '../helpers/openlineage.ts';
 
 /**
@@ -37,15 +37,32 @@ describeEachStore('lineage events', (kind) => {
       (await api('POST', `/projects/${projectId}/environments`, { name: 'prod', defaultAgentId: created.body.agentId })).status,
       201,
     );
-    await uploadVersion(server, caller, projectId, 'prod', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', {
+      'pipelines/check.orch.yaml': CHECKING,
+      'pipelines/parent.orch.yaml': PARENT,
+      'pipelines/child.orch.yaml': CHECKING,
+      // Of the version, but no part of a run of check or parent.
+      'pipelines/other.orch.yaml': CHECKING,
+    });
   });
   after(() => server.close());
 
+  /** start → the child pipeline pipelines/child.orch.yaml. */
+  const PARENT = orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "pipelines/child"
+`);
+
   /** Starts a run and takes its work as the agent. */
-  async function startRun() {
+  async function startRun(pipelineName = 'pipelines/check.orch.yaml') {
     const started = await api('POST', `/projects/${projectId}/pipeline-executions`, {
       environmentName: 'prod',
-      pipelineName: 'pipelines/check.orch.yaml',
+      pipelineName,
     });
     assert.equal(started.status, 201, started.text);
     const work = await agentCall('GET', '/work?waitSeconds=5');
@@ -221,7 +238,7 @@ describeEachStore('lineage events', (kind) => {
     assert.deepEqual(steps.body.results, [], 'no refused step is recorded');
     const good = await agentCall('POST', `/work/${workId}/reports`, {
       type: 'progress',
-      body: { step: { ...step, status: 'SUCCESS', finishedAt: at, message: 'ok', childPipeline: 'pipelines/child.orch.yaml' } },
+      body: { step: { ...step, status: 'SUCCESS', finishedAt: at, message: 'ok', childPipeline: 'pipelines/check.orch.yaml' } },
     });
     assert.equal(good.status, 200, good.text);
     const after = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
@@ -257,6 +274,51 @@ describeEachStore('lineage events', (kind) => {
     for (const day of ['2026-02-30', '2026-11-31T10:00:00Z', '2026-13-01'])
       expectProblem(await api('GET', `/lineage/events?generatedFrom=${day}`), 400);
     expectProblem(await server.api('GET', '/lineage/events'), 401);
+  });
+
+  test("a step's childPipeline names a pipeline the run holds (its job in lineage); any other is refused naming the field (attack finding F6)", async () => {
+    const { executionId, workId } = await startRun('pipelines/parent.orch.yaml');
+    const report = (index: number, childPipeline: string, withLineage = true) =>
+      agentCall('POST', `/work/${workId}/reports`, {
+        type: 'progress',
+        body: {
+          step: {
+            index,
+            name: `Step ${index}`,
+            status: 'SUCCESS',
+            startedAt: new Date().toISOString(),
+            finishedAt: new Date().toISOString(),
+            childPipeline,
+            ...(withLineage && { lineage: { inputs: [orders], outputs: [{ ...mart, name: `shop.marts.f6_${index}` }] } }),
+          },
+        },
+      });
+    // Another pipeline of the version (not run by this one), one of no version, and a look-alike path.
+    for (const [i, forged] of ['pipelines/other.orch.yaml', 'pipelines/payroll.orch.yaml', 'pipelines/child'].entries()) {
+      for (const withLineage of [true, false]) {
+        const refused = expectProblem(await report(i, forged, withLineage), 400);
+        assert.deepEqual(
+          refused.violations?.map((violation: string) => violation.split(':')[0]),
+          ['body.body.step.childPipeline'],
+          refused.detail,
+        );
+      }
+    }
+    const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.deepEqual(steps.body.results, [], 'no refused step is recorded');
+    // The child pipeline the run runs, and the run's own pipeline, are taken.
+    assert.equal((await report(5, 'pipelines/child.orch.yaml')).status, 200);
+    assert.equal((await report(6, 'pipelines/parent.orch.yaml')).status, 200);
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+    const jobs = page.body.results
+      .map((result: { event: any }) => result.event)
+      .filter((event: any) => event.run.runId === executionId)
+      .map((event: any) => [event.run.facets.dpc_step.index, event.job.name]);
+    assert.deepEqual(jobs, [
+      [5, 'pipelines/child.orch.yaml'],
+      [6, 'pipelines/parent.orch.yaml'],
+    ]);
   });
 
   test("reports racing their project's deletion leave none of its lineage behind (attack finding F3)", async () => {

@@ -291,6 +291,31 @@ describeEachStore('streaming pipelines (E19)', (kind) => {
     }
   });
 
+  test('a run that ends before its first progress report records a START first, then FAIL or COMPLETE (OpenLineage: every run has a START)', async () => {
+    const id = (await api('POST', pipelines(), pipelineBody(agentId, 'early-end'))).body.streamingPipelineId;
+    const eventsOf = async (runId: string) => {
+      const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+      const events = page.body.results
+        .map((result: { event: any }) => result.event)
+        .filter((event: any) => event.run.runId === runId);
+      for (const event of events) assertRunEvent(event);
+      return events.map((event: any) => [event.eventType, event.outputs.map((output: any) => output.name)]);
+    };
+    // The run itself fails, or ends by itself, before any progress report.
+    for (const [outcome, expected] of [
+      [{ type: 'failed', body: { message: 'source unreachable' } }, 'FAIL'],
+      [{ type: 'done', body: { state: 'STOPPED' } }, 'COMPLETE'],
+    ] as const) {
+      assert.equal((await api('POST', `${pipelines()}/${id}/start`)).status, 202);
+      const run = await agentCall('GET', '/work?waitSeconds=2');
+      assert.equal((await agentCall('POST', `/work/${run.body.workId}/reports`, outcome)).status, 200);
+      assert.deepEqual(await eventsOf(run.body.workId), [
+        ['START', ['orders/public/orders']],
+        [expected, ['orders/public/orders']],
+      ]);
+    }
+  });
+
   test('a run whose agent vanished can be stopped by force; a late report then moves nothing', async () => {
     const created = await api('POST', pipelines(), pipelineBody(agentId, 'orphaned'));
     const id = created.body.streamingPipelineId;

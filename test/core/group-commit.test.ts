@@ -142,6 +142,44 @@ describe('group commit on SQLite: transactions of one turn share a commit, each 
     assert.throws(() => deferInsertOnSqlite(store.db.getExecutor().adapter, rows, [uniqueName(), 5]), /in a transaction/);
   });
 
+  test("a kind's committed() is told its rows once their group committed: never a failed transaction's, nor those of a commit that failed", async () => {
+    const told: string[] = [];
+    const rows: DeferredInsert = {
+      into: 'insert into grouped_deferred (name, n)',
+      columns: 2,
+      then: 'on conflict (name) do nothing',
+      key: 1,
+      committed: (written) => told.push(...written.map((row) => row[0] as string)),
+    };
+    const defer = (trx: Executor, name: string) => assert.ok(deferInsertOnSqlite(trx.getExecutor().adapter, rows, [name, 1]));
+    const [kept, failed, lost] = [uniqueName(), uniqueName(), uniqueName()];
+    const outcomes = await Promise.allSettled([
+      store.db
+        .transaction()
+        .execute(async (trx) => defer(trx, kept))
+        .then(() => told.includes(kept)),
+      store.db.transaction().execute(async (trx) => {
+        defer(trx, failed);
+        throw new Error('changed its mind');
+      }),
+    ]);
+    assert.deepEqual(
+      outcomes.map((outcome) => outcome.status),
+      ['fulfilled', 'rejected'],
+    );
+    assert.equal((outcomes[0] as PromiseFulfilledResult<boolean>).value, true, 'told before the transaction is answered');
+    // A deferred foreign key is checked at COMMIT: the group's commit fails, and nothing of it is told.
+    const failures = await Promise.allSettled([
+      store.db.transaction().execute(async (trx) => defer(trx, lost)),
+      store.db.transaction().execute((trx) => sql`insert into grouped_child (parent) values ('none')`.execute(trx)),
+    ]);
+    assert.deepEqual(
+      failures.map((outcome) => outcome.status),
+      ['rejected', 'rejected'],
+    );
+    assert.deepEqual(told, [kept]);
+  });
+
   test('a read outside a transaction commits the open group before it reads', async () => {
     const name = uniqueName();
     let read: Promise<boolean> | undefined;

@@ -5,7 +5,8 @@
 import { checkExpectedVersion } from '../../core/conditional.ts';
 import type { Db, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
-import { FAILURE_CODES } from '../../contract/work.ts';
+import { FAILURE_CODES, type ExecutionPayload } from '../../contract/work.ts';
+import { badRequest } from '../../core/problems.ts';
 import {
   agentsInContactSince,
   cancelAgentWork,
@@ -52,6 +53,28 @@ function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
 }
 
 /**
+ * The pipeline a reported step belongs to: the run's own, or the one its `childPipeline` names, which must be
+ * a pipeline of the work the agent holds (the files the run was given: its pipeline and the child pipelines
+ * it runs from its artifact version; for tests, the test pipelines); 400 naming the field otherwise. It is
+ * the step's job in lineage and the child pipeline the steps list shows: an agent names no other.
+ */
+function pipelineOfStep(work: AgentWork, run: { pipelineName: string | null; testName: string | null }, step: ReportedStep) {
+  const child = step.childPipeline;
+  if (child === undefined) return run.pipelineName ?? run.testName ?? '(tests)';
+  const payload = work.payload as Partial<ExecutionPayload> | null | undefined;
+  const held =
+    child === run.pipelineName ||
+    (typeof payload?.pipelines === 'object' && payload.pipelines !== null && Object.hasOwn(payload.pipelines, child)) ||
+    (Array.isArray(payload?.tests) && payload.tests.includes(child));
+  if (!held) {
+    throw badRequest('The step names a pipeline that is not part of this run.', [
+      'body.body.step.childPipeline: must be a pipeline of the run (its own or a child pipeline it runs)',
+    ]);
+  }
+  return child;
+}
+
+/**
  * Applies an agent's report to its run, in the transaction that records the report. A report on a run
  * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
  */
@@ -60,6 +83,7 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
   if (report.type === 'progress' && isStep(body.step)) {
+    const pipelineName = pipelineOfStep(work, run, body.step);
     await recordStep(trx, run.id, body.step);
     // The datasets the step read and wrote, as OpenLineage events of this run (the run's, not the report's, ids).
     const { lineage } = body.step as { lineage?: unknown };
@@ -70,8 +94,8 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
           accountId: run.accountId,
           projectId: run.projectId,
           executionId: run.id,
-          // A child pipeline's step is a step of that pipeline's job.
-          pipelineName: body.step.childPipeline ?? run.pipelineName ?? run.testName ?? '(tests)',
+          // A child pipeline's step is a step of that pipeline's job (one the run holds: pipelineOfStep).
+          pipelineName,
           step: body.step,
         },
         lineage,

@@ -21,7 +21,48 @@ const stepValues = (step: LineageStepRow) => ({
   bodyHash: step.bodyHash,
 });
 
-/** SQLite: the body unless the project has it already (each statement compiled once). */
+/**
+ * Bodies known to be in the store, by project: seen committed by this process (a step reports the same body
+ * run after run, and a body stays while its project does). A step whose body is known is written without
+ * it: the body's ~1 KB is neither sent nor looked up again. Learnt only once certain: on SQLite when the
+ * group that wrote it has committed (BODY_ROWS.committed); on PostgreSQL when inserting it found it there
+ * and the transaction had not inserted it itself (an insert `on conflict do nothing` that meets a row of a
+ * transaction in progress waits for its end: it meets only committed rows, or its own transaction's).
+ * Forgotten with the project's deletion in this process; another process's deletion leaves an entry that no
+ * step can use (the project's runs are gone with it, and its ids are never used again). And taken as known
+ * for KNOWN_FOR_MS after it was last seen stored, then sent again (once per body and 5 s): PostgreSQL can
+ * lose a commit this process saw (a failover to a standby that had not received it, a restore from a
+ * backup), and a step written without its body then would have no event; a look whether the body is there
+ * with every step costs a subquery's planning (bench/lineage.ts: +3 points on PostgreSQL), this at most 5 s
+ * of steps after such a loss.
+ */
+const knownBodies = new Map<string, Map<string, number>>();
+let knownCount = 0;
+const KNOWN_BODIES_KEPT = 20_000;
+/** How long a body is taken as stored after it was last seen so: the longest a lost commit can go unnoticed. */
+const KNOWN_FOR_MS = 5000;
+
+const isKnown = (projectId: string, hash: string) => {
+  const knownAt = knownBodies.get(projectId)?.get(hash);
+  return knownAt !== undefined && Date.now() - knownAt < KNOWN_FOR_MS;
+};
+
+function know(projectId: string, hash: string): void {
+  let hashes = knownBodies.get(projectId);
+  if (knownCount >= KNOWN_BODIES_KEPT) {
+    knownBodies.clear();
+    knownCount = 0;
+    hashes = undefined;
+  }
+  if (!hashes) knownBodies.set(projectId, (hashes = new Map()));
+  if (!hashes.has(hash)) knownCount += 1;
+  hashes.set(hash, Date.now());
+}
+
+/** PostgreSQL: the bodies each open transaction inserted itself (not committed before it ends: see knownBodies). */
+const insertedBy = new WeakMap<Executor, Set<string>>();
+
+/** The body unless the project has it already (each statement compiled once). */
 const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof LineageBodyTable>) =>
   db
     .insertInto('lineageBodies')
@@ -29,29 +70,53 @@ const insertBody = preparedQuery((db, body: Pick<LineageBodyTable, keyof Lineage
     .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
 );
 
-/** SQLite: the step (after its body; SQLite has no writable WITH, and a statement there is a call, not a round trip). */
+/** The step (on SQLite after its body: SQLite has no writable WITH, and a statement there is a call, not a round trip; alone where the body is known). */
 const insertStep = preparedQuery((db, step: LineageStepRow) =>
   db.insertInto('lineageSteps').values(stepValues(step)).returning('id'),
 );
 
-/** PostgreSQL: the body (unless the project has it) and the step in one statement, one round trip. */
+/**
+ * PostgreSQL: the body (unless the project has it) and the step in one statement, one round trip; answers
+ * whether the body was inserted.
+ */
 const insertBodyAndStep = preparedQuery((db, row: LineageStepRow & { body: string }) =>
   db
     .with('body', (qb) =>
       qb
         .insertInto('lineageBodies')
         .values({ projectId: row.projectId, hash: row.bodyHash, body: row.body })
-        .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing()),
+        .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing())
+        .returning('hash'),
     )
     .insertInto('lineageSteps')
     .values(stepValues(row))
-    .returning('id'),
+    .returning((eb) => [
+      'id',
+      eb
+        .selectFrom('body')
+        .select((b) => b.fn.countAll<string>().as('n'))
+        .as('bodiesInserted'),
+    ]),
 );
 
 /** Records a step's lineage: its row, and its body unless the project has that body already; answers the row's id. */
 export async function insertLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<number> {
+  if (isKnown(step.projectId, step.bodyHash)) {
+    const [row] = await insertStep(db, step);
+    return Number(row.id);
+  }
   if (statementsAreRoundTrips(db)) {
     const [row] = await insertBodyAndStep(db, { ...step, body });
+    const key = `${step.projectId} ${step.bodyHash}`;
+    let inserted = insertedBy.get(db);
+    if (!db.isTransaction) {
+      know(step.projectId, step.bodyHash); // the statement committed as it ended
+    } else if (Number(row.bodiesInserted) > 0) {
+      if (!inserted) insertedBy.set(db, (inserted = new Set()));
+      inserted.add(key);
+    } else if (!inserted?.has(key)) {
+      know(step.projectId, step.bodyHash);
+    }
     return Number(row.id);
   }
   await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
@@ -68,6 +133,10 @@ const BODY_ROWS: DeferredInsert = {
   then: 'on conflict (project_id, hash) do nothing',
   // A group's runs of one pipeline report the same bodies: each is sent once.
   key: 2,
+  // And once committed, not again (knownBodies).
+  committed: (rows) => {
+    for (const row of rows) know(row[0] as string, row[1] as string);
+  },
 };
 const STEP_ROWS: DeferredInsert = {
   into:
@@ -85,8 +154,11 @@ const STEP_ROWS: DeferredInsert = {
 export async function addLineageStep(db: Executor, step: LineageStepRow, body: string): Promise<void> {
   if (db.isTransaction && !statementsAreRoundTrips(db)) {
     const adapter = db.getExecutor().adapter;
-    if (deferInsertOnSqlite(adapter, BODY_ROWS, [step.projectId, step.bodyHash, body])) {
-      deferInsertOnSqlite(adapter, STEP_ROWS, [
+    if (
+      isKnown(step.projectId, step.bodyHash) ||
+      deferInsertOnSqlite(adapter, BODY_ROWS, [step.projectId, step.bodyHash, body])
+    ) {
+      const deferred = deferInsertOnSqlite(adapter, STEP_ROWS, [
         step.accountId,
         step.projectId,
         step.executionId,
@@ -99,7 +171,7 @@ export async function addLineageStep(db: Executor, step: LineageStepRow, body: s
         step.stepStatus,
         step.bodyHash,
       ]);
-      return;
+      if (deferred) return;
     }
   }
   await insertLineageStep(db, step, body);
@@ -118,6 +190,9 @@ export function lineageStepById(db: Executor, id: number) {
 
 /** A project's lineage, deleted with it (the rows hold the project without a foreign key). */
 export async function deleteProjectLineage(trx: Trx, accountId: string, projectId: string): Promise<void> {
+  // Forgotten first: a step of the project written meanwhile (or after a rollback of this) sends its body again.
+  knownCount -= knownBodies.get(projectId)?.size ?? 0;
+  knownBodies.delete(projectId);
   await trx.deleteFrom('lineageSteps').where('accountId', '=', accountId).where('projectId', '=', projectId).execute();
   await trx.deleteFrom('lineageBodies').where('projectId', '=', projectId).execute();
 }

@@ -396,7 +396,8 @@ function failureMessage(body: unknown): string {
 
 /**
  * The lineage of a run (its id: the start work's), as OpenLineage events of the streaming job: START with
- * the run's first progress report (every table of the definition, source → target), RUNNING when a table
+ * the run's first progress report (every table of the definition, source → target), or just before its end
+ * when it ends before one (OpenLineage requires a START and an end of every run), RUNNING when a table
  * gets its first rows of the run, COMPLETE when the run ends (by itself, or stopped: on the stop's report),
  * FAIL when it fails, ABORT when it is stopped by force (without its agent). The tables a report names
  * are checked against the definition (tablesFirstWritten); the datasets are named from the definition.
@@ -414,6 +415,11 @@ async function reportLineage(
   const { definition } = readStoredDefinition(row.definition);
   const at = { accountId, projectId: row.projectId, runId, jobName: row.name };
   if (typeof progress === 'string') {
+    // A run that ends before its first progress report (it failed to begin, or was stopped first) has had no
+    // START: OpenLineage wants one before a run's end (consumers such as Marquez open the run with it).
+    if (row.progress === null && progress !== 'ABORT') {
+      await recordStreamingLineage(db, { ...at, eventType: 'START', ...streamingDatasets(definition) });
+    }
     await recordStreamingLineage(db, { ...at, eventType: progress, ...streamingDatasets(definition) });
     return;
   }

@@ -43,6 +43,8 @@ export interface DeferredInsert {
   readonly then?: string;
   /** With `then` doing nothing on a conflict: rows whose first `key` values are an earlier row's of the group are not sent again. */
   readonly key?: number;
+  /** Told the rows of this kind that the group sent (those `where` kept are in the store) once its commit succeeded; must not throw. */
+  readonly committed?: (rows: readonly unknown[][]) => void;
 }
 
 const DATA_VERSION = CompiledQuery.raw('pragma data_version');
@@ -338,6 +340,7 @@ class GroupCommitDriver implements Driver {
       if (group.events.length > 0) await this.#writeEvents(group.events);
       for (const [insert, rows] of group.rows) await this.#writeRows(insert, rows);
       await this.#run('commit');
+      for (const [insert, rows] of group.rows) insert.committed?.(rows);
       group.settle();
       announceCommitted(group.events);
     } catch (error) {
