@@ -273,6 +273,9 @@ describeEachStore('lineage events', (kind) => {
     // Days that are not in the calendar are refused, not rolled over into the next month (attack finding F4).
     for (const day of ['2026-02-30', '2026-11-31T10:00:00Z', '2026-13-01'])
       expectProblem(await api('GET', `/lineage/events?generatedFrom=${day}`), 400);
+    // Years before 100 are years of the calendar too (Date.UTC would read 0099 as 1999: attack finding A20).
+    assert.equal((await api('GET', '/lineage/events?generatedFrom=0099-01-01&generatedBefore=0099-01-02')).status, 200);
+    assert.equal((await api('GET', '/lineage/events?generatedFrom=0000-01-01&generatedBefore=0000-01-20')).status, 200);
     expectProblem(await server.api('GET', '/lineage/events'), 401);
   });
 

@@ -426,7 +426,9 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
 /** Whether the YYYY-MM-DD that `iso` begins with is a day of the calendar (Date.parse takes 2026-02-30 as March 2nd). */
 function isCalendarDate(iso: string): boolean {
   const [year, month, day] = iso.slice(0, 10).split('-').map(Number);
-  const date = new Date(Date.UTC(year, month - 1, day));
+  // setUTCFullYear, not Date.UTC: Date.UTC takes years 0 to 99 as 1900 to 1999.
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
   return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day;
 }
 
