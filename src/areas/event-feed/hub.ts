@@ -233,10 +233,11 @@ export class FeedHub {
   ) {}
 
   /**
-   * Counts a stream of `clientId` about to open on `socket` until the socket closes; 429 when the client
-   * already holds streamsPerClient of them on this process (each holds a connection for hours).
+   * Counts a stream of `clientId` about to open (until subscribe()'s socket closes: no listener of its own, since
+   * every byte of an idle stream counts at 10,000 of them); 429 when the client already holds streamsPerClient
+   * of them on this process (each holds a connection for hours).
    */
-  admit(clientId: string, socket: Socket): void {
+  admit(clientId: string): void {
     const open = this.openPerClient.get(clientId) ?? 0;
     const limit = this.settings.streamsPerClient;
     if (open >= limit) {
@@ -247,11 +248,13 @@ export class FeedHub {
       );
     }
     this.openPerClient.set(clientId, open + 1);
-    socket.once('close', () => {
-      const left = (this.openPerClient.get(clientId) ?? 1) - 1;
-      if (left > 0) this.openPerClient.set(clientId, left);
-      else this.openPerClient.delete(clientId);
-    });
+  }
+
+  /** A stream admit() counted has ended. */
+  private release(clientId: string): void {
+    const left = (this.openPerClient.get(clientId) ?? 1) - 1;
+    if (left > 0) this.openPerClient.set(clientId, left);
+    else this.openPerClient.delete(clientId);
   }
 
   get subscriberCount(): number {
@@ -274,7 +277,10 @@ export class FeedHub {
     before?: Set<number>,
   ): void {
     // Gone already (its 'close' came and went): nothing to follow.
-    if (socket.destroyed) return;
+    if (socket.destroyed) {
+      this.release(access.clientId);
+      return;
+    }
     this.start();
     let feed = this.feeds.get(accountId);
     if (!feed) {
@@ -284,6 +290,7 @@ export class FeedHub {
     const subscriber = new Subscriber(feed, socket, filter, cursor, access, before?.size ? before : undefined);
     feed.subscribers.add(subscriber);
     socket.on('close', () => {
+      this.release(access.clientId);
       subscriber.closed = true;
       feed.subscribers.delete(subscriber);
       if (feed.subscribers.size === 0 && this.feeds.get(accountId) === feed) {

@@ -75,13 +75,13 @@ export async function eventFeedRoutes(fastify: FastifyInstance): Promise<void> {
       // Starting "now": events past the safe point that committed already (PostgreSQL commits ids out of
       // order) happened before the client subscribed, and are not sent.
       const before = resume === undefined ? await committedAfter(app.store.db, accountId, head) : undefined;
-      const socket = request.raw.socket;
-      hub.admit(request.principal.clientId, socket); // 429 past DPC_EVENTS_STREAMS_PER_CLIENT
+      hub.admit(request.principal.clientId); // 429 past DPC_EVENTS_STREAMS_PER_CLIENT; counted until subscribe()'s socket closes
       reply.hijack();
       // A stream holds its connection for hours, thousands at once, so it is written straight to the socket:
       // no chunked framing, no ServerResponse header block kept for the connection's life, and nothing of the
       // request it no longer needs (its headers, the bearer token most of them, were read). The answer is
       // delimited by the connection's close, as HTTP/1.1 allows for an answer without a length.
+      const socket = request.raw.socket;
       request.raw.rawHeaders = [];
       request.raw.headers = {};
       // Sent with the head, so that a client knows it is subscribed before the first event.
