@@ -255,7 +255,8 @@ export class WebhookService {
     named?: (webhookId: string) => void,
   ): Promise<Webhook & { signingSecret: string }> {
     await this.checkUrl(body.url);
-    // Before the write: a wake-up between its commit and a later line would pass the account over.
+    // Before the write (a wake-up between its commit and a later line would pass the account over) and after it
+    // (a poll that began reading before the commit would not find it, and replaces what it knew when it ends).
     this.webhooksGivenTo(accountId);
     const secret = newSigningSecret();
     const row = await this.app.store.db.transaction().execute(async (trx) => {
@@ -279,6 +280,7 @@ export class WebhookService {
       named?.(created.id);
       return { ...created, sealedSecret };
     });
+    this.webhooksGivenTo(accountId);
     return { ...toWebhook(row), signingSecret: secret };
   }
 
@@ -312,9 +314,8 @@ export class WebhookService {
    */
   async update(accountId: string, webhookId: string, body: UpdateWebhookRequest): Promise<Webhook> {
     if (body.url !== undefined) await this.checkUrl(body.url);
-    if (body.enabled === true) this.webhooksGivenTo(accountId); // before the write, as in create
-
-    return this.app.store.db.transaction().execute(async (trx) => {
+    if (body.enabled === true) this.webhooksGivenTo(accountId); // before the write and after it, as in create
+    const updated = await this.app.store.db.transaction().execute(async (trx) => {
       const row = await requireWebhook(trx, accountId, webhookId);
       await checkProject(trx, accountId, body.projectId);
       const changes: Partial<WebhookRow> = {
@@ -339,6 +340,8 @@ export class WebhookService {
       }
       return toWebhook({ ...row, ...changes });
     });
+    if (body.enabled === true) this.webhooksGivenTo(accountId);
+    return updated;
   }
 
   /** Deletes the account's webhook and its delivery log; a 404 when there is none. */
