@@ -77,11 +77,16 @@ class SqlChecks {
     try {
       for (let next = this.#queue.shift(); next; next = this.#queue.shift()) {
         const left = next.notAfter - performance.now();
-        next.resolve(
-          left <= 0
-            ? { parses: undefined, why: `not checked: the review's ${REVIEW_MS / 1000} s for its SQL ran out` }
-            : await this.#parse(next, Math.min(STATEMENT_MS, left)),
-        );
+        try {
+          next.resolve(
+            left <= 0
+              ? { parses: undefined, why: `not checked: the review's ${REVIEW_MS / 1000} s for its SQL ran out` }
+              : await this.#parse(next, Math.min(STATEMENT_MS, left)),
+          );
+        } catch (error) {
+          // No grammar of that name, or no worker to be had: said, and the next statement goes on.
+          next.resolve({ parses: undefined, why: `not checked: ${(error as Error).message}` });
+        }
       }
     } finally {
       this.#running = false;
@@ -90,6 +95,7 @@ class SqlChecks {
   }
 
   #parse(pending: Pending, ms: number): Promise<SqlVerdict> {
+    const module = sqlParserModule(pending.grammar); // throws for a grammar there is none of, before the worker is asked
     const worker = (this.#worker ??= this.#start());
     return new Promise((resolve) => {
       const settle = (verdict: SqlVerdict, end: boolean) => {
@@ -111,7 +117,7 @@ class SqlChecks {
       const exited = () => settle({ parses: undefined, why: 'not checked: parsing it took more memory than a check may' }, true);
       worker.on('message', answered);
       worker.once('exit', exited);
-      worker.postMessage({ module: sqlParserModule(pending.grammar), grammar: pending.grammar, sql: pending.sql });
+      worker.postMessage({ module, grammar: pending.grammar, sql: pending.sql });
     });
   }
 
