@@ -18,7 +18,8 @@ import type { SecretBox } from '../../core/secret-box.ts';
 import { agentNamed, readAgentCredentials } from './service.ts';
 
 export const HOSTED_AGENT_NAME = 'platform-hosted';
-const HOSTED_TYPE = 'PLATFORM_HOSTED';
+/** The type of the account's platform-hosted agent (runs on it are priced by it: consumption). */
+export const HOSTED_TYPE = 'PLATFORM_HOSTED';
 const DPC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../bin/dpc.js');
 /** How often each instance looks for hosted agents it does not run yet (created by another instance). */
 const SWEEP_MS = 5000;

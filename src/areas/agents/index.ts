@@ -17,4 +17,4 @@ export {
 } from './work.ts';
 export { AgentWorkReports } from './work-reports.ts';
 export { AgentDeletion } from './deletion.ts';
-export { HostedAgents, hostedAgentOf, HOSTED_AGENT_NAME } from './hosted.ts';
+export { HostedAgents, hostedAgentOf, HOSTED_AGENT_NAME, HOSTED_TYPE } from './hosted.ts';

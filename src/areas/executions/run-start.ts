@@ -7,7 +7,7 @@
  */
 import type { Executor } from '../../core/db/database.ts';
 import { badRequest, notFound, ProblemError } from '../../core/problems.ts';
-import { hostedAgentOf, requireAgent } from '../agents/index.ts';
+import { HOSTED_TYPE, hostedAgentOf, requireAgent } from '../agents/index.ts';
 import { artifactFilePaths, artifactFileText, requireArtifact } from '../artifacts/index.ts';
 import { requireEnvironment, type WarehouseSettings } from '../environments/index.ts';
 import { connectionSecret } from '../connections/index.ts';
@@ -70,9 +70,6 @@ function requirePipelinePath(paths: string[], name: string, field: string, what 
  * The agent that runs the work: the one named (of the caller's account), else the environment's default,
  * else (when the server runs them) the account's platform-hosted agent.
  */
-/** The type of the account's platform-hosted agent. */
-const PLATFORM_HOSTED = 'PLATFORM_HOSTED';
-
 async function chooseAgent(
   db: Executor,
   accountId: string,
@@ -81,7 +78,7 @@ async function chooseAgent(
   hosted: boolean,
 ) {
   const agentId = named ?? environmentDefault;
-  if (agentId === null && hosted) return { agentId: await hostedAgentOf(db, accountId), agentType: PLATFORM_HOSTED };
+  if (agentId === null && hosted) return { agentId: await hostedAgentOf(db, accountId), agentType: HOSTED_TYPE };
   if (agentId === null) {
     throw badRequest('The environment has no default agent; name one.', [
       'agentId: required, the environment has no default agent',
