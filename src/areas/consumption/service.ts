@@ -157,7 +157,6 @@ function labelsOf(
     labels.agentId = row.agentId;
     const agent = agents.get(row.agentId);
     if (agent) Object.assign(labels, { agentName: agent.name, agentType: agent.agentType });
-    else if (row.agentType !== null) labels.agentType = row.agentType; // a deleted agent: the type its runs ran as
   }
   if (groups.includes('pipeline')) labels.pipelineName = row.pipelineName;
   return labels;
