@@ -42,6 +42,12 @@ interface TokenSettings {
 // Verified tokens are remembered until they expire, so a hot path pays for the signature check once.
 const CACHE_LIMIT = 10_000;
 
+/** Keeps `value` for `token` in `cache`, forgetting the oldest past CACHE_LIMIT. */
+function remember<T>(cache: Map<string, T>, token: string, value: T): void {
+  if (cache.size >= CACHE_LIMIT) cache.delete(cache.keys().next().value!);
+  cache.set(token, value);
+}
+
 export class TokenService {
   readonly keys: KeyRing;
   private readonly verified = new Map<string, { principal: Principal; expiresAt: number }>();
@@ -142,8 +148,7 @@ export class TokenService {
     }
     if (this.revoked.has(sub)) throw new InvalidToken('the client was revoked');
     const principal: Principal = { clientId: sub, accountId, role };
-    if (this.verified.size >= CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value!);
-    this.verified.set(token, { principal, expiresAt: exp * 1000 });
+    remember(this.verified, token, { principal, expiresAt: exp * 1000 });
     return principal;
   }
 
@@ -168,8 +173,7 @@ export class TokenService {
       throw new InvalidToken('the agent operations take only an agent token (from the credentials of an agent)');
     }
     const principal: AgentPrincipal = { clientId: sub, accountId, agentId };
-    if (this.verifiedAgents.size >= CACHE_LIMIT) this.verifiedAgents.delete(this.verifiedAgents.keys().next().value!);
-    this.verifiedAgents.set(token, { principal, expiresAt: exp! * 1000 });
+    remember(this.verifiedAgents, token, { principal, expiresAt: exp! * 1000 });
     return principal;
   }
 
