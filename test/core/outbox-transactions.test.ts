@@ -7,6 +7,16 @@ import { emit } from '../../src/core/outbox.ts';
 import { writeContext, type PendingWriteEvent } from '../../src/core/db/deferred-events.ts';
 
 /** Issue 33: an event is written in the transaction of its change, audited API writes included. */
+/** The pending event of an audited write of `type`, as the audit plugin hands it to the request's transactions. */
+function pendingWriteEvent(accountId: string, type: string): PendingWriteEvent {
+  return {
+    event: () => ({ accountId, type, projectId: null, subject: 'tests', data: '{}', occurredAt: new Date().toISOString() }),
+    written: false,
+    committing: false,
+    closed: false,
+  };
+}
+
 describeEachStore('outbox events go with their transaction', (kind) => {
   let server: TestServer;
   let caller: Caller;
@@ -102,19 +112,7 @@ describeEachStore('outbox events go with their transaction', (kind) => {
   test('a transaction writes any number of events (past 4,095, a PostgreSQL id block), with its audited event first, in order', async () => {
     const accountId = caller.accountId;
     const count = 10_000;
-    const pending: PendingWriteEvent = {
-      event: () => ({
-        accountId,
-        type: 'tests.many',
-        projectId: null,
-        subject: 'tests',
-        data: '{}',
-        occurredAt: new Date().toISOString(),
-      }),
-      written: false,
-      committing: false,
-      closed: false,
-    };
+    const pending = pendingWriteEvent(accountId, 'tests.many');
     const before = (await eventsOf(accountId)).length;
     await writeContext.run(pending, () =>
       server.db.transaction().execute(async (trx) => {
@@ -155,19 +153,7 @@ describeEachStore('outbox events go with their transaction', (kind) => {
 
   test("a pending write event goes with the first of the request's transactions that changes something, once", async () => {
     const accountId = caller.accountId;
-    const pending: PendingWriteEvent = {
-      event: () => ({
-        accountId,
-        type: 'tests.created',
-        projectId: null,
-        subject: 'tests',
-        data: '{}',
-        occurredAt: new Date().toISOString(),
-      }),
-      written: false,
-      committing: false,
-      closed: false,
-    };
+    const pending = pendingWriteEvent(accountId, 'tests.created');
     const count = async () => (await eventsOf(accountId, 'tests.created')).length;
     await writeContext.run(pending, async () => {
       // Reads only: nothing to announce.
