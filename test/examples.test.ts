@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, test } from 'node:test';
 import { describeEachStore, scratchStore } from './helpers/harness.ts';
 import { runDpc, spawnAgent, spawnServe } from './helpers/processes.ts';
+import { assertRunEvent } from './helpers/openlineage.ts';
 
 const EXAMPLES = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../examples');
 
@@ -125,7 +126,9 @@ describeEachStore('the first pipeline of the README', (kind) => {
     const since = new Date(Date.now() - 3_600_000).toISOString();
     const lineage = api('GET', `/v1/lineage/events?generatedFrom=${since}&size=100`).results as {
       event: {
-        run: { runId: string };
+        eventType: string;
+        run: { runId: string; facets?: { parent?: { run: { runId: string }; job: { name: string } } } };
+        job: { name: string };
         inputs: { name: string }[];
         outputs: {
           name: string;
@@ -133,9 +136,27 @@ describeEachStore('the first pipeline of the README', (kind) => {
         }[];
       };
     }[];
-    const ofRun = lineage.filter((item) => item.event.run.runId === loaded.id);
+    // The run is one OpenLineage run (START, its steps' datasets, COMPLETE); the transformation it runs ("Build
+    // mart", run-transformation) is a run of its own, whose parent run facet names the load's run and job.
+    const child = lineage.find((item) => item.event.run.facets?.parent?.run.runId === loaded.id)?.event.run.runId;
+    assert.ok(child, JSON.stringify(lineage.map((item) => item.event.run)));
+    const ofRun = lineage.filter((item) => [loaded.id, child].includes(item.event.run.runId));
+    for (const item of ofRun) assertRunEvent(item.event);
+    assert.deepEqual(
+      ofRun
+        .filter((item) => item.event.eventType !== 'RUNNING')
+        .map((item) => [item.event.eventType, item.event.run.runId === child ? 'child' : 'run', item.event.job.name]),
+      [
+        ['START', 'run', 'pipelines/load-orders.orch.yaml'],
+        ['START', 'child', 'pipelines/sales-mart.tran.yaml'],
+        ['COMPLETE', 'child', 'pipelines/sales-mart.tran.yaml'],
+        ['COMPLETE', 'run', 'pipelines/load-orders.orch.yaml'],
+      ],
+    );
     const mart = ofRun.find((item) => item.event.outputs.some((output) => output.name.endsWith('.mart_sales_by_customer')));
     assert.ok(mart, JSON.stringify(ofRun.map((item) => item.event.outputs)));
+    assert.equal(mart.event.run.runId, child, "the mart's step is of the transformation's run");
+    assert.equal(mart.event.job.name, 'pipelines/sales-mart.tran.yaml');
     assert.deepEqual(mart.event.inputs.map((input) => input.name.split('.').pop()).sort(), ['raw_customers', 'raw_orders']);
     assert.ok(ofRun.some((item) => item.event.outputs.some((output) => output.name.endsWith('.raw_orders'))));
     // Column lineage, traced through filter, join, aggregate and rename: each mart column's input columns.

@@ -34,10 +34,20 @@ export interface Step {
   message?: string;
   /** The pipeline file the step belongs to, when it is not the run's own (tests, child pipelines). */
   childPipeline?: string;
+  /** A child pipeline's step: the index of the step that runs that pipeline (its run in lineage). */
+  parentStep?: number;
+  /** A step that runs a child pipeline (run-orchestration, run-transformation): that pipeline, once it is known. */
+  runsPipeline?: string;
   /** The datasets the step read and wrote, when it ran SQL the parser could read (reported when it ends). */
   lineage?: StepLineage;
   /** Rows the step's SQL wrote, where the warehouse tells (RunResult.rowsWritten); absent when not known. */
   rowsWritten?: number;
+}
+
+/** The child pipeline a step belongs to, and the step that runs it (absent for a test run's test pipelines). */
+interface ChildOf {
+  pipeline: string;
+  parentStep?: number;
 }
 
 /** What a component's work answers: its step's message, the datasets it read and wrote, the rows it wrote. */
@@ -318,13 +328,14 @@ class Run {
   }
 
   /** Runs `work` as one reported step; answers whether it succeeded. */
-  async step(name: string, childPipeline: string | undefined, work: () => Promise<WorkAnswer>, skipped = false): Promise<Step> {
+  async step(name: string, child: ChildOf | undefined, work: (step: Step) => Promise<WorkAnswer>, skipped = false): Promise<Step> {
     const step: Step = {
       index: (this.options.firstIndex ?? 0) + this.steps.length,
       name,
       status: 'RUNNING',
       startedAt: this.clock().toISOString(),
-      ...(childPipeline !== undefined && { childPipeline }),
+      ...(child !== undefined && { childPipeline: child.pipeline }),
+      ...(child?.parentStep !== undefined && { parentStep: child.parentStep }),
     };
     this.steps.push(step);
     await this.options.onStep?.({ ...step });
@@ -335,7 +346,7 @@ class Run {
       try {
         // Stopped while its start was reported (a cancel, or the server ended the delivery): the step does nothing.
         this.signal.throwIfAborted();
-        const answer = await work();
+        const answer = await work(step);
         this.signal.throwIfAborted();
         step.status = 'SUCCESS';
         const message = typeof answer === 'object' ? answer.message : answer;
@@ -362,7 +373,7 @@ class Run {
   }
 
   /** Walks `pipeline` from its start component. */
-  async walk(pipeline: Pipeline, scope: Scope, childPipeline: string | undefined): Promise<Outcome> {
+  async walk(pipeline: Pipeline, scope: Scope, child: ChildOf | undefined): Promise<Outcome> {
     const components = [...pipeline.components.values()];
     const start = components.find((component) => component.type === 'start')!;
     // An `and` runs once every component with a transition to it has arrived there.
@@ -399,9 +410,9 @@ class Run {
       let branch: boolean | undefined;
       const step = await this.step(
         component.name,
-        childPipeline,
-        async () => {
-          const answer = await this.execute(component, pipeline, scope, childPipeline);
+        child,
+        async (step) => {
+          const answer = await this.execute(component, pipeline, scope, child, step);
           if (typeof answer === 'object') branch = answer.branch;
           return answer;
         },
@@ -450,7 +461,8 @@ class Run {
     component: Component,
     pipeline: Pipeline,
     scope: Scope,
-    childPipeline: string | undefined,
+    child: ChildOf | undefined,
+    step: Step,
   ): Promise<string | undefined | { message: string; branch?: boolean; lineage?: StepLineage; rowsWritten?: number }> {
     const p = component.parameters;
     const text = (name: string) => substitute(p[name], scope.values());
@@ -560,13 +572,13 @@ class Run {
       case 'fixed-iterator':
       case 'grid-iterator':
       case 'table-iterator':
-        return this.iterate(component, pipeline, scope, childPipeline);
+        return this.iterate(component, pipeline, scope, child);
       case 'retry':
-        return this.retry(component, pipeline, scope, childPipeline);
+        return this.retry(component, pipeline, scope, child);
       case 'run-orchestration':
-        return this.runChildOrchestration(component, scope);
+        return this.runChildOrchestration(component, scope, step);
       case 'run-transformation':
-        return this.runChildTransformation(component, scope);
+        return this.runChildTransformation(component, scope, step);
       case 'python-script':
       case 'bash-script':
         return this.script(component, scope);
@@ -696,10 +708,10 @@ class Run {
     component: Component,
     pipeline: Pipeline,
     scope: Scope,
-    childPipeline: string | undefined,
+    child: ChildOf | undefined,
   ): Promise<string> {
     const target = this.attached(component, pipeline);
-    const frame = `${component.name}${childPipeline ? ` (${childPipeline})` : ''}`;
+    const frame = `${component.name}${child ? ` (${child.pipeline})` : ''}`;
     this.nest(scope, frame);
     const values = await this.iterations(component, pipeline, scope);
     const concurrent = String(component.parameters.concurrency ?? 'Sequential').toLowerCase() === 'concurrent';
@@ -715,8 +727,8 @@ class Run {
         const index = next++;
         const iteration = scope.copy(frame);
         for (const [name, value] of Object.entries(values[index])) iteration.set(name, value);
-        const step = await this.step(`${target.name}`, childPipeline, async () => {
-          const answer = await this.execute(target, pipeline, iteration, childPipeline);
+        const step = await this.step(`${target.name}`, child, async (running) => {
+          const answer = await this.execute(target, pipeline, iteration, child, running);
           const said = typeof answer === 'object' ? answer.message : answer;
           const described = Object.entries(values[index])
             .map(([name, value]) => `${name}=${String(value)}`)
@@ -743,10 +755,10 @@ class Run {
     component: Component,
     pipeline: Pipeline,
     scope: Scope,
-    childPipeline: string | undefined,
+    child: ChildOf | undefined,
   ): Promise<string> {
     const target = this.attached(component, pipeline);
-    const frame = `${component.name}${childPipeline ? ` (${childPipeline})` : ''}`;
+    const frame = `${component.name}${child ? ` (${child.pipeline})` : ''}`;
     this.nest(scope, frame);
     const within = scope.within(frame);
     const retries = Math.max(
@@ -756,8 +768,8 @@ class Run {
     const delay = Math.max(0, Number(substitute(component.parameters.retryDelay ?? 0, scope.values())) || 0);
     for (let attempt = 0; attempt <= retries; attempt += 1) {
       if (attempt > 0 && delay > 0) await sleep(delay * 1000, this.signal);
-      const step = await this.step(target.name, childPipeline, async () => {
-        return this.execute(target, pipeline, within, childPipeline);
+      const step = await this.step(target.name, child, async (running) => {
+        return this.execute(target, pipeline, within, child, running);
       });
       if (step.status === 'SUCCESS') return `Succeeded on attempt ${attempt + 1}.`;
       this.signal.throwIfAborted();
@@ -800,21 +812,34 @@ class Run {
     return { path, pipeline: parsePipelineFile(pipelines[path]) };
   }
 
-  private async runChildOrchestration(component: Component, scope: Scope): Promise<string> {
+  /**
+   * The step running a child pipeline names it (`runsPipeline`), reported again as running once the path is
+   * known: the server starts the child's run in lineage with it, and ends that run when the step ends. The
+   * child's steps name this step (`parentStep`).
+   */
+  private async runs(invoking: Step, path: string): Promise<ChildOf> {
+    invoking.runsPipeline = path;
+    await this.options.onStep?.({ ...invoking });
+    return { pipeline: path, parentStep: invoking.index };
+  }
+
+  private async runChildOrchestration(component: Component, scope: Scope, invoking: Step): Promise<string> {
     const { path, pipeline } = this.childFile(component, 'orchestrationJob', PIPELINE_SUFFIXES.orchestration, scope);
     if (pipeline.kind !== 'orchestration') throw new Error(`orchestrationJob: "${path}" is not an orchestration pipeline.`);
     this.nest(scope, path);
-    const outcome = await this.walk(pipeline, this.childScope(component, pipeline, path, scope), path);
+    const childScope = this.childScope(component, pipeline, path, scope);
+    const outcome = await this.walk(pipeline, childScope, await this.runs(invoking, path));
     if (outcome.status === 'CANCELLED') this.signal.throwIfAborted();
     if (outcome.status !== 'SUCCESS') throw new Error(`Child pipeline "${path}" failed: ${outcome.message}`);
     return `Child pipeline "${path}" succeeded.`;
   }
 
-  private async runChildTransformation(component: Component, scope: Scope): Promise<string> {
+  private async runChildTransformation(component: Component, scope: Scope, invoking: Step): Promise<string> {
     const { path, pipeline } = this.childFile(component, 'transformationJob', PIPELINE_SUFFIXES.transformation, scope);
     if (pipeline.kind !== 'transformation') throw new Error(`transformationJob: "${path}" is not a transformation pipeline.`);
     const warehouse = await this.warehouse();
     const childScope = this.childScope(component, pipeline, path, scope);
+    const child = await this.runs(invoking, path);
     const outputs = compileTransformation(pipeline, {
       dialect: warehouse.dialect,
       variables: childScope.values(),
@@ -823,7 +848,7 @@ class Run {
     });
     let failed: string | undefined;
     for (const output of outputs) {
-      const step = await this.step(output.component, path, async () => {
+      const step = await this.step(output.component, child, async () => {
         // One script: where the warehouse runs a script as one transaction (PostgreSQL), a truncate or
         // drop and the write that follows it happen together or not at all.
         const script = output.statements.join(';\n');
@@ -877,7 +902,8 @@ class Run {
 export async function runPipeline(pipeline: Pipeline, options: RunOptions): Promise<RunOutcome> {
   const run = new Run(options);
   try {
-    const outcome = await run.walk(pipeline, new Scope(options.variables, pipeline.variables), options.childPipeline);
+    const child = options.childPipeline === undefined ? undefined : { pipeline: options.childPipeline };
+    const outcome = await run.walk(pipeline, new Scope(options.variables, pipeline.variables), child);
     return { ...outcome, steps: run.steps };
   } finally {
     await run.closeWarehouse();

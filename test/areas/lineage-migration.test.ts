@@ -18,7 +18,8 @@ test('events stored whole before migration 0038 read back the same once stored a
     await store.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
-  const { '0038_lineage_compact': _compact, ...before } = migrationsFor('sqlite');
+  // 0046 (run events) builds on 0038's table: it runs after it, and the moved events read the same after both.
+  const { '0038_lineage_compact': _compact, '0046_lineage_runs': _runs, ...before } = migrationsFor('sqlite');
   const first = await new Migrator({ db: store.db, provider: { getMigrations: async () => before } }).migrateToLatest();
   assert.equal(first.error, undefined);
   const { accountId } = await createAccount(store.db, 'migrated');
@@ -76,7 +77,7 @@ test('events stored whole before migration 0038 read back the same once stored a
       })
       .execute();
   }
-  assert.deepEqual(await migrate(store), ['0038_lineage_compact']);
+  assert.deepEqual(await migrate(store), ['0038_lineage_compact', '0046_lineage_runs']);
   const page = await listLineageEvents(store.db, accountId, {
     generatedFrom: '2026-11-25',
     generatedBefore: '2026-11-26',

@@ -41,6 +41,10 @@ describeEachStore('lineage events', (kind) => {
       'pipelines/check.orch.yaml': CHECKING,
       'pipelines/parent.orch.yaml': PARENT,
       'pipelines/child.orch.yaml': CHECKING,
+      // outer → middle → inner: a child pipeline that runs one of its own.
+      'pipelines/outer.orch.yaml': runs('pipelines/middle'),
+      'pipelines/middle.orch.yaml': runs('pipelines/inner'),
+      'pipelines/inner.orch.yaml': CHECKING,
       // Of the version, but no part of a run of check or parent.
       'pipelines/other.orch.yaml': CHECKING,
     });
@@ -58,6 +62,19 @@ describeEachStore('lineage events', (kind) => {
         orchestrationJob: "pipelines/child"
 `);
 
+  /** start → a run-orchestration of `child`. */
+  function runs(child: string) {
+    return orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Run child"]
+    Run child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "${child}"
+`);
+  }
+
   /** Starts a run and takes its work as the agent. */
   async function startRun(pipelineName = 'pipelines/check.orch.yaml') {
     const started = await api('POST', `/projects/${projectId}/pipeline-executions`, {
@@ -74,6 +91,40 @@ describeEachStore('lineage events', (kind) => {
   const orders = { namespace: 'postgres://db.internal:5432', name: 'shop.public.orders' };
   const customers = { namespace: 'postgres://db.internal:5432', name: 'shop.public.customers' };
   const mart = { namespace: 'postgres://db.internal:5432', name: 'shop.marts.daily_orders' };
+
+  /** The lineage events of the last minute, as a catalogue pages them. */
+  async function recentEvents(): Promise<any[]> {
+    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
+    assert.equal(page.status, 200, page.text);
+    for (const result of page.body.results) assertRunEvent(result.event);
+    return page.body.results.map((result: { event: unknown }) => result.event);
+  }
+
+  /**
+   * The events of an execution's runs, in the order recorded: its own run's (run id the execution id) and its
+   * child pipelines' (whose START names the execution at the root of their parent facet).
+   */
+  async function eventsOfExecution(executionId: string): Promise<any[]> {
+    const events = await recentEvents();
+    const runs = new Set([executionId]);
+    for (const event of events) if (event.run.facets?.parent?.root?.run.runId === executionId) runs.add(event.run.runId);
+    return events.filter((event) => runs.has(event.run.runId));
+  }
+
+  /** A progress report of a step (finished now unless RUNNING). */
+  const stepReport = (index: number, fields: Record<string, unknown> = {}) => ({
+    type: 'progress',
+    body: {
+      step: {
+        index,
+        name: `Step ${index}`,
+        status: 'SUCCESS',
+        startedAt: new Date().toISOString(),
+        ...(fields.status !== 'RUNNING' && { finishedAt: new Date().toISOString() }),
+        ...fields,
+      },
+    },
+  });
 
   test("a step's datasets become a run event of the pipeline's job; a catalogue reads them back", async () => {
     const { executionId, workId } = await startRun();
@@ -118,11 +169,29 @@ describeEachStore('lineage events', (kind) => {
       viewer,
     );
     assert.equal(page.status, 200, page.text);
-    assert.equal(page.body.total, 1);
-    const [{ id, event }] = page.body.results;
+    // One OpenLineage run: its START when the execution was created, the step that read and wrote data, its end.
+    assert.deepEqual(
+      page.body.results.map((result: { event: { eventType: string; run: { runId: string } } }) => [
+        result.event.eventType,
+        result.event.run.runId,
+      ]),
+      [
+        ['START', executionId],
+        ['RUNNING', executionId],
+        ['COMPLETE', executionId],
+      ],
+    );
+    for (const { event } of page.body.results) {
+      assert.equal(event.job.name, 'pipelines/check.orch.yaml');
+      assert.equal(event.job.facets.jobType.processingType, 'BATCH');
+      assertRunEvent(event);
+    }
+    const [start, { id, event }, complete] = page.body.results.map((result: unknown) => result) as any[];
+    assert.deepEqual([start.event.inputs, start.event.outputs, complete.event.inputs, complete.event.outputs], [[], [], [], []]);
+    assert.equal(start.event.run.facets, undefined, 'a run-level event names no step');
+    assert.ok(start.event.eventTime <= event.eventTime && event.eventTime <= complete.event.eventTime);
     assert.match(id, /^\d+$/);
-    assert.equal(event.eventType, 'COMPLETE');
-    assert.equal(event.run.runId, executionId);
+    assert.equal(event.run.facets.dpc_step.status, 'SUCCESS');
     assert.deepEqual(event.job.namespace, `dpc://${caller.accountId}.${projectId}`);
     assert.equal(event.job.name, 'pipelines/check.orch.yaml');
     assert.equal(event.job.facets.sql.query, 'insert into marts.daily_orders select ...');
@@ -253,8 +322,9 @@ describeEachStore('lineage events', (kind) => {
   test("windows: at most 31 days, in order, paged; another account's events are never shown", async () => {
     const from = new Date(Date.now() - 3_600_000).toISOString();
     const mine = await api('GET', `/lineage/events?generatedFrom=${from}&size=1&page=0`);
-    assert.equal(mine.body.total, 1);
+    assert.ok(mine.body.total > 1, mine.text);
     assert.equal(mine.body.size, 1);
+    assert.equal(mine.body.results.length, 1);
     const other = await server.newAccount('other');
     const theirs = await api('GET', `/lineage/events?generatedFrom=${from}`, undefined, other.token);
     assert.deepEqual(theirs.body, { page: 0, results: [], size: 25, total: 0 });
@@ -313,15 +383,168 @@ describeEachStore('lineage events', (kind) => {
     assert.equal((await report(5, 'pipelines/child.orch.yaml')).status, 200);
     assert.equal((await report(6, 'pipelines/parent.orch.yaml')).status, 200);
     await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
-    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
-    const jobs = page.body.results
-      .map((result: { event: any }) => result.event)
-      .filter((event: any) => event.run.runId === executionId)
-      .map((event: any) => [event.run.facets.dpc_step.index, event.job.name]);
-    assert.deepEqual(jobs, [
-      [5, 'pipelines/child.orch.yaml'],
-      [6, 'pipelines/parent.orch.yaml'],
-    ]);
+    // A child pipeline's step that names no step running it is of that pipeline's one run in the execution:
+    // started with its first step, ended with the execution.
+    const events = await eventsOfExecution(executionId);
+    const child = events.find((event) => event.job.name === 'pipelines/child.orch.yaml')!.run.runId;
+    assert.notEqual(child, executionId);
+    assert.deepEqual(
+      events.map((event) => [
+        event.eventType,
+        event.run.runId === executionId ? 'run' : 'child',
+        event.job.name,
+        event.run.facets?.dpc_step?.index,
+      ]),
+      [
+        ['START', 'run', 'pipelines/parent.orch.yaml', undefined],
+        ['START', 'child', 'pipelines/child.orch.yaml', undefined],
+        ['RUNNING', 'child', 'pipelines/child.orch.yaml', 5],
+        ['RUNNING', 'run', 'pipelines/parent.orch.yaml', 6],
+        ['COMPLETE', 'child', 'pipelines/child.orch.yaml', undefined],
+        ['COMPLETE', 'run', 'pipelines/parent.orch.yaml', undefined],
+      ],
+    );
+    assert.deepEqual(
+      {
+        run: events[1].run.facets.parent.run,
+        job: events[1].run.facets.parent.job.name,
+        root: events[1].run.facets.parent.root.run,
+      },
+      { run: { runId: executionId }, job: 'pipelines/parent.orch.yaml', root: { runId: executionId } },
+    );
+  });
+
+  test("a step that runs a child pipeline starts and ends that pipeline's run; the child's steps are of it, and its parent run facet names the run that ran it", async () => {
+    const { executionId, workId } = await startRun('pipelines/outer.orch.yaml');
+    const report = async (index: number, fields: Record<string, unknown>) => {
+      const answer = await agentCall('POST', `/work/${workId}/reports`, stepReport(index, fields));
+      assert.equal(answer.status, 200, answer.text);
+    };
+    const middle = { childPipeline: 'pipelines/middle.orch.yaml', parentStep: 1 };
+    const inner = { childPipeline: 'pipelines/inner.orch.yaml', parentStep: 3 };
+    await report(0, {});
+    await report(1, { status: 'RUNNING' });
+    // Reported running again once the step knows the pipeline it runs (as the reference agent does), and again.
+    await report(1, { status: 'RUNNING', runsPipeline: 'pipelines/middle.orch.yaml' });
+    await report(1, { status: 'RUNNING', runsPipeline: 'pipelines/middle.orch.yaml' });
+    await report(2, { ...middle });
+    await report(3, { ...middle, status: 'RUNNING', runsPipeline: 'pipelines/inner.orch.yaml' });
+    await report(4, { ...inner, lineage: { inputs: [orders], outputs: [{ ...mart, name: 'shop.marts.inner' }] } });
+    await report(3, { ...middle, runsPipeline: 'pipelines/inner.orch.yaml' });
+    await report(1, { runsPipeline: 'pipelines/middle.orch.yaml' });
+    assert.equal((await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} })).status, 200);
+
+    const events = await eventsOfExecution(executionId);
+    const runIds = new Map<string, string>([[executionId, 'outer']]);
+    for (const event of events)
+      if (event.eventType === 'START') runIds.set(event.run.runId, event.job.name.split('/')[1].split('.')[0]);
+    assert.equal(runIds.size, 3, 'three runs: the execution and one of each child pipeline');
+    assert.deepEqual(
+      events.map((event) => [event.eventType, runIds.get(event.run.runId), event.job.name]),
+      [
+        ['START', 'outer', 'pipelines/outer.orch.yaml'],
+        ['START', 'middle', 'pipelines/middle.orch.yaml'],
+        ['START', 'inner', 'pipelines/inner.orch.yaml'],
+        ['RUNNING', 'inner', 'pipelines/inner.orch.yaml'],
+        ['COMPLETE', 'inner', 'pipelines/inner.orch.yaml'],
+        ['COMPLETE', 'middle', 'pipelines/middle.orch.yaml'],
+        ['COMPLETE', 'outer', 'pipelines/outer.orch.yaml'],
+      ],
+    );
+    const runOf = (name: string) => [...runIds].find(([, job]) => job === name)![0];
+    const parentOf = (event: any) => ({
+      run: event.run.facets.parent.run.runId,
+      job: event.run.facets.parent.job,
+      root: event.run.facets.parent.root,
+    });
+    const namespace = `dpc://${caller.accountId}.${projectId}`;
+    const root = { run: { runId: executionId }, job: { namespace, name: 'pipelines/outer.orch.yaml' } };
+    // The middle pipeline was run by the execution's run; the inner one by the middle one's.
+    for (const event of events.filter((e) => e.job.name === 'pipelines/middle.orch.yaml')) {
+      assert.deepEqual(parentOf(event), { run: executionId, job: { namespace, name: 'pipelines/outer.orch.yaml' }, root });
+    }
+    for (const event of events.filter((e) => e.job.name === 'pipelines/inner.orch.yaml' && e.eventType !== 'RUNNING')) {
+      assert.deepEqual(parentOf(event), { run: runOf('middle'), job: { namespace, name: 'pipelines/middle.orch.yaml' }, root });
+    }
+    assert.equal(events[3].run.facets.dpc_step.index, 4);
+    assert.deepEqual(
+      events[3].outputs.map((output: { name: string }) => output.name),
+      ['shop.marts.inner'],
+    );
+  });
+
+  test('a run that ends with child runs left open ends them as it ended: ABORT when cancelled by force, FAIL when the agent reports it failed', async () => {
+    for (const ending of ['force-cancel', 'failed'] as const) {
+      const { executionId, workId } = await startRun('pipelines/outer.orch.yaml');
+      const report = async (index: number, fields: Record<string, unknown>) =>
+        assert.equal((await agentCall('POST', `/work/${workId}/reports`, stepReport(index, fields))).status, 200);
+      await report(1, { status: 'RUNNING', runsPipeline: 'pipelines/middle.orch.yaml' });
+      await report(2, { status: 'RUNNING', childPipeline: 'pipelines/middle.orch.yaml', parentStep: 1 });
+      if (ending === 'force-cancel') {
+        const cancelled = await api('PATCH', `/projects/${projectId}/pipeline-executions/${executionId}`, {
+          forceUpdate: true,
+          status: 'CANCELLED',
+        });
+        assert.equal(cancelled.status, 200, cancelled.text);
+      } else {
+        const failed = await agentCall('POST', `/work/${workId}/reports`, {
+          type: 'failed',
+          body: { message: 'lost the warehouse' },
+        });
+        assert.equal(failed.status, 200, failed.text);
+      }
+      const end = ending === 'force-cancel' ? 'ABORT' : 'FAIL';
+      const events = await eventsOfExecution(executionId);
+      assert.deepEqual(
+        events.map((event) => [event.eventType, event.job.name]),
+        [
+          ['START', 'pipelines/outer.orch.yaml'],
+          ['START', 'pipelines/middle.orch.yaml'],
+          [end, 'pipelines/middle.orch.yaml'],
+          [end, 'pipelines/outer.orch.yaml'],
+        ],
+        ending,
+      );
+      assert.equal(events[2].run.runId, events[1].run.runId);
+      assert.deepEqual(events[2].run.facets.parent, events[1].run.facets.parent);
+    }
+  });
+
+  test('a step may name only a pipeline of the run as the one it runs, and only an earlier step, with its childPipeline, as the one running it', async () => {
+    const { executionId, workId } = await startRun('pipelines/outer.orch.yaml');
+    const cases: [Record<string, unknown>, string[]][] = [
+      [{ runsPipeline: 'pipelines/other.orch.yaml' }, ['body.body.step.runsPipeline']],
+      [
+        { runsPipeline: 'pipelines/payroll.orch.yaml', childPipeline: 'pipelines/nothing.orch.yaml' },
+        ['body.body.step.childPipeline', 'body.body.step.runsPipeline'],
+      ],
+      [{ parentStep: 1 }, ['body.body.step.parentStep']],
+      [{ parentStep: 5, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
+      [{ parentStep: 6, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
+      [{ parentStep: -1, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
+      [{ parentStep: '1', childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
+      [{ runsPipeline: ['pipelines/middle.orch.yaml'] }, ['body.body.step.runsPipeline']],
+    ];
+    for (const [fields, violations] of cases) {
+      const refused = expectProblem(await agentCall('POST', `/work/${workId}/reports`, stepReport(5, fields)), 400);
+      assert.deepEqual(
+        refused.violations?.map((violation: string) => violation.split(':')[0]),
+        violations,
+        JSON.stringify(fields),
+      );
+    }
+    const steps = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}/steps`);
+    assert.deepEqual(steps.body.results, [], 'no refused step is recorded');
+    await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
+    const events = await eventsOfExecution(executionId);
+    assert.deepEqual(
+      events.map((event) => [event.eventType, event.job.name]),
+      [
+        ['START', 'pipelines/outer.orch.yaml'],
+        ['COMPLETE', 'pipelines/outer.orch.yaml'],
+      ],
+      'a refused report starts no child run',
+    );
   });
 
   test("reports racing their project's deletion leave none of its lineage behind (attack finding F3)", async () => {
@@ -395,15 +618,16 @@ describeEachStore('lineage events', (kind) => {
       assert.equal((await agentCall('POST', `/work/${workId}/reports`, report(i))).status, 200);
       await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} });
     }
-    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
-    const events = page.body.results
-      .map((result: { event: { run: { runId: string } } }) => result.event)
-      .filter((event: { run: { runId: string } }) => runs.some((run) => run.executionId === event.run.runId));
-    assert.deepEqual(
-      events.map((event: { eventType: string }) => event.eventType),
-      ['FAIL', 'COMPLETE'],
+    const events = (await recentEvents()).filter(
+      (event) => runs.some((run) => run.executionId === event.run.runId) && event.run.facets?.dpc_step,
     );
-    for (const event of page.body.results) assertRunEvent(event.event);
+    assert.deepEqual(
+      events.map((event) => [event.eventType, event.run.facets.dpc_step.status]),
+      [
+        ['RUNNING', 'FAILED'],
+        ['RUNNING', 'SUCCESS'],
+      ],
+    );
     // What the contract does not name is not part of the event.
     assert.equal('unknownToTheContract' in events[0].inputs[0], false);
     const bodies = await server.db.selectFrom('lineageBodies').select('hash').where('projectId', '=', projectId).execute();
@@ -415,6 +639,7 @@ describeEachStore('lineage events', (kind) => {
         'in',
         runs.map((run) => run.executionId),
       )
+      .where('jobKind', '=', 'STEP')
       .execute();
     assert.equal(steps.length, 2);
     assert.equal(steps[0].bodyHash, steps[1].bodyHash);

@@ -6,7 +6,8 @@ import addFormats from 'ajv-formats';
  * The OpenLineage RunEvent as its JSON schema (https://openlineage.io/spec/2-0-2/OpenLineage.json) defines
  * it, written out here for the tests: required run, job, eventTime, producer and schemaURL; eventType of
  * the spec's enum; runId a UUID; every facet a BaseFacet (`_producer` and `_schemaURL`, URIs); datasets
- * with namespace and name. The column-lineage and schema facets as their facet schemas define them.
+ * with namespace and name. The column-lineage, schema and parent run (1-1-0, with its root) facets as their
+ * facet schemas define them.
  */
 const facet = {
   type: 'object',
@@ -55,6 +56,18 @@ const dataset = {
     facets: { ...facets, properties: { schema: schemaFacet, columnLineage: columnLineageFacet } },
   },
 };
+const runRef = { type: 'object', required: ['runId'], properties: { runId: { type: 'string', format: 'uuid' } } };
+const jobRef = { type: 'object', required: ['namespace', 'name'], properties: { namespace: { type: 'string' }, name: { type: 'string' } } };
+/** ParentRunFacet 1-1-0: the parent run and job, and optionally the root's. */
+const parentRunFacet = {
+  allOf: [facet],
+  required: ['run', 'job'],
+  properties: {
+    run: runRef,
+    job: jobRef,
+    root: { type: 'object', required: ['run', 'job'], properties: { run: runRef, job: jobRef } },
+  },
+};
 const RUN_EVENT = {
   type: 'object',
   required: ['run', 'job', 'eventTime', 'producer', 'schemaURL'],
@@ -63,7 +76,11 @@ const RUN_EVENT = {
     eventTime: { type: 'string', format: 'date-time' },
     producer: { type: 'string', format: 'uri' },
     schemaURL: { type: 'string', format: 'uri' },
-    run: { type: 'object', required: ['runId'], properties: { runId: { type: 'string', format: 'uuid' }, facets } },
+    run: {
+      type: 'object',
+      required: ['runId'],
+      properties: { runId: { type: 'string', format: 'uuid' }, facets: { ...facets, properties: { parent: parentRunFacet } } },
+    },
     job: {
       type: 'object',
       required: ['namespace', 'name'],

@@ -88,6 +88,16 @@ const ReportedStep = Type.Object(
     finishedAt: Type.Optional(Type.String({ format: 'date-time' })),
     message: Type.Optional(Type.String({ maxLength: 65_535 })),
     childPipeline: Type.Optional(Type.String({ maxLength: 4000, description: 'the pipeline file the step belongs to' })),
+    parentStep: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 2_147_483_647,
+        description: "a child pipeline's step: the index of the step that runs that pipeline (an earlier step)",
+      }),
+    ),
+    runsPipeline: Type.Optional(
+      Type.String({ maxLength: 4000, description: 'a step that runs a child pipeline: that pipeline file' }),
+    ),
     rowsWritten: Type.Optional(Type.Unknown({ description: 'rows its SQL wrote: a whole number, 0 or more' })),
     lineage: Type.Optional(Type.Unknown({ description: 'the datasets it read and wrote' })),
   },

@@ -18,7 +18,7 @@ import {
 import { recordStepLineage } from '../lineage/index.ts';
 import { emit } from '../../core/outbox.ts';
 import { executionOfWork, heldRuns, quietRuns, unfinishedRuns } from './repository.ts';
-import { eventPrefix, moveExecution, recordStep, type ExecutionRow, type ReportedStep } from './service.ts';
+import { eventPrefix, moveExecution, recordStep, rootJobOf, type ExecutionRow, type ReportedStep } from './service.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
 interface ReportBody {
@@ -52,26 +52,40 @@ function isStep(value: unknown): value is NonNullable<ReportBody['step']> {
   );
 }
 
+/** Whether `pipeline` is one of the work's pipeline files: the run's own, one it was delivered with, a test of it. */
+function holds(work: AgentWork, run: { pipelineName: string | null }, pipeline: string): boolean {
+  const payload = work.payload as Partial<ExecutionPayload> | null | undefined;
+  return (
+    pipeline === run.pipelineName ||
+    (typeof payload?.pipelines === 'object' && payload.pipelines !== null && Object.hasOwn(payload.pipelines, pipeline)) ||
+    (Array.isArray(payload?.tests) && payload.tests.includes(pipeline))
+  );
+}
+
 /**
  * The pipeline a reported step belongs to: the run's own, or the one its `childPipeline` names, which must be
  * a pipeline of the work the agent holds (the files the run was given: its pipeline and the child pipelines
  * it runs from its artifact version; for tests, the test pipelines); 400 naming the field otherwise. It is
- * the step's job in lineage and the child pipeline the steps list shows: an agent names no other.
+ * the step's job in lineage and the child pipeline the steps list shows: an agent names no other. So must the
+ * pipeline a step runs (`runsPipeline`) be; a child pipeline's step may name the step that runs it
+ * (`parentStep`, an earlier step of the run), and only with `childPipeline`.
  */
 function pipelineOfStep(work: AgentWork, run: { pipelineName: string | null; testName: string | null }, step: ReportedStep) {
+  const violations: string[] = [];
   const child = step.childPipeline;
-  if (child === undefined) return run.pipelineName ?? run.testName ?? '(tests)';
-  const payload = work.payload as Partial<ExecutionPayload> | null | undefined;
-  const held =
-    child === run.pipelineName ||
-    (typeof payload?.pipelines === 'object' && payload.pipelines !== null && Object.hasOwn(payload.pipelines, child)) ||
-    (Array.isArray(payload?.tests) && payload.tests.includes(child));
-  if (!held) {
-    throw badRequest('The step names a pipeline that is not part of this run.', [
-      'body.body.step.childPipeline: must be a pipeline of the run (its own or a child pipeline it runs)',
-    ]);
+  if (child !== undefined && !holds(work, run, child)) {
+    violations.push('body.body.step.childPipeline: must be a pipeline of the run (its own or a child pipeline it runs)');
   }
-  return child;
+  if (step.runsPipeline !== undefined && !holds(work, run, step.runsPipeline)) {
+    violations.push('body.body.step.runsPipeline: must be a pipeline of the run (a child pipeline it runs)');
+  }
+  if (step.parentStep !== undefined && (child === undefined || step.parentStep >= step.index)) {
+    violations.push(
+      'body.body.step.parentStep: must be the index of an earlier step (the one running this step\'s childPipeline), with childPipeline',
+    );
+  }
+  if (violations.length > 0) throw badRequest('The step names a pipeline or step that is not part of this run.', violations);
+  return child ?? rootJobOf(run);
 }
 
 /**
@@ -83,20 +97,23 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
   if (!run || isFinal(run.status as ExecutionStatus)) return;
   const body = (report.body ?? {}) as ReportBody;
   if (report.type === 'progress' && isStep(body.step)) {
-    const pipelineName = pipelineOfStep(work, run, body.step);
-    await recordStep(trx, run.id, body.step);
-    // The datasets the step read and wrote, as OpenLineage events of this run (the run's, not the report's, ids).
-    const { lineage } = body.step as { lineage?: unknown };
-    if (lineage !== undefined) {
+    const step = body.step;
+    const pipelineName = pipelineOfStep(work, run, step);
+    await recordStep(trx, run.id, step);
+    // The datasets the step read and wrote, and the child pipelines' runs, as OpenLineage events of this
+    // execution (the run's, not the report's, ids).
+    const { lineage } = step as { lineage?: unknown };
+    if (lineage !== undefined || step.childPipeline !== undefined || step.runsPipeline !== undefined) {
       await recordStepLineage(
         trx,
         {
           accountId: run.accountId,
           projectId: run.projectId,
           executionId: run.id,
+          rootJobName: rootJobOf(run),
           // A child pipeline's step is a step of that pipeline's job (one the run holds: pipelineOfStep).
           pipelineName,
-          step: body.step,
+          step,
         },
         lineage,
       );

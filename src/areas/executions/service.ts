@@ -11,6 +11,7 @@ import type { PageQuery } from '../../core/paging.ts';
 import { keyOf, tokenPageOf } from '../../core/token-paging.ts';
 import { emit } from '../../core/outbox.ts';
 import { enqueueAgentWork } from '../agents/index.ts';
+import { recordRunEnd, recordRunStart } from '../lineage/index.ts';
 import { WORK_KINDS, type ExecutionPayload } from '../../contract/work.ts';
 import { isFinal, moveOf, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 import {
@@ -43,6 +44,11 @@ export function eventPrefix(kind: string): string {
   return kind === 'TEST' ? 'test-execution' : 'pipeline-execution';
 }
 
+/** A run's job in lineage: its pipeline (a test run's test, or `(tests)` for a run of several). */
+export function rootJobOf(run: { pipelineName: string | null; testName: string | null }): string {
+  return run.pipelineName ?? run.testName ?? '(tests)';
+}
+
 /**
  * Creates the run (RUNNING) and the agent work that carries it, in the caller's transaction. A second
  * running execution of the project with the same executionTag is a 409.
@@ -55,6 +61,7 @@ export async function createExecution(
 ): Promise<string> {
   const id = randomUUID();
   const status = moveOf('(none)', 'start');
+  const startedAt = now();
   try {
     await insertExecution(trx, {
       id,
@@ -78,7 +85,7 @@ export async function createExecution(
       status,
       message: null,
       variables: JSON.stringify(run.variables),
-      startedAt: now(),
+      startedAt,
       finishedAt: null,
       lastReportAt: null,
     });
@@ -86,6 +93,14 @@ export async function createExecution(
     if (isUniqueViolation(error)) throw conflict(`Another execution tagged "${fields.executionTag}" is running in this project.`);
     throw error;
   }
+  // The run's START in lineage (its end comes with its last move: moveExecution).
+  await recordRunStart(trx, {
+    accountId: run.request.accountId,
+    projectId: run.request.projectId,
+    executionId: id,
+    jobName: rootJobOf({ pipelineName: fields.pipelineName, testName: fields.testName ?? null }),
+    startedAt,
+  });
   const payload: ExecutionPayload = {
     executionId: id,
     pipelines: run.pipelines,
@@ -215,6 +230,17 @@ export async function moveExecution(
     if (!(await setExecutionIf(db, id, from, set))) continue;
     // A step left open when the run ends (its last report refused once the run was cancelling) ends with the run.
     if (finished) await closeOpenSteps(db, id, to === 'SUCCESS' || to === 'CANCELLED' ? to : 'FAILED', set.finishedAt!);
+    // Its end in lineage, with the child pipelines' runs it leaves open.
+    if (finished && from !== to) {
+      await recordRunEnd(db, {
+        accountId: row.accountId,
+        projectId: row.projectId,
+        executionId: id,
+        jobName: rootJobOf(row),
+        status: to,
+        finishedAt: set.finishedAt!,
+      });
+    }
     if (to !== from) {
       await emit(db, {
         accountId: row.accountId,
@@ -245,6 +271,10 @@ export interface ReportedStep {
   finishedAt?: string;
   message?: string;
   childPipeline?: string;
+  /** A child pipeline's step: the index of the step that runs that pipeline. */
+  parentStep?: number;
+  /** A step that runs a child pipeline: that pipeline. */
+  runsPipeline?: string;
   /** Rows the step's SQL wrote, where the agent's warehouse told it. */
   rowsWritten?: unknown;
 }

@@ -1,4 +1,12 @@
 /**
  * The lineage area's public face: what other areas may use. Nothing else of this folder is imported from outside it.
  */
-export { recordStepLineage, recordStreamingLineage, jobNamespace, type LineageStep, type StreamingLineage } from './service.ts';
+export {
+  recordRunEnd,
+  recordRunStart,
+  recordStepLineage,
+  recordStreamingLineage,
+  jobNamespace,
+  type LineageStep,
+  type StreamingLineage,
+} from './service.ts';

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { Executor, Trx } from '../../core/db/database.ts';
 import { statementsAreRoundTrips } from '../../core/db/database.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
@@ -19,6 +20,8 @@ const stepValues = (step: LineageStepRow) => ({
   stepName: step.stepName,
   stepStatus: step.stepStatus,
   bodyHash: step.bodyHash,
+  runId: step.runId,
+  parent: step.parent,
 });
 
 /**
@@ -141,8 +144,8 @@ const BODY_ROWS: DeferredInsert = {
 const STEP_ROWS: DeferredInsert = {
   into:
     'insert into lineage_steps (account_id, project_id, execution_id, generated_at, event_time, job_name, job_kind, ' +
-    'step_index, step_name, step_status, body_hash)',
-  columns: 11,
+    'step_index, step_name, step_status, body_hash, run_id, parent)',
+  columns: 13,
   where: 'exists (select 1 from projects p where p.id = column2)',
 };
 
@@ -170,11 +173,52 @@ export async function addLineageStep(db: Executor, step: LineageStepRow, body: s
         step.stepName,
         step.stepStatus,
         step.bodyHash,
+        step.runId,
+        step.parent,
       ]);
       if (deferred) return;
     }
   }
   await insertLineageStep(db, step, body);
+}
+
+/**
+ * Records a run-level event (job kind RUN: a run's START or end) with its body, unless the run has that event
+ * already (the partial unique index of migration 0046); answers the row's id, or undefined when it had. Not
+ * handed to SQLite's group commit: a run's end reads its run's events (runEventsOf), and a row deferred to the
+ * commit of an earlier transaction of the group would not be there yet.
+ */
+export async function insertRunEvent(db: Executor, row: LineageStepRow, body: string): Promise<number | undefined> {
+  if (!isKnown(row.projectId, row.bodyHash)) {
+    await insertBody(db, { projectId: row.projectId, hash: row.bodyHash, body });
+  }
+  const [inserted] = await insertRunRow(db, row);
+  return inserted === undefined ? undefined : Number(inserted.id);
+}
+
+const insertRunRow = preparedQuery((db, row: LineageStepRow) =>
+  db
+    .insertInto('lineageSteps')
+    .values(stepValues(row))
+    .onConflict((oc) =>
+      // The partial index's own predicate, written out: a bound value would not be known to match it.
+      oc
+        .columns(['executionId', 'jobName', 'stepIndex', 'stepStatus'])
+        .where('jobKind', '=', sql.lit('RUN'))
+        .doNothing(),
+    )
+    .returning('id'),
+);
+
+/** The run-level events recorded for an execution's runs (its own and its child pipelines'), oldest first. */
+export function runEventsOf(db: Executor, executionId: string) {
+  return db
+    .selectFrom('lineageSteps')
+    .select(['jobName', 'stepIndex', 'stepStatus', 'runId', 'parent'])
+    .where('executionId', '=', executionId)
+    .where('jobKind', '=', 'RUN')
+    .orderBy('id')
+    .execute();
 }
 
 /** A recorded step with its body, by id. */
@@ -230,6 +274,8 @@ export async function pageLineageSteps(db: Executor, accountId: string, from: st
       's.stepName',
       's.stepStatus',
       's.bodyHash',
+      's.runId',
+      's.parent',
       'b.body',
     ])
     .where('s.id', 'in', ids)

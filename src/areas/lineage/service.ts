@@ -4,13 +4,23 @@ import { now } from '../../core/db/database.ts';
 import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
 import { LINEAGE_LIMITS, type LineageDataset, type StepLineage } from '../../contract/lineage.ts';
-import { addLineageStep, insertLineageStep, pageLineageSteps, type LineageStepRow } from './repository.ts';
+import {
+  addLineageStep,
+  insertLineageStep,
+  insertRunEvent,
+  pageLineageSteps,
+  runEventsOf,
+  type LineageStepRow,
+} from './repository.ts';
 import { pushesFrom, queuePush } from './push.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
 const SCHEMA_URL = 'https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent';
-const FACET = (name: string) => ({ _producer: PRODUCER, _schemaURL: `https://openlineage.io/spec/facets/1-0-0/${name}.json` });
+const FACET = (name: string, version = '1-0-0') => ({
+  _producer: PRODUCER,
+  _schemaURL: `https://openlineage.io/spec/facets/${version}/${name}.json`,
+});
 
 /** The job namespace of a project's pipelines, as the vendor's clients read it: `<scheme>://<accountId>.<projectId>`. */
 export function jobNamespace(accountId: string, projectId: string): string {
@@ -293,19 +303,193 @@ export interface LineageStep {
   accountId: string;
   projectId: string;
   executionId: string;
-  /** The pipeline's path (the job's name). */
+  /** The run's own pipeline: the execution's job (default: pipelineName). */
+  rootJobName?: string;
+  /** The pipeline the step belongs to (the job of its events): the run's own, or a child pipeline the run holds. */
   pipelineName: string;
-  step: { index: number; name: string; status: string; finishedAt?: string };
+  step: {
+    index: number;
+    name: string;
+    status: string;
+    startedAt?: string;
+    finishedAt?: string;
+    /** A step of a child pipeline: the step that runs that pipeline (whose run the step is part of). */
+    parentStep?: number;
+    /** A step that runs a child pipeline (run-orchestration, run-transformation): that pipeline. */
+    runsPipeline?: string;
+  };
+}
+
+/** A child run's parent run and job, and the execution's job at the root (lineage_steps.parent, JSON). */
+interface ChildRunParent {
+  runId: string;
+  job: string;
+  rootJob: string;
 }
 
 /**
- * Records the lineage of a step that reported datasets, in the transaction that records the step: a small
- * row (run, job, step, time) and the datasets as checked, kept once per project and content (a step
- * reports the same tables run after run). The OpenLineage event is built when it is read (eventOf). The
- * account, project, job and run come from the execution the reporting agent holds, never from the report.
- * A step that read and wrote nothing records nothing.
+ * The OpenLineage run id of a child pipeline's run: the UUID v5 of `key` in the execution id's namespace
+ * (RFC 9562), so that it is the same whenever it is worked out, and no other execution's.
  */
-export async function recordStepLineage(db: Executor, at: LineageStep, reported: unknown): Promise<void> {
+export function childRunId(executionId: string, key: string): string {
+  const namespace = Buffer.from(executionId.replace(/-/g, ''), 'hex');
+  const bytes = createHash('sha1').update(namespace).update(key, 'utf8').digest().subarray(0, 16);
+  bytes[6] = (bytes[6] & 0x0f) | 0x50;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = bytes.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/**
+ * The run a step is part of: the execution's own (null), the run of the child pipeline its parentStep ran
+ * (keyed by that step), or, for a step of a child pipeline that names no step running it (a test run's test
+ * pipelines, an agent that reports only childPipeline), that pipeline's one run in the execution (keyed by its path).
+ */
+function runOfStep(at: LineageStep): { runId: string | null; pipelineKeyed: boolean } {
+  if (at.step.parentStep !== undefined) return { runId: childRunId(at.executionId, `step:${at.step.parentStep}`), pipelineKeyed: false };
+  if (at.pipelineName !== (at.rootJobName ?? at.pipelineName)) {
+    return { runId: childRunId(at.executionId, `pipeline:${at.pipelineName}`), pipelineKeyed: true };
+  }
+  return { runId: null, pipelineKeyed: false };
+}
+
+/** The body of a run-level event: no datasets (a run's datasets are its steps' events). */
+const NO_DATASETS = JSON.stringify({ inputs: [], outputs: [] });
+const NO_DATASETS_HASH = createHash('sha256').update(NO_DATASETS).digest('base64url');
+
+/** The end event of a run that ended with `status` (a step's, or an execution's). */
+function endEventOf(status: string): 'COMPLETE' | 'FAIL' | 'ABORT' {
+  return status === 'SUCCESS' ? 'COMPLETE' : status === 'CANCELLED' ? 'ABORT' : 'FAIL';
+}
+
+interface RunEvent {
+  accountId: string;
+  projectId: string;
+  executionId: string;
+  jobName: string;
+  /** The step that ran the child pipeline; -1 for the execution's own run and a child run keyed by its pipeline. */
+  stepIndex: number;
+  eventType: 'START' | 'COMPLETE' | 'FAIL' | 'ABORT';
+  eventTime: string;
+  runId: string | null;
+  parent: string | null;
+}
+
+/** Records a run-level event unless the run has it already (queued for the push when there is one). */
+async function storeRunEvent(db: Executor, event: RunEvent): Promise<void> {
+  const id = await insertRunEvent(
+    db,
+    {
+      accountId: event.accountId,
+      projectId: event.projectId,
+      executionId: event.executionId,
+      generatedAt: now(),
+      eventTime: event.eventTime,
+      jobName: event.jobName,
+      jobKind: 'RUN',
+      stepIndex: event.stepIndex,
+      stepName: '',
+      stepStatus: event.eventType,
+      bodyHash: NO_DATASETS_HASH,
+      runId: event.runId,
+      parent: event.parent,
+    },
+    NO_DATASETS,
+  );
+  if (id !== undefined) await queuePush(db, id);
+}
+
+/** A batch run starts (the execution is created): its START, in the transaction that creates it. */
+export async function recordRunStart(
+  db: Executor,
+  run: { accountId: string; projectId: string; executionId: string; jobName: string; startedAt: string },
+): Promise<void> {
+  await storeRunEvent(db, {
+    ...run,
+    stepIndex: -1,
+    eventType: 'START',
+    eventTime: run.startedAt,
+    runId: null,
+    parent: null,
+  });
+}
+
+/**
+ * A batch run ends with `status` (the execution's final one), in the transaction that ends it: each child
+ * pipeline's run it leaves started and not ended (a step running one was never reported ended: a forced cancel,
+ * an agent lost; a test pipeline's run) ends as the execution did, and then the run itself.
+ */
+export async function recordRunEnd(
+  db: Executor,
+  run: { accountId: string; projectId: string; executionId: string; jobName: string; status: string; finishedAt: string },
+): Promise<void> {
+  const eventType = endEventOf(run.status);
+  const open = new Map<string, Awaited<ReturnType<typeof runEventsOf>>[number]>();
+  for (const event of await runEventsOf(db, run.executionId)) {
+    if (event.runId === null) continue;
+    const key = `${event.jobName}\u0000${event.stepIndex}`;
+    if (event.stepStatus === 'START') open.set(key, event);
+    else open.delete(key);
+  }
+  for (const child of open.values()) {
+    await storeRunEvent(db, {
+      ...run,
+      jobName: child.jobName,
+      stepIndex: child.stepIndex,
+      eventType,
+      eventTime: run.finishedAt,
+      runId: child.runId,
+      parent: child.parent,
+    });
+  }
+  await storeRunEvent(db, { ...run, stepIndex: -1, eventType, eventTime: run.finishedAt, runId: null, parent: null });
+}
+
+/**
+ * What a step report means for lineage, in the transaction that records the step:
+ * - a step of a child pipeline that names no step running it starts that pipeline's run in the execution
+ *   (once: its end comes with the execution's, recordRunEnd);
+ * - a step that runs a child pipeline (`runsPipeline`) starts that pipeline's run when it is reported
+ *   running, and ends it (COMPLETE, FAIL, ABORT) when it is reported ended: a run of its own, with the
+ *   parent run facet naming the step's run and job, and the execution's at the root;
+ * - the datasets the step read and wrote (`reported`, when it carries lineage) are a RUNNING event of its run:
+ *   a small row (run, job, step, time) and the datasets as checked, kept once per project and content (a
+ *   step reports the same tables run after run); the OpenLineage event is built when it is read (eventOf). A
+ *   step that read and wrote nothing records no event.
+ * The account, project, jobs and runs come from the execution the reporting agent holds, never from the
+ * report (the executions area checks that the pipelines a step names are the work's).
+ */
+export async function recordStepLineage(db: Executor, at: LineageStep, reported?: unknown): Promise<void> {
+  const rootJob = at.rootJobName ?? at.pipelineName;
+  const run = runOfStep(at);
+  const ids = { accountId: at.accountId, projectId: at.projectId, executionId: at.executionId };
+  if (run.pipelineKeyed) {
+    await storeRunEvent(db, {
+      ...ids,
+      jobName: at.pipelineName,
+      stepIndex: -1,
+      eventType: 'START',
+      eventTime: at.step.startedAt ?? now(),
+      runId: run.runId,
+      parent: JSON.stringify({ runId: at.executionId, job: rootJob, rootJob } satisfies ChildRunParent),
+    });
+  }
+  const child = at.step.runsPipeline;
+  if (child !== undefined && at.step.status !== 'SKIPPED') {
+    const childRun = {
+      ...ids,
+      jobName: child,
+      stepIndex: at.step.index,
+      runId: childRunId(at.executionId, `step:${at.step.index}`),
+      parent: JSON.stringify({ runId: run.runId ?? at.executionId, job: at.pipelineName, rootJob } satisfies ChildRunParent),
+    };
+    // Once, whichever report of the step comes first (an agent may report it only when it ends).
+    await storeRunEvent(db, { ...childRun, eventType: 'START', eventTime: at.step.startedAt ?? now() });
+    if (at.step.status !== 'RUNNING') {
+      await storeRunEvent(db, { ...childRun, eventType: endEventOf(at.step.status), eventTime: at.step.finishedAt ?? now() });
+    }
+  }
+  if (reported === undefined) return;
   const { json: body, hash, datasets } = stepBody(at, reported);
   if (datasets === 0) return;
   const generatedAt = now();
@@ -318,11 +502,13 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported:
       generatedAt,
       eventTime: at.step.finishedAt ?? generatedAt,
       jobName: at.pipelineName,
-      jobKind: 'PIPELINE',
+      jobKind: 'STEP',
       stepIndex: at.step.index,
       stepName: at.step.name,
       stepStatus: at.step.status,
       bodyHash: hash,
+      runId: run.runId,
+      parent: null,
     },
     body,
   );
@@ -369,13 +555,34 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
       stepName: '',
       stepStatus: at.eventType,
       bodyHash: hashOf(body),
+      runId: null,
+      parent: null,
     },
     body,
   );
 }
 
-/** The OpenLineage RunEvent of a recorded step (or streaming run) and its datasets. */
+const BATCH_JOB = { ...FACET('JobTypeJobFacet'), processingType: 'BATCH', integration: 'DPC', jobType: 'PIPELINE' };
+
+/** The event type of a step recorded before migration 0046 (job kind PIPELINE): read from its status, as it was. */
+const legacyEventType = (status: string) => (status === 'SUCCESS' ? 'COMPLETE' : status === 'RUNNING' ? 'RUNNING' : 'FAIL');
+
+/** The parent run facet of a child pipeline's run: the run and job that ran it, and the execution's at the root. */
+function parentFacet(namespace: string, executionId: string, stored: string) {
+  const parent = JSON.parse(stored) as ChildRunParent;
+  return {
+    ...FACET('ParentRunFacet', '1-1-0'),
+    run: { runId: parent.runId },
+    job: { namespace, name: parent.job },
+    root: { run: { runId: executionId }, job: { namespace, name: parent.rootJob } },
+  };
+}
+
+/** The OpenLineage RunEvent of a recorded row (a run's start or end, a step, a streaming run) and its datasets. */
 export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLineage) {
+  const namespace = jobNamespace(step.accountId, step.projectId);
+  const inputs = lineage.inputs.map((dataset) => datasetOf(dataset, false));
+  const outputs = lineage.outputs.map((dataset) => datasetOf(dataset, true));
   if (step.jobKind === 'STREAMING') {
     return {
       eventType: step.stepStatus,
@@ -384,7 +591,7 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
       schemaURL: SCHEMA_URL,
       run: { runId: step.executionId },
       job: {
-        namespace: jobNamespace(step.accountId, step.projectId),
+        namespace,
         name: step.jobName,
         facets: {
           jobType: {
@@ -395,31 +602,47 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
           },
         },
       },
-      inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
-      outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
+      inputs,
+      outputs,
+    };
+  }
+  const runId = step.runId ?? step.executionId;
+  if (step.jobKind === 'RUN') {
+    return {
+      eventType: step.stepStatus,
+      eventTime: step.eventTime,
+      producer: PRODUCER,
+      schemaURL: SCHEMA_URL,
+      run: {
+        runId,
+        ...(step.parent !== null && { facets: { parent: parentFacet(namespace, step.executionId, step.parent) } }),
+      },
+      job: { namespace, name: step.jobName, facets: { jobType: BATCH_JOB } },
+      inputs,
+      outputs,
     };
   }
   return {
-    eventType: step.stepStatus === 'SUCCESS' ? 'COMPLETE' : step.stepStatus === 'RUNNING' ? 'RUNNING' : 'FAIL',
+    eventType: step.jobKind === 'STEP' ? 'RUNNING' : legacyEventType(step.stepStatus),
     eventTime: step.eventTime,
     producer: PRODUCER,
     schemaURL: SCHEMA_URL,
     run: {
-      runId: step.executionId,
+      runId,
       facets: {
         dpc_step: { ...FACET('DpcStepRunFacet'), index: step.stepIndex, name: step.stepName, status: step.stepStatus },
       },
     },
     job: {
-      namespace: jobNamespace(step.accountId, step.projectId),
+      namespace,
       name: step.jobName,
       facets: {
-        jobType: { ...FACET('JobTypeJobFacet'), processingType: 'BATCH', integration: 'DPC', jobType: 'PIPELINE' },
+        jobType: BATCH_JOB,
         ...(lineage.sql !== undefined && { sql: { ...FACET('SQLJobFacet'), query: lineage.sql } }),
       },
     },
-    inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
-    outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
+    inputs,
+    outputs,
   };
 }
 

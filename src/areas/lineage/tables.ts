@@ -12,13 +12,22 @@ export interface LineageStepTable {
   eventTime: string;
   /** The pipeline's path, or the streaming pipeline's name (the job's name). */
   jobName: string;
-  /** PIPELINE: a step of a run (its status in stepStatus); STREAMING: a streaming pipeline's run (its event type in stepStatus). */
-  jobKind: 'PIPELINE' | 'STREAMING';
+  /**
+   * RUN: a batch run's START or end (its event type in stepStatus; stepIndex the step that ran a child
+   * pipeline, -1 for the execution's own run); STEP: a step's datasets (a RUNNING event; its status in
+   * stepStatus); STREAMING: a streaming pipeline's run (its event type in stepStatus); PIPELINE: a step
+   * recorded before migration 0046 (its event type read from its status).
+   */
+  jobKind: 'RUN' | 'STEP' | 'STREAMING' | 'PIPELINE';
   stepIndex: number;
   stepName: string;
   stepStatus: string;
   /** The body's hash: lineage_bodies (projectId, hash). */
   bodyHash: string;
+  /** The OpenLineage run id where it is not executionId: a child pipeline's run (migration 0046). */
+  runId: string | null;
+  /** A child run's parent and root, JSON ChildRunParent; null otherwise. */
+  parent: string | null;
 }
 
 /** The datasets a step read and wrote (StepLineage, JSON), once per project and content. */

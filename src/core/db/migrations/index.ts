@@ -34,6 +34,7 @@ import { idempotencySealed } from './0042_idempotency_sealed.ts';
 import { jobGroups } from './0043_job_groups.ts';
 import { executionBilling } from './0044_execution_billing.ts';
 import { outboxSharedCounter } from './0045_outbox_shared_counter.ts';
+import { lineageRuns } from './0046_lineage_runs.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -70,6 +71,7 @@ const steps: Record<string, PortableMigration> = {
   '0043_job_groups': jobGroups,
   '0044_execution_billing': executionBilling,
   '0045_outbox_shared_counter': outboxSharedCounter,
+  '0046_lineage_runs': lineageRuns,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
