@@ -328,7 +328,12 @@ class Run {
   }
 
   /** Runs `work` as one reported step; answers whether it succeeded. */
-  async step(name: string, child: ChildOf | undefined, work: (step: Step) => Promise<WorkAnswer>, skipped = false): Promise<Step> {
+  async step(
+    name: string,
+    child: ChildOf | undefined,
+    work: (step: Step) => Promise<WorkAnswer>,
+    skipped = false,
+  ): Promise<Step> {
     const step: Step = {
       index: (this.options.firstIndex ?? 0) + this.steps.length,
       name,
@@ -704,12 +709,7 @@ class Run {
   }
 
   /** Runs the attached component once per value, sequentially or up to a bound at once; each run is a step. */
-  private async iterate(
-    component: Component,
-    pipeline: Pipeline,
-    scope: Scope,
-    child: ChildOf | undefined,
-  ): Promise<string> {
+  private async iterate(component: Component, pipeline: Pipeline, scope: Scope, child: ChildOf | undefined): Promise<string> {
     const target = this.attached(component, pipeline);
     const frame = `${component.name}${child ? ` (${child.pipeline})` : ''}`;
     this.nest(scope, frame);
@@ -751,12 +751,7 @@ class Run {
     return `${values.length} iteration(s) ran ${concurrent ? `concurrently (at most ${bound} at once)` : 'one after another'}.`;
   }
 
-  private async retry(
-    component: Component,
-    pipeline: Pipeline,
-    scope: Scope,
-    child: ChildOf | undefined,
-  ): Promise<string> {
+  private async retry(component: Component, pipeline: Pipeline, scope: Scope, child: ChildOf | undefined): Promise<string> {
     const target = this.attached(component, pipeline);
     const frame = `${component.name}${child ? ` (${child.pipeline})` : ''}`;
     this.nest(scope, frame);

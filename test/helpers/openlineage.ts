@@ -57,7 +57,11 @@ const dataset = {
   },
 };
 const runRef = { type: 'object', required: ['runId'], properties: { runId: { type: 'string', format: 'uuid' } } };
-const jobRef = { type: 'object', required: ['namespace', 'name'], properties: { namespace: { type: 'string' }, name: { type: 'string' } } };
+const jobRef = {
+  type: 'object',
+  required: ['namespace', 'name'],
+  properties: { namespace: { type: 'string' }, name: { type: 'string' } },
+};
 /** ParentRunFacet 1-1-0: the parent run and job, and optionally the root's. */
 const parentRunFacet = {
   allOf: [facet],

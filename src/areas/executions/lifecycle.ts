@@ -81,7 +81,7 @@ function pipelineOfStep(work: AgentWork, run: { pipelineName: string | null; tes
   }
   if (step.parentStep !== undefined && (child === undefined || step.parentStep >= step.index)) {
     violations.push(
-      'body.body.step.parentStep: must be the index of an earlier step (the one running this step\'s childPipeline), with childPipeline',
+      "body.body.step.parentStep: must be the index of an earlier step (the one running this step's childPipeline), with childPipeline",
     );
   }
   if (violations.length > 0) throw badRequest('The step names a pipeline or step that is not part of this run.', violations);

@@ -202,10 +202,7 @@ const insertRunRow = preparedQuery((db, row: LineageStepRow) =>
     .values(stepValues(row))
     .onConflict((oc) =>
       // The partial index's own predicate, written out: a bound value would not be known to match it.
-      oc
-        .columns(['executionId', 'jobName', 'stepIndex', 'stepStatus'])
-        .where('jobKind', '=', sql.lit('RUN'))
-        .doNothing(),
+      oc.columns(['executionId', 'jobName', 'stepIndex', 'stepStatus']).where('jobKind', '=', sql.lit('RUN')).doNothing(),
     )
     .returning('id'),
 );

@@ -346,7 +346,8 @@ export function childRunId(executionId: string, key: string): string {
  * pipelines, an agent that reports only childPipeline), that pipeline's one run in the execution (keyed by its path).
  */
 function runOfStep(at: LineageStep): { runId: string | null; pipelineKeyed: boolean } {
-  if (at.step.parentStep !== undefined) return { runId: childRunId(at.executionId, `step:${at.step.parentStep}`), pipelineKeyed: false };
+  if (at.step.parentStep !== undefined)
+    return { runId: childRunId(at.executionId, `step:${at.step.parentStep}`), pipelineKeyed: false };
   if (at.pipelineName !== (at.rootJobName ?? at.pipelineName)) {
     return { runId: childRunId(at.executionId, `pipeline:${at.pipelineName}`), pipelineKeyed: true };
   }
