@@ -30,7 +30,7 @@ export const LineageEvent = Type.Object(
     id: Type.String({ description: 'the event id: its place in the order events were recorded' }),
     event: Type.Record(Type.String(), Type.Unknown(), {
       description:
-        "an OpenLineage 1.x RunEvent: job.namespace dpc://<accountId>.<projectId>, job.name the pipeline's path, run.runId the execution id, the step in run.facets.dpc_step",
+        "an OpenLineage 1.x RunEvent: job.namespace dpc://<accountId>.<projectId>, job.name the pipeline's path; a run's START and its end (COMPLETE, FAIL, ABORT), and a RUNNING event per step that read or wrote data (the step in run.facets.dpc_step); run.runId the execution id, or for a child pipeline's run a UUID of its own with run.facets.parent naming the run and job that ran it and the execution at the root",
     }),
   },
   { examples: [{ id: '42', event: exampleEvent }] },
