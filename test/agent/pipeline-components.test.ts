@@ -511,9 +511,21 @@ ${rows}
       childSteps.map((s) => s.name),
       ['Start', 'Check'],
     );
+    // The step running the child names it (runsPipeline), and the child's steps name that step (parentStep):
+    // the child's run in lineage.
+    const invoking = good.steps.find((s) => s.name === 'Child')!;
+    assert.equal(invoking.runsPipeline, 'jobs/child.orch.yaml');
+    assert.deepEqual(
+      childSteps.map((s) => s.parentStep),
+      [invoking.index, invoking.index],
+    );
+    assert.equal(good.steps.find((s) => s.name === 'Start' && s.childPipeline === undefined)!.runsPipeline, undefined);
     const refused = await run(parent(`          - ["secret_mode", "on"]`), { files: { 'jobs/child.orch.yaml': child } });
     assert.equal(refused.outcome.status, 'FAILED');
-    assert.match(refused.steps.find((s) => s.name === 'Child')!.message!, /PRIVATE/);
+    const failed = refused.steps.find((s) => s.name === 'Child')!;
+    assert.match(failed.message!, /PRIVATE/);
+    // Refused before it ran: it ran no child pipeline (no child run in lineage).
+    assert.equal(failed.runsPipeline, undefined);
   });
 
   test('if routes on a condition; and waits for both branches; retry runs its component again until it succeeds', async () => {
