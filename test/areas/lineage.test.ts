@@ -352,20 +352,14 @@ describeEachStore('lineage events', (kind) => {
   test("a step's childPipeline names a pipeline the run holds (its job in lineage); any other is refused naming the field (attack finding F6)", async () => {
     const { executionId, workId } = await startRun('pipelines/parent.orch.yaml');
     const report = (index: number, childPipeline: string, withLineage = true) =>
-      agentCall('POST', `/work/${workId}/reports`, {
-        type: 'progress',
-        body: {
-          step: {
-            index,
-            name: `Step ${index}`,
-            status: 'SUCCESS',
-            startedAt: new Date().toISOString(),
-            finishedAt: new Date().toISOString(),
-            childPipeline,
-            ...(withLineage && { lineage: { inputs: [orders], outputs: [{ ...mart, name: `shop.marts.f6_${index}` }] } }),
-          },
-        },
-      });
+      agentCall(
+        'POST',
+        `/work/${workId}/reports`,
+        stepReport(index, {
+          childPipeline,
+          ...(withLineage && { lineage: { inputs: [orders], outputs: [{ ...mart, name: `shop.marts.f6_${index}` }] } }),
+        }),
+      );
     // Another pipeline of the version (not run by this one), one of no version, and a look-alike path.
     for (const [i, forged] of ['pipelines/other.orch.yaml', 'pipelines/payroll.orch.yaml', 'pipelines/child'].entries()) {
       for (const withLineage of [true, false]) {

@@ -579,72 +579,42 @@ function parentFacet(namespace: string, executionId: string, stored: string) {
   };
 }
 
+const STREAMING_JOB = {
+  ...FACET('JobTypeJobFacet'),
+  processingType: 'STREAMING',
+  integration: 'DPC',
+  jobType: 'STREAMING_PIPELINE',
+};
+
 /** The OpenLineage RunEvent of a recorded row (a run's start or end, a step, a streaming run) and its datasets. */
 export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLineage) {
   const namespace = jobNamespace(step.accountId, step.projectId);
-  const inputs = lineage.inputs.map((dataset) => datasetOf(dataset, false));
-  const outputs = lineage.outputs.map((dataset) => datasetOf(dataset, true));
-  if (step.jobKind === 'STREAMING') {
-    return {
-      eventType: step.stepStatus,
-      eventTime: step.eventTime,
-      producer: PRODUCER,
-      schemaURL: SCHEMA_URL,
-      run: { runId: step.executionId },
-      job: {
-        namespace,
-        name: step.jobName,
-        facets: {
-          jobType: {
-            ...FACET('JobTypeJobFacet'),
-            processingType: 'STREAMING',
-            integration: 'DPC',
-            jobType: 'STREAMING_PIPELINE',
-          },
-        },
-      },
-      inputs,
-      outputs,
-    };
-  }
-  const runId = step.runId ?? step.executionId;
-  if (step.jobKind === 'RUN') {
-    return {
-      eventType: step.stepStatus,
-      eventTime: step.eventTime,
-      producer: PRODUCER,
-      schemaURL: SCHEMA_URL,
-      run: {
-        runId,
-        ...(step.parent !== null && { facets: { parent: parentFacet(namespace, step.executionId, step.parent) } }),
-      },
-      job: { namespace, name: step.jobName, facets: { jobType: BATCH_JOB } },
-      inputs,
-      outputs,
-    };
-  }
-  return {
-    eventType: step.jobKind === 'STEP' ? 'RUNNING' : legacyEventType(step.stepStatus),
+  const event = (eventType: string, run: Record<string, unknown>, jobFacets: Record<string, unknown>) => ({
+    eventType,
     eventTime: step.eventTime,
     producer: PRODUCER,
     schemaURL: SCHEMA_URL,
-    run: {
+    run,
+    job: { namespace, name: step.jobName, facets: jobFacets },
+    inputs: lineage.inputs.map((dataset) => datasetOf(dataset, false)),
+    outputs: lineage.outputs.map((dataset) => datasetOf(dataset, true)),
+  });
+  if (step.jobKind === 'STREAMING') return event(step.stepStatus, { runId: step.executionId }, { jobType: STREAMING_JOB });
+  const runId = step.runId ?? step.executionId;
+  if (step.jobKind === 'RUN') {
+    const parent = step.parent === null ? undefined : parentFacet(namespace, step.executionId, step.parent);
+    return event(step.stepStatus, { runId, ...(parent && { facets: { parent } }) }, { jobType: BATCH_JOB });
+  }
+  return event(
+    step.jobKind === 'STEP' ? 'RUNNING' : legacyEventType(step.stepStatus),
+    {
       runId,
       facets: {
         dpc_step: { ...FACET('DpcStepRunFacet'), index: step.stepIndex, name: step.stepName, status: step.stepStatus },
       },
     },
-    job: {
-      namespace,
-      name: step.jobName,
-      facets: {
-        jobType: BATCH_JOB,
-        ...(lineage.sql !== undefined && { sql: { ...FACET('SQLJobFacet'), query: lineage.sql } }),
-      },
-    },
-    inputs,
-    outputs,
-  };
+    { jobType: BATCH_JOB, ...(lineage.sql !== undefined && { sql: { ...FACET('SQLJobFacet'), query: lineage.sql } }) },
+  );
 }
 
 /** Whether the YYYY-MM-DD that `iso` begins with is a day of the calendar (Date.parse takes 2026-02-30 as March 2nd). */
