@@ -28,9 +28,19 @@ test('events stored whole before migration 0038 read back the same once stored a
     .insertInto('projects')
     .values({ id: projectId, accountId, name: 'p', description: null, createdBy: 'test', createdAt: new Date().toISOString() })
     .execute();
+  // Stored with the facet schema URLs of the time; served with each facet's published schema (and dpc_step the producer's).
+  let served = false;
+  const SERVED: Record<string, string> = {
+    DpcStepRunFacet: 'https://platform-api.dev/spec/facets/1-0-0/DpcStepRunFacet.json#/$defs/DpcStepRunFacet',
+    JobTypeJobFacet: 'https://openlineage.io/spec/facets/2-0-3/JobTypeJobFacet.json#/$defs/JobTypeJobFacet',
+    SQLJobFacet: 'https://openlineage.io/spec/facets/1-0-1/SQLJobFacet.json#/$defs/SQLJobFacet',
+    SchemaDatasetFacet: 'https://openlineage.io/spec/facets/1-0-0/SchemaDatasetFacet.json#/$defs/SchemaDatasetFacet',
+    ColumnLineageDatasetFacet:
+      'https://openlineage.io/spec/facets/1-0-1/ColumnLineageDatasetFacet.json#/$defs/ColumnLineageDatasetFacet',
+  };
   const facet = (name: string) => ({
     _producer: 'https://platform-api.dev/agent',
-    _schemaURL: `https://openlineage.io/spec/facets/1-0-0/${name}.json`,
+    _schemaURL: served ? SERVED[name] : `https://openlineage.io/spec/facets/1-0-0/${name}.json`,
   });
   const orders = { namespace: 'postgres://db:5432', name: 'shop.public.orders' };
   const event = (runId: string, status: string, sql?: string) => ({
@@ -63,7 +73,10 @@ test('events stored whole before migration 0038 read back the same once stored a
       },
     ],
   });
-  const old = [event(randomUUID(), 'SUCCESS', 'insert into shop.marts.daily select ...'), event(randomUUID(), 'FAILED')];
+  const runIds = [randomUUID(), randomUUID()];
+  const old = [event(runIds[0], 'SUCCESS', 'insert into shop.marts.daily select ...'), event(runIds[1], 'FAILED')];
+  served = true;
+  const asServed = [event(runIds[0], 'SUCCESS', 'insert into shop.marts.daily select ...'), event(runIds[1], 'FAILED')];
   const db = store.db as unknown as Kysely<any>;
   for (const [i, stored] of old.entries()) {
     await db
@@ -87,7 +100,7 @@ test('events stored whole before migration 0038 read back the same once stored a
   assert.equal(page.total, 2);
   assert.deepEqual(
     page.results.map((result) => result.event),
-    old,
+    asServed,
   );
   for (const result of page.results) assertRunEvent(result.event);
 });

@@ -92,12 +92,17 @@ describeEachStore('lineage events', (kind) => {
   const customers = { namespace: 'postgres://db.internal:5432', name: 'shop.public.customers' };
   const mart = { namespace: 'postgres://db.internal:5432', name: 'shop.marts.daily_orders' };
 
-  /** The lineage events of the last minute, as a catalogue pages them. */
+  /** The lineage events of the last minute, every page, as a catalogue pages them. */
   async function recentEvents(): Promise<any[]> {
-    const page = await api('GET', `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`);
-    assert.equal(page.status, 200, page.text);
-    for (const result of page.body.results) assertRunEvent(result.event);
-    return page.body.results.map((result: { event: unknown }) => result.event);
+    const from = new Date(Date.now() - 60_000).toISOString();
+    const events: any[] = [];
+    for (let page = 0; ; page += 1) {
+      const answer = await api('GET', `/lineage/events?generatedFrom=${from}&size=100&page=${page}`);
+      assert.equal(answer.status, 200, answer.text);
+      for (const result of answer.body.results) assertRunEvent(result.event);
+      events.push(...answer.body.results.map((result: { event: unknown }) => result.event));
+      if (answer.body.results.length < 100) return events;
+    }
   }
 
   /**
@@ -203,10 +208,23 @@ describeEachStore('lineage events', (kind) => {
     assert.deepEqual(event.inputs[0].facets.schema.fields, [{ name: 'id', type: 'integer' }, { name: 'amount' }]);
     // As DataHub's matillion source reads column lineage: outputs[].facets.columnLineage.fields[col].inputFields.
     assert.deepEqual(event.outputs[0].facets.columnLineage.fields.total.inputFields, [{ ...orders, field: 'amount' }]);
-    for (const facet of [event.job.facets.sql, event.outputs[0].facets.columnLineage]) {
-      assert.equal(typeof facet._producer, 'string');
-      assert.equal(typeof facet._schemaURL, 'string');
-    }
+    // Each facet names its published schema (attack finding L8); dpc_step, a custom facet, the producer's.
+    assert.deepEqual(
+      [
+        event.job.facets.jobType,
+        event.job.facets.sql,
+        event.inputs[0].facets.schema,
+        event.outputs[0].facets.columnLineage,
+        event.run.facets.dpc_step,
+      ].map((facet: { _producer: string; _schemaURL: string }) => [facet._producer, facet._schemaURL]),
+      [
+        'https://openlineage.io/spec/facets/2-0-3/JobTypeJobFacet.json#/$defs/JobTypeJobFacet',
+        'https://openlineage.io/spec/facets/1-0-1/SQLJobFacet.json#/$defs/SQLJobFacet',
+        'https://openlineage.io/spec/facets/1-0-0/SchemaDatasetFacet.json#/$defs/SchemaDatasetFacet',
+        'https://openlineage.io/spec/facets/1-0-1/ColumnLineageDatasetFacet.json#/$defs/ColumnLineageDatasetFacet',
+        'https://platform-api.dev/spec/facets/1-0-0/DpcStepRunFacet.json#/$defs/DpcStepRunFacet',
+      ].map((url) => ['https://platform-api.dev/agent', url]),
+    );
     assertRunEvent(event);
   });
 
@@ -515,6 +533,8 @@ describeEachStore('lineage events', (kind) => {
       [{ parentStep: 1 }, ['body.body.step.parentStep']],
       [{ parentStep: 5, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
       [{ parentStep: 6, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
+      // An earlier step, but not one reported running this step's pipeline (attack finding L3).
+      [{ parentStep: 2, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
       [{ parentStep: -1, childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
       [{ parentStep: '1', childPipeline: 'pipelines/middle.orch.yaml' }, ['body.body.step.parentStep']],
       [{ runsPipeline: ['pipelines/middle.orch.yaml'] }, ['body.body.step.runsPipeline']],
@@ -539,6 +559,93 @@ describeEachStore('lineage events', (kind) => {
       ],
       'a refused report starts no child run',
     );
+  });
+
+  test('a step runs one child pipeline, whose run has one START and one end however the step is reported again (attack finding L2); its steps name it (L3)', async () => {
+    const { executionId, workId } = await startRun('pipelines/outer.orch.yaml');
+    const report = (index: number, fields: Record<string, unknown>) =>
+      agentCall('POST', `/work/${workId}/reports`, stepReport(index, fields));
+    const middle = 'pipelines/middle.orch.yaml';
+    assert.equal((await report(1, { status: 'RUNNING', runsPipeline: middle })).status, 200);
+    // Another pipeline for the same step: refused, naming the field.
+    const other = expectProblem(await report(1, { status: 'RUNNING', runsPipeline: 'pipelines/inner.orch.yaml' }), 400);
+    assert.deepEqual(
+      other.violations?.map((v: string) => v.split(':')[0]),
+      ['body.body.step.runsPipeline'],
+    );
+    // A step of another pipeline naming step 1 as the one running it: refused.
+    const wrong = expectProblem(await report(2, { childPipeline: 'pipelines/inner.orch.yaml', parentStep: 1 }), 400);
+    assert.deepEqual(
+      wrong.violations?.map((v: string) => v.split(':')[0]),
+      ['body.body.step.parentStep'],
+    );
+    assert.equal((await report(2, { childPipeline: middle, parentStep: 1 })).status, 200);
+    // Ended, ended otherwise, running again: the first end stands.
+    for (const status of ['SUCCESS', 'FAILED', 'CANCELLED', 'RUNNING', 'SUCCESS']) {
+      assert.equal((await report(1, { status, runsPipeline: middle })).status, 200, status);
+    }
+    assert.equal((await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} })).status, 200);
+    const events = await eventsOfExecution(executionId);
+    assert.deepEqual(
+      events.map((event) => [event.eventType, event.job.name]),
+      [
+        ['START', 'pipelines/outer.orch.yaml'],
+        ['START', middle],
+        ['COMPLETE', middle],
+        ['COMPLETE', 'pipelines/outer.orch.yaml'],
+      ],
+    );
+  });
+
+  test("a run's end ends every child run it leaves open, in one statement, each once (attack finding L1)", async () => {
+    const { executionId, workId } = await startRun('pipelines/outer.orch.yaml');
+    const open = 60;
+    for (let index = 1; index <= open; index += 1) {
+      const answer = await agentCall(
+        'POST',
+        `/work/${workId}/reports`,
+        stepReport(index, { status: 'RUNNING', runsPipeline: 'pipelines/middle.orch.yaml' }),
+      );
+      assert.equal(answer.status, 200, answer.text);
+    }
+    // One of them ended by its step.
+    await agentCall(
+      'POST',
+      `/work/${workId}/reports`,
+      stepReport(7, { status: 'FAILED', runsPipeline: 'pipelines/middle.orch.yaml' }),
+    );
+    const cancelled = await api('PATCH', `/projects/${projectId}/pipeline-executions/${executionId}`, {
+      forceUpdate: true,
+      status: 'CANCELLED',
+    });
+    assert.equal(cancelled.status, 200, cancelled.text);
+    const rows = await server.db
+      .selectFrom('lineageSteps')
+      .select(['runId', 'runPhase', 'stepStatus'])
+      .where('executionId', '=', executionId)
+      .where('jobKind', '=', 'RUN')
+      .execute();
+    const byRun = new Map<string, string[]>();
+    for (const row of rows) byRun.set(row.runId!, [...(byRun.get(row.runId!) ?? []), row.stepStatus]);
+    assert.equal(byRun.size, open + 1);
+    for (const [runId, statuses] of byRun) {
+      const expected = runId === executionId || statuses.includes('ABORT') ? ['START', 'ABORT'] : ['START', 'FAIL'];
+      assert.deepEqual(statuses.sort(), expected.sort(), runId);
+    }
+    assert.equal([...byRun.values()].filter((statuses) => statuses.includes('FAIL')).length, 1);
+  });
+
+  test('a run started before run events were recorded (migration 0046) gets its START with its end (attack finding L4)', async () => {
+    const { executionId, workId } = await startRun();
+    await server.db.deleteFrom('lineageSteps').where('executionId', '=', executionId).execute();
+    assert.equal((await agentCall('POST', `/work/${workId}/reports`, { type: 'done', body: {} })).status, 200);
+    const events = await eventsOfExecution(executionId);
+    assert.deepEqual(
+      events.map((event) => event.eventType),
+      ['START', 'COMPLETE'],
+    );
+    const run = await api('GET', `/projects/${projectId}/pipeline-executions/${executionId}`);
+    assert.equal(Date.parse(events[0].eventTime), Date.parse(run.body.startedAt), "the START is at the run's start");
   });
 
   test("reports racing their project's deletion leave none of its lineage behind (attack finding F3)", async () => {

@@ -238,6 +238,7 @@ export async function moveExecution(
         executionId: id,
         jobName: rootJobOf(row),
         status: to,
+        startedAt: row.startedAt,
         finishedAt: set.finishedAt!,
       });
     }

@@ -22,6 +22,7 @@ const stepValues = (step: LineageStepRow) => ({
   bodyHash: step.bodyHash,
   runId: step.runId,
   parent: step.parent,
+  runPhase: step.runPhase,
 });
 
 /**
@@ -183,10 +184,10 @@ export async function addLineageStep(db: Executor, step: LineageStepRow, body: s
 }
 
 /**
- * Records a run-level event (job kind RUN: a run's START or end) with its body, unless the run has that event
+ * Records a run-level event (job kind RUN: a run's START or END) with its body, unless the run has that phase
  * already (the partial unique index of migration 0046); answers the row's id, or undefined when it had. Not
- * handed to SQLite's group commit: a run's end reads its run's events (runEventsOf), and a row deferred to the
- * commit of an earlier transaction of the group would not be there yet.
+ * handed to SQLite's group commit: a step naming its child run and a run's end read these rows, and a row
+ * deferred to the commit of an earlier transaction of the group would not be there yet.
  */
 export async function insertRunEvent(db: Executor, row: LineageStepRow, body: string): Promise<number | undefined> {
   if (!isKnown(row.projectId, row.bodyHash)) {
@@ -196,26 +197,92 @@ export async function insertRunEvent(db: Executor, row: LineageStepRow, body: st
   return inserted === undefined ? undefined : Number(inserted.id);
 }
 
+/** The partial unique index's target, its predicate written out (a bound value would not be known to match it). */
+const RUN_EVENT_KEY = ['executionId', 'runId', 'runPhase'] as const;
+
 const insertRunRow = preparedQuery((db, row: LineageStepRow) =>
   db
     .insertInto('lineageSteps')
     .values(stepValues(row))
-    .onConflict((oc) =>
-      // The partial index's own predicate, written out: a bound value would not be known to match it.
-      oc.columns(['executionId', 'jobName', 'stepIndex', 'stepStatus']).where('jobKind', '=', sql.lit('RUN')).doNothing(),
-    )
+    .onConflict((oc) => oc.columns(RUN_EVENT_KEY).where('jobKind', '=', sql.lit('RUN')).doNothing())
     .returning('id'),
 );
 
-/** The run-level events recorded for an execution's runs (its own and its child pipelines'), oldest first. */
-export function runEventsOf(db: Executor, executionId: string) {
-  return db
+/** The job of run `runId`'s START in the execution, if it has one (one lookup in the index of run events). */
+export const runStartOf = preparedQuery((db, key: { executionId: string; runId: string }) =>
+  db
     .selectFrom('lineageSteps')
-    .select(['jobName', 'stepIndex', 'stepStatus', 'runId', 'parent'])
-    .where('executionId', '=', executionId)
-    .where('jobKind', '=', 'RUN')
-    .orderBy('id')
+    .select('jobName')
+    .where('executionId', '=', key.executionId)
+    .where('runId', '=', key.runId)
+    .where('runPhase', '=', sql.lit('START'))
+    .where('jobKind', '=', sql.lit('RUN')),
+);
+
+/**
+ * Ends, in one statement, every run of the execution other than its own that has a START and no END, with
+ * `eventType` at `at` (server time); answers the ids of the rows written.
+ */
+export async function endOpenChildRuns(db: Executor, executionId: string, eventType: string, at: string): Promise<number[]> {
+  const rows = await db
+    .insertInto('lineageSteps')
+    .columns([
+      'accountId',
+      'projectId',
+      'executionId',
+      'generatedAt',
+      'eventTime',
+      'jobName',
+      'jobKind',
+      'stepIndex',
+      'stepName',
+      'stepStatus',
+      'bodyHash',
+      'runId',
+      'parent',
+      'runPhase',
+    ])
+    .expression((eb) =>
+      eb
+        .selectFrom('lineageSteps as s')
+        .select([
+          's.accountId',
+          's.projectId',
+          's.executionId',
+          sql.val(at).as('generatedAt'),
+          sql.val(at).as('eventTime'),
+          's.jobName',
+          's.jobKind',
+          's.stepIndex',
+          's.stepName',
+          sql.val(eventType).as('stepStatus'),
+          's.bodyHash',
+          's.runId',
+          's.parent',
+          sql.lit('END').as('runPhase'),
+        ])
+        .where('s.executionId', '=', executionId)
+        .where('s.jobKind', '=', sql.lit('RUN'))
+        .where('s.runPhase', '=', sql.lit('START'))
+        .where('s.runId', '<>', executionId)
+        .where(({ not, exists, selectFrom }) =>
+          not(
+            exists(
+              selectFrom('lineageSteps as e')
+                .select('e.id')
+                .whereRef('e.executionId', '=', 's.executionId')
+                .whereRef('e.runId', '=', 's.runId')
+                .where('e.runPhase', '=', sql.lit('END'))
+                .where('e.jobKind', '=', sql.lit('RUN')),
+            ),
+          ),
+        )
+        .orderBy('s.id'),
+    )
+    .onConflict((oc) => oc.columns(RUN_EVENT_KEY).where('jobKind', '=', sql.lit('RUN')).doNothing())
+    .returning('id')
     .execute();
+  return rows.map((row) => Number(row.id));
 }
 
 /** A recorded step with its body, by id. */

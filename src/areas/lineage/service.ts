@@ -7,20 +7,35 @@ import { LINEAGE_LIMITS, type LineageDataset, type StepLineage } from '../../con
 import {
   addLineageStep,
   insertLineageStep,
+  endOpenChildRuns,
   insertRunEvent,
   pageLineageSteps,
-  runEventsOf,
+  runStartOf,
   type LineageStepRow,
 } from './repository.ts';
-import { pushesFrom, queuePush } from './push.ts';
+import { pushesFrom, queuePush, queuePushes } from './push.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
 const SCHEMA_URL = 'https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent';
-const FACET = (name: string, version = '1-0-0') => ({
+/** The published version of each OpenLineage facet used, whose fields are what it holds here. */
+const FACET_VERSIONS = {
+  SchemaDatasetFacet: '1-0-0',
+  ColumnLineageDatasetFacet: '1-0-1',
+  SQLJobFacet: '1-0-1',
+  JobTypeJobFacet: '2-0-3',
+  ParentRunFacet: '1-1-0',
+} as const;
+/** An OpenLineage facet's BaseFacet fields: the producer, and the facet's published schema. */
+const FACET = (name: keyof typeof FACET_VERSIONS) => ({
   _producer: PRODUCER,
-  _schemaURL: `https://openlineage.io/spec/facets/${version}/${name}.json`,
+  _schemaURL: `https://openlineage.io/spec/facets/${FACET_VERSIONS[name]}/${name}.json#/$defs/${name}`,
 });
+/** The step of a run (`dpc_step`): a custom facet, its schema the producer's. */
+const STEP_FACET = {
+  _producer: PRODUCER,
+  _schemaURL: 'https://platform-api.dev/spec/facets/1-0-0/DpcStepRunFacet.json#/$defs/DpcStepRunFacet',
+};
 
 /** The job namespace of a project's pipelines, as the vendor's clients read it: `<scheme>://<accountId>.<projectId>`. */
 export function jobNamespace(accountId: string, projectId: string): string {
@@ -311,8 +326,6 @@ export interface LineageStep {
     index: number;
     name: string;
     status: string;
-    startedAt?: string;
-    finishedAt?: string;
     /** A step of a child pipeline: the step that runs that pipeline (whose run the step is part of). */
     parentStep?: number;
     /** A step that runs a child pipeline (run-orchestration, run-transformation): that pipeline. */
@@ -340,18 +353,20 @@ export function childRunId(executionId: string, key: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
+/** The run of the child pipeline that step `index` of the execution runs. */
+const runOfStepAt = (executionId: string, index: number) => childRunId(executionId, `step:${index}`);
+
 /**
- * The run a step is part of: the execution's own (null), the run of the child pipeline its parentStep ran
- * (keyed by that step), or, for a step of a child pipeline that names no step running it (a test run's test
- * pipelines, an agent that reports only childPipeline), that pipeline's one run in the execution (keyed by its path).
+ * The run a step is part of: the execution's own, the run of the child pipeline its parentStep runs, or, for
+ * a step of a child pipeline that names no step running it (a test run's test pipelines, an agent that reports
+ * only childPipeline), that pipeline's one run in the execution (keyed by its path).
  */
-function runOfStep(at: LineageStep): { runId: string | null; pipelineKeyed: boolean } {
-  if (at.step.parentStep !== undefined)
-    return { runId: childRunId(at.executionId, `step:${at.step.parentStep}`), pipelineKeyed: false };
+function runOfStep(at: LineageStep): { runId: string; pipelineKeyed: boolean } {
+  if (at.step.parentStep !== undefined) return { runId: runOfStepAt(at.executionId, at.step.parentStep), pipelineKeyed: false };
   if (at.pipelineName !== (at.rootJobName ?? at.pipelineName)) {
     return { runId: childRunId(at.executionId, `pipeline:${at.pipelineName}`), pipelineKeyed: true };
   }
-  return { runId: null, pipelineKeyed: false };
+  return { runId: at.executionId, pipelineKeyed: false };
 }
 
 /** The body of a run-level event: no datasets (a run's datasets are its steps' events). */
@@ -368,16 +383,20 @@ interface RunEvent {
   projectId: string;
   executionId: string;
   jobName: string;
-  /** The step that ran the child pipeline; -1 for the execution's own run and a child run keyed by its pipeline. */
+  /** The step that runs the child pipeline; -1 for the execution's own run and a child run keyed by its pipeline. */
   stepIndex: number;
   eventType: 'START' | 'COMPLETE' | 'FAIL' | 'ABORT';
+  /** When it happened, by the server's clock. */
   eventTime: string;
-  runId: string | null;
+  runId: string;
   parent: string | null;
 }
 
-/** Records a run-level event unless the run has it already (queued for the push when there is one). */
-async function storeRunEvent(db: Executor, event: RunEvent): Promise<void> {
+/**
+ * Records a run-level event unless the run has its START (or an end) already (queued for the push when there
+ * is one); answers whether it was recorded.
+ */
+async function storeRunEvent(db: Executor, event: RunEvent): Promise<boolean> {
   const id = await insertRunEvent(
     db,
     {
@@ -394,10 +413,13 @@ async function storeRunEvent(db: Executor, event: RunEvent): Promise<void> {
       bodyHash: NO_DATASETS_HASH,
       runId: event.runId,
       parent: event.parent,
+      runPhase: event.eventType === 'START' ? 'START' : 'END',
     },
     NO_DATASETS,
   );
-  if (id !== undefined) await queuePush(db, id);
+  if (id === undefined) return false;
+  await queuePush(db, id);
+  return true;
 }
 
 /** A batch run starts (the execution is created): its START, in the transaction that creates it. */
@@ -410,7 +432,7 @@ export async function recordRunStart(
     stepIndex: -1,
     eventType: 'START',
     eventTime: run.startedAt,
-    runId: null,
+    runId: run.executionId,
     parent: null,
   });
 }
@@ -418,59 +440,73 @@ export async function recordRunStart(
 /**
  * A batch run ends with `status` (the execution's final one), in the transaction that ends it: each child
  * pipeline's run it leaves started and not ended (a step running one was never reported ended: a forced cancel,
- * an agent lost; a test pipeline's run) ends as the execution did, and then the run itself.
+ * an agent lost; a test pipeline's run) ends as the execution did, all in one statement, and then the run itself.
+ * A run with no START (it was started before migration 0046) gets its START first.
  */
 export async function recordRunEnd(
   db: Executor,
-  run: { accountId: string; projectId: string; executionId: string; jobName: string; status: string; finishedAt: string },
+  run: {
+    accountId: string;
+    projectId: string;
+    executionId: string;
+    jobName: string;
+    status: string;
+    startedAt: string;
+    finishedAt: string;
+  },
 ): Promise<void> {
+  const own = { ...run, stepIndex: -1, runId: run.executionId, parent: null };
   const eventType = endEventOf(run.status);
-  const open = new Map<string, Awaited<ReturnType<typeof runEventsOf>>[number]>();
-  for (const event of await runEventsOf(db, run.executionId)) {
-    if (event.runId === null) continue;
-    const key = `${event.jobName}\u0000${event.stepIndex}`;
-    if (event.stepStatus === 'START') open.set(key, event);
-    else open.delete(key);
+  if ((await runStartOf(db, { executionId: run.executionId, runId: run.executionId })).length === 0) {
+    await storeRunEvent(db, { ...own, eventType: 'START', eventTime: run.startedAt });
   }
-  for (const child of open.values()) {
-    await storeRunEvent(db, {
-      ...run,
-      jobName: child.jobName,
-      stepIndex: child.stepIndex,
-      eventType,
-      eventTime: run.finishedAt,
-      runId: child.runId,
-      parent: child.parent,
-    });
+  await queuePushes(db, await endOpenChildRuns(db, run.executionId, eventType, run.finishedAt));
+  await storeRunEvent(db, { ...own, eventType, eventTime: run.finishedAt });
+}
+
+/**
+ * The child run a step names as the one it is part of (parentStep) must be a run of the step's pipeline that
+ * the execution started: its step was reported running that pipeline (runsPipeline). 400 naming the field otherwise.
+ */
+async function checkParentStep(db: Executor, at: LineageStep, runId: string): Promise<void> {
+  const [start] = await runStartOf(db, { executionId: at.executionId, runId });
+  if (start?.jobName !== at.pipelineName) {
+    throw badRequest('The step names a step that does not run its pipeline.', [
+      `body.body.step.parentStep: must be the index of a step reported running this step's childPipeline (runsPipeline)`,
+    ]);
   }
-  await storeRunEvent(db, { ...run, stepIndex: -1, eventType, eventTime: run.finishedAt, runId: null, parent: null });
 }
 
 /**
  * What a step report means for lineage, in the transaction that records the step:
+ * - a step of a child pipeline that names the step running it (parentStep) is part of that step's child run,
+ *   which must be a run of the step's pipeline (400 naming parentStep otherwise);
  * - a step of a child pipeline that names no step running it starts that pipeline's run in the execution
  *   (once: its end comes with the execution's, recordRunEnd);
- * - a step that runs a child pipeline (`runsPipeline`) starts that pipeline's run when it is reported
- *   running, and ends it (COMPLETE, FAIL, ABORT) when it is reported ended: a run of its own, with the
- *   parent run facet naming the step's run and job, and the execution's at the root;
+ * - a step that runs a child pipeline (`runsPipeline`) starts that pipeline's run when it is first reported
+ *   with it, and ends it (COMPLETE, FAIL, ABORT) the first time it is reported ended: a run of its own, with
+ *   the parent run facet naming the step's run and job, and the execution's at the root. The step runs that
+ *   pipeline from then on (another is 400 naming runsPipeline); a second end is not recorded;
  * - the datasets the step read and wrote (`reported`, when it carries lineage) are a RUNNING event of its run:
  *   a small row (run, job, step, time) and the datasets as checked, kept once per project and content (a
  *   step reports the same tables run after run); the OpenLineage event is built when it is read (eventOf). A
  *   step that read and wrote nothing records no event.
  * The account, project, jobs and runs come from the execution the reporting agent holds, never from the
- * report (the executions area checks that the pipelines a step names are the work's).
+ * report (the executions area checks that the pipelines a step names are the work's), and the events' times are
+ * the server's.
  */
 export async function recordStepLineage(db: Executor, at: LineageStep, reported?: unknown): Promise<void> {
   const rootJob = at.rootJobName ?? at.pipelineName;
   const run = runOfStep(at);
   const ids = { accountId: at.accountId, projectId: at.projectId, executionId: at.executionId };
+  if (at.step.parentStep !== undefined) await checkParentStep(db, at, run.runId);
   if (run.pipelineKeyed) {
     await storeRunEvent(db, {
       ...ids,
       jobName: at.pipelineName,
       stepIndex: -1,
       eventType: 'START',
-      eventTime: at.step.startedAt ?? now(),
+      eventTime: now(),
       runId: run.runId,
       parent: JSON.stringify({ runId: at.executionId, job: rootJob, rootJob } satisfies ChildRunParent),
     });
@@ -481,13 +517,20 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported?
       ...ids,
       jobName: child,
       stepIndex: at.step.index,
-      runId: childRunId(at.executionId, `step:${at.step.index}`),
-      parent: JSON.stringify({ runId: run.runId ?? at.executionId, job: at.pipelineName, rootJob } satisfies ChildRunParent),
+      runId: runOfStepAt(at.executionId, at.step.index),
+      parent: JSON.stringify({ runId: run.runId, job: at.pipelineName, rootJob } satisfies ChildRunParent),
     };
     // Once, whichever report of the step comes first (an agent may report it only when it ends).
-    await storeRunEvent(db, { ...childRun, eventType: 'START', eventTime: at.step.startedAt ?? now() });
+    if (!(await storeRunEvent(db, { ...childRun, eventType: 'START', eventTime: now() }))) {
+      const [start] = await runStartOf(db, { executionId: at.executionId, runId: childRun.runId });
+      if (start?.jobName !== child) {
+        throw badRequest('The step runs another pipeline already.', [
+          `body.body.step.runsPipeline: step ${at.step.index} runs ${JSON.stringify(start?.jobName)}`,
+        ]);
+      }
+    }
     if (at.step.status !== 'RUNNING') {
-      await storeRunEvent(db, { ...childRun, eventType: endEventOf(at.step.status), eventTime: at.step.finishedAt ?? now() });
+      await storeRunEvent(db, { ...childRun, eventType: endEventOf(at.step.status), eventTime: now() });
     }
   }
   if (reported === undefined) return;
@@ -501,15 +544,16 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported?
       projectId: at.projectId,
       executionId: at.executionId,
       generatedAt,
-      eventTime: at.step.finishedAt ?? generatedAt,
+      eventTime: generatedAt,
       jobName: at.pipelineName,
       jobKind: 'STEP',
       stepIndex: at.step.index,
       stepName: at.step.name,
       stepStatus: at.step.status,
       bodyHash: hash,
-      runId: run.runId,
+      runId: run.runId === at.executionId ? null : run.runId,
       parent: null,
+      runPhase: null,
     },
     body,
   );
@@ -558,6 +602,7 @@ export async function recordStreamingLineage(db: Executor, at: StreamingLineage)
       bodyHash: hashOf(body),
       runId: null,
       parent: null,
+      runPhase: null,
     },
     body,
   );
@@ -572,7 +617,7 @@ const legacyEventType = (status: string) => (status === 'SUCCESS' ? 'COMPLETE' :
 function parentFacet(namespace: string, executionId: string, stored: string) {
   const parent = JSON.parse(stored) as ChildRunParent;
   return {
-    ...FACET('ParentRunFacet', '1-1-0'),
+    ...FACET('ParentRunFacet'),
     run: { runId: parent.runId },
     job: { namespace, name: parent.job },
     root: { run: { runId: executionId }, job: { namespace, name: parent.rootJob } },
@@ -587,7 +632,7 @@ const STREAMING_JOB = {
 };
 
 /** The OpenLineage RunEvent of a recorded row (a run's start or end, a step, a streaming run) and its datasets. */
-export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLineage) {
+export function eventOf(step: Omit<LineageStepRow, 'bodyHash' | 'runPhase'>, lineage: StepLineage) {
   const namespace = jobNamespace(step.accountId, step.projectId);
   const event = (eventType: string, run: Record<string, unknown>, jobFacets: Record<string, unknown>) => ({
     eventType,
@@ -610,7 +655,7 @@ export function eventOf(step: Omit<LineageStepRow, 'bodyHash'>, lineage: StepLin
     {
       runId,
       facets: {
-        dpc_step: { ...FACET('DpcStepRunFacet'), index: step.stepIndex, name: step.stepName, status: step.stepStatus },
+        dpc_step: { ...STEP_FACET, index: step.stepIndex, name: step.stepName, status: step.stepStatus },
       },
     },
     { jobType: BATCH_JOB, ...(lineage.sql !== undefined && { sql: { ...FACET('SQLJobFacet'), query: lineage.sql } }) },

@@ -24,10 +24,12 @@ export interface LineageStepTable {
   stepStatus: string;
   /** The body's hash: lineage_bodies (projectId, hash). */
   bodyHash: string;
-  /** The OpenLineage run id where it is not executionId: a child pipeline's run (migration 0046). */
+  /** The OpenLineage run id: RUN rows always; other rows where it is not executionId (a child pipeline's run). */
   runId: string | null;
   /** A child run's parent and root, JSON ChildRunParent; null otherwise. */
   parent: string | null;
+  /** RUN rows: START or END (one of each per run: the unique index of migration 0046); null otherwise. */
+  runPhase: 'START' | 'END' | null;
 }
 
 /** The datasets a step read and wrote (StepLineage, JSON), once per project and content. */
