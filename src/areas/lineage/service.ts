@@ -13,6 +13,7 @@ import {
   type LineageStepRow,
 } from './repository.ts';
 import { pushesFrom, queuePush } from './push.ts';
+import { recordsLineage } from './recording.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
@@ -405,6 +406,7 @@ export async function recordRunStart(
   db: Executor,
   run: { accountId: string; projectId: string; executionId: string; jobName: string; startedAt: string },
 ): Promise<void> {
+  if (!recordsLineage(db)) return;
   await storeRunEvent(db, {
     ...run,
     stepIndex: -1,
@@ -424,6 +426,7 @@ export async function recordRunEnd(
   db: Executor,
   run: { accountId: string; projectId: string; executionId: string; jobName: string; status: string; finishedAt: string },
 ): Promise<void> {
+  if (!recordsLineage(db)) return;
   const eventType = endEventOf(run.status);
   const open = new Map<string, Awaited<ReturnType<typeof runEventsOf>>[number]>();
   for (const event of await runEventsOf(db, run.executionId)) {
@@ -461,6 +464,7 @@ export async function recordRunEnd(
  * report (the executions area checks that the pipelines a step names are the work's).
  */
 export async function recordStepLineage(db: Executor, at: LineageStep, reported?: unknown): Promise<void> {
+  if (!recordsLineage(db)) return;
   const rootJob = at.rootJobName ?? at.pipelineName;
   const run = runOfStep(at);
   const ids = { accountId: at.accountId, projectId: at.projectId, executionId: at.executionId };
@@ -539,6 +543,7 @@ export interface StreamingLineage {
  * datasets are the server's (named from the pipeline's definition), never an agent's word.
  */
 export async function recordStreamingLineage(db: Executor, at: StreamingLineage): Promise<void> {
+  if (!recordsLineage(db)) return;
   if (at.inputs.length === 0 && at.outputs.length === 0) return;
   const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
   const generatedAt = now();
