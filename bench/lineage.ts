@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import { sql } from 'kysely';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../src/core/config.ts';
 import { migrate, openStore, type Store } from '../src/core/db/database.ts';
 import { createAccount } from '../src/core/auth/accounts.ts';
-import { abba, createDatabase, median, record, spread, startBenchServer, type Quadruples } from './lib.ts';
+import { abba, createDatabase, median, record, signed, spread, startBenchServer, type Quadruples } from './lib.ts';
 import { protocolAgent, type HeldRun, type ProtocolAgent } from './support/protocol-runs.ts';
 import { applyReport, seedProject, seedRuns } from './support/runs.ts';
 
@@ -289,14 +289,146 @@ async function protocolOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
   }
 }
 
+/** CPU µs used so far by the PostgreSQL backends serving `store`'s database (from /proc), but the asking one's. */
+async function backendsCpu(store: Store): Promise<Map<number, number>> {
+  const { rows } = await sql<{
+    pid: number;
+  }>`select pid from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`.execute(store.db);
+  const cpu = new Map<number, number>();
+  for (const { pid } of rows) {
+    try {
+      cpu.set(pid, Number(readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]) / 1000);
+    } catch {
+      // Ended meanwhile (an idle pool connection closes after 10 s): it did nothing since.
+    }
+  }
+  return cpu;
+}
+
+/** A `dpc serve` process for the runs measure: lineage on or off, its store holding RUNS × STEPS events. */
+interface RunsServer {
+  /** A set of RUNS_AT_ONCE runs played whole; µs per run: the server's CPU, PostgreSQL's backends' CPU, wall time. */
+  runs(): Promise<{ cpu: number; backends: number; wall: number }>;
+  /** Lineage rows in its store. */
+  lineageRows(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+const RUNS_AT_ONCE = 8;
+
+async function startRunsServer(kind: 'sqlite' | 'postgres', lineage: boolean): Promise<RunsServer> {
+  const server = await startBenchServer({
+    postgres: kind === 'postgres',
+    env: { DPC_HOSTED_AGENT: 'false', DPC_LINEAGE: String(lineage) },
+  });
+  const store = openStore({ ...loadConfig({}), dataDir: server.dataDir, databaseUrl: server.databaseUrl, rememberReads: false });
+  const agent = await protocolAgent(server);
+  const { id: accountId } = await store.db.selectFrom('accounts').select('id').executeTakeFirstOrThrow();
+  const { projectId } = await server.api('POST', '/projects', { name: 'lineage bench' });
+  await seedEvents(store, accountId, projectId);
+  const backends = async () => (kind === 'postgres' ? backendsCpu(store) : new Map<number, number>());
+  return {
+    async runs() {
+      const cpu = server.cpuMicros();
+      const before = await backends();
+      const started = performance.now();
+      // Created through the API (POST pipeline-executions: the run's START) and taken over the protocol.
+      const runs = await agent.startRuns(RUNS_AT_ONCE);
+      await Promise.all(
+        runs.map(async (run) => {
+          for (let index = 0; index < STEPS; index += 1) {
+            const step = { index, name: `step ${index}`, startedAt: new Date().toISOString() };
+            await agent.report(run, 'progress', { step: { ...step, status: 'RUNNING' } });
+            await agent.report(run, 'progress', {
+              step: { ...step, status: 'SUCCESS', finishedAt: new Date().toISOString(), lineage: stepLineage(index) },
+            });
+          }
+          // Done: the run's end (COMPLETE).
+          await agent.report(run, 'done', {});
+        }),
+      );
+      const wall = performance.now() - started;
+      const used = server.cpuMicros() - cpu;
+      const after = await backends();
+      let backendMicros = 0;
+      for (const [pid, micros] of after) backendMicros += micros - (before.get(pid) ?? 0);
+      return { cpu: used / runs.length, backends: backendMicros / runs.length, wall: (wall * 1000) / runs.length };
+    },
+    async lineageRows() {
+      const { count } = await store.db
+        .selectFrom('lineageSteps')
+        .select((eb) => eb.fn.countAll<string | number>().as('count'))
+        .executeTakeFirstOrThrow();
+      return Number(count);
+    },
+    async stop() {
+      agent.stop();
+      await store.close();
+      await server.stop();
+    },
+  };
+}
+
+/**
+ * (a'') Lineage's cost on whole runs' state changes, as the server makes them for a run of a 20-step pipeline:
+ * two real `dpc serve` processes on the same kind of store, each holding RUNS × STEPS events, alike but for
+ * DPC_LINEAGE (A: false, B: true, the default). A side is a set of RUNS_AT_ONCE runs, each created through the
+ * API (POST pipeline-executions; with lineage its START), its work taken over the agent protocol, its 20 steps
+ * reported RUNNING and then SUCCESS with `step.lineage` (the same reports to both: A does not read it), then
+ * done (with lineage its COMPLETE, after reading the run's run-level rows). Measured by the server's CPU per run
+ * (from /proc), in A-B-B-A quadruples (BENCH_LINEAGE_RUNS_ROUNDS, default 12); on PostgreSQL also its backends'
+ * CPU (the store works in its own processes), printed.
+ */
+async function runsOverhead(kind: 'sqlite' | 'postgres'): Promise<void> {
+  const [off, on] = await Promise.all([startRunsServer(kind, false), startRunsServer(kind, true)]);
+  try {
+    const seeded = RUNS * STEPS;
+    // Warm-up, not counted: the seeding's WAL checkpoint (SQLite), cold caches and the JIT fall on it.
+    for (let i = 0; i < 2; i += 1) {
+      await off.runs();
+      await on.runs();
+    }
+    const quadruples = Number(process.env.BENCH_LINEAGE_RUNS_ROUNDS ?? 12);
+    const { cpu, backends, wall } = await abba(quadruples, (position) => (position === 1 || position === 2 ? on : off).runs());
+    const runs = (quadruples * 2 + 2) * RUNS_AT_ONCE;
+    const [offRows, onRows] = [await off.lineageRows(), await on.lineageRows()];
+    // Off: nothing recorded. On: each run's START, its 20 steps' datasets and its COMPLETE.
+    if (offRows !== seeded || onRows !== seeded + runs * (STEPS + 2)) {
+      throw new Error(`lineage rows: ${offRows} without, ${onRows} with; expected ${seeded} and ${seeded + runs * (STEPS + 2)}`);
+    }
+    const added = spread(cpu.added);
+    console.log(
+      `${kind}: a whole run (created, 20 steps RUNNING and SUCCESS with step.lineage, done; ${RUNS_AT_ONCE} at once) costs the server ` +
+        `${median(cpu.a).toFixed(0)} µs of CPU with DPC_LINEAGE=false, ${median(cpu.b).toFixed(0)} µs with lineage; ` +
+        `ratio ${(median(cpu.b) / median(cpu.a)).toFixed(3)}; added ${added.text}, at ${seeded} events; ` +
+        `wall time per run ${signed(median(wall.added))} %`,
+    );
+    if (kind === 'postgres') {
+      // The server and its backends together: what a run costs this machine, store included.
+      const whole = cpu.a.map((_, i) => ((cpu.b[i] + backends.b[i]) / (cpu.a[i] + backends.a[i]) - 1) * 100);
+      console.log(
+        `${kind}: PostgreSQL's backends' CPU per run ${median(backends.a).toFixed(0)} µs without, ${median(backends.b).toFixed(0)} µs with; ` +
+          `added ${spread(backends.added).text}; server and backends together ${spread(whole).text}`,
+      );
+    }
+    record({
+      name: `lineage added to whole runs' state changes (20 steps), ${kind}: server CPU (%)`,
+      measured: added.median,
+      atMost: 10,
+    });
+  } finally {
+    await Promise.all([off.stop(), on.stop()]);
+  }
+}
+
 /**
  * BENCH_LINEAGE_PARTS (default all): paging-sqlite, paging-postgres, write-sqlite, write-postgres, protocol-sqlite,
- * protocol-postgres.
+ * protocol-postgres, runs-sqlite, runs-postgres.
  */
 export async function bench(): Promise<void> {
   const parts = (
     process.env.BENCH_LINEAGE_PARTS ??
-    'paging-sqlite,paging-postgres,write-sqlite,write-postgres,protocol-sqlite,protocol-postgres'
+    'paging-sqlite,paging-postgres,write-sqlite,write-postgres,protocol-sqlite,protocol-postgres,runs-sqlite,runs-postgres'
   ).split(',');
   if (parts.includes('paging-sqlite')) await paging('sqlite');
   if (parts.includes('paging-postgres')) await paging('postgres');
@@ -304,4 +436,6 @@ export async function bench(): Promise<void> {
   if (parts.includes('write-postgres')) await writeOverhead('postgres');
   if (parts.includes('protocol-sqlite')) await protocolOverhead('sqlite');
   if (parts.includes('protocol-postgres')) await protocolOverhead('postgres');
+  if (parts.includes('runs-sqlite')) await runsOverhead('sqlite');
+  if (parts.includes('runs-postgres')) await runsOverhead('postgres');
 }

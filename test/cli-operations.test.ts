@@ -43,6 +43,7 @@ describeEachStore('dpc for operators', (kind) => {
       ['PORT', '70000', /^dpc: PORT must be an integer from 0 to 65535, got "70000"\n$/],
       ['DATABASE_URL', 'mysql://u:hidden@h/db', /^dpc: DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL\n$/],
       ['LOG_LEVEL', 'loud', /^dpc: LOG_LEVEL must be one of .*, got "loud"\n$/],
+      ['DPC_LINEAGE', 'off', /^dpc: DPC_LINEAGE must be one of true, false, got "off"\n$/],
       ['DPC_PROBLEM_TYPE_BASE', 'not a url', /^dpc: DPC_PROBLEM_TYPE_BASE must be a http:\/\/ or https:\/\/ URL\n$/],
     ] as const) {
       for (const command of [['config'], ['serve']]) {

@@ -108,6 +108,8 @@ export interface Config {
   openLineageUrl?: URL;
   /** Tries of each push to openLineageUrl (with the job queue's backoff, 1 s doubling to 60 s) before it is given up. */
   openLineageAttempts: number;
+  /** Whether lineage is recorded (DPC_LINEAGE): off, no batch run, step or streaming lineage is written, and none is pushed. */
+  lineage: boolean;
   /** Credits per run-hour by agent type (consumption); `default` prices other types and deleted agents. */
   creditsPerHour: Readonly<Record<string, number>>;
 }
@@ -310,5 +312,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     webhookConcurrency: integer(env, 'DPC_WEBHOOK_CONCURRENCY', 16, 1, 1000),
     openLineageUrl: httpUrl(env, 'DPC_OPENLINEAGE_URL'),
     openLineageAttempts: integer(env, 'DPC_OPENLINEAGE_ATTEMPTS', 12, 1, 1000),
+    lineage: oneOf(env, 'DPC_LINEAGE', ['true', 'false'], 'true') === 'true',
   };
 }

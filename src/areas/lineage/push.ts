@@ -23,7 +23,8 @@ interface Push {
 
 /** The push of each store (tests run several servers in one process); keyed as preparedQuery keys a store. */
 const pushes = new WeakMap<object, Push>();
-const storeKey = (db: Executor) => db.getExecutor().adapter;
+/** A store's key for per-store state, the same from a transaction of it: its Kysely adapter. */
+export const storeKey = (db: Executor): object => db.getExecutor().adapter;
 
 /**
  * Sets up the push when DPC_OPENLINEAGE_URL is set: events stored from now on are queued, and (in a

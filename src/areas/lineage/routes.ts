@@ -4,10 +4,13 @@ import { LineagePage, LineageQuery } from './schemas.ts';
 import { deleteProjectLineage } from './repository.ts';
 import { eventOf, listLineageEvents } from './service.ts';
 import { startLineagePush } from './push.ts';
+import { setLineageRecording } from './recording.ts';
 
 /** The account's data lineage as OpenLineage run events (docs/api/lineage.md). */
 export async function lineageRoutes(fastify: FastifyInstance): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  // DPC_LINEAGE=false: nothing is recorded from now on (recording.ts); what was recorded is still read.
+  setLineageRecording(fastify.store.db, fastify.config.lineage);
   // DPC_OPENLINEAGE_URL: every stored event is also POSTed there (push.ts).
   startLineagePush(fastify, eventOf);
   // The steps hold their project without a foreign key (migration 0038): they go in its deleting transaction,

@@ -14,6 +14,7 @@ import {
   type LineageStepRow,
 } from './repository.ts';
 import { pushesFrom, queuePush, queuePushes } from './push.ts';
+import { recordsLineage } from './recording.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
@@ -427,6 +428,7 @@ export async function recordRunStart(
   db: Executor,
   run: { accountId: string; projectId: string; executionId: string; jobName: string; startedAt: string },
 ): Promise<void> {
+  if (!recordsLineage(db)) return;
   await storeRunEvent(db, {
     ...run,
     stepIndex: -1,
@@ -455,6 +457,7 @@ export async function recordRunEnd(
     finishedAt: string;
   },
 ): Promise<void> {
+  if (!recordsLineage(db)) return;
   const own = { ...run, stepIndex: -1, runId: run.executionId, parent: null };
   const eventType = endEventOf(run.status);
   if ((await runStartOf(db, { executionId: run.executionId, runId: run.executionId })).length === 0) {
@@ -496,6 +499,7 @@ async function checkParentStep(db: Executor, at: LineageStep, runId: string): Pr
  * the server's.
  */
 export async function recordStepLineage(db: Executor, at: LineageStep, reported?: unknown): Promise<void> {
+  if (!recordsLineage(db)) return;
   const rootJob = at.rootJobName ?? at.pipelineName;
   const run = runOfStep(at);
   const ids = { accountId: at.accountId, projectId: at.projectId, executionId: at.executionId };
@@ -583,6 +587,7 @@ export interface StreamingLineage {
  * datasets are the server's (named from the pipeline's definition), never an agent's word.
  */
 export async function recordStreamingLineage(db: Executor, at: StreamingLineage): Promise<void> {
+  if (!recordsLineage(db)) return;
   if (at.inputs.length === 0 && at.outputs.length === 0) return;
   const body = JSON.stringify({ inputs: at.inputs, outputs: at.outputs });
   const generatedAt = now();
