@@ -111,16 +111,7 @@ export async function insertLineageStep(db: Executor, step: LineageStepRow, body
   }
   if (statementsAreRoundTrips(db)) {
     const [row] = await insertBodyAndStep(db, { ...step, body });
-    const key = `${step.projectId} ${step.bodyHash}`;
-    let inserted = insertedBy.get(db);
-    if (!db.isTransaction) {
-      know(step.projectId, step.bodyHash); // the statement committed as it ended
-    } else if (Number(row.bodiesInserted) > 0) {
-      if (!inserted) insertedBy.set(db, (inserted = new Set()));
-      inserted.add(key);
-    } else if (!inserted?.has(key)) {
-      know(step.projectId, step.bodyHash);
-    }
+    noteBody(db, step.projectId, step.bodyHash, Number(row.bodiesInserted) > 0);
     return Number(row.id);
   }
   await insertBody(db, { projectId: step.projectId, hash: step.bodyHash, body });
@@ -190,11 +181,49 @@ export async function addLineageStep(db: Executor, step: LineageStepRow, body: s
  * deferred to the commit of an earlier transaction of the group would not be there yet.
  */
 export async function insertRunEvent(db: Executor, row: LineageStepRow, body: string): Promise<number | undefined> {
-  if (!isKnown(row.projectId, row.bodyHash)) {
-    await insertBody(db, { projectId: row.projectId, hash: row.bodyHash, body });
-  }
+  if (!isKnown(row.projectId, row.bodyHash)) await addBody(db, row.projectId, row.bodyHash, body);
   const [inserted] = await insertRunRow(db, row);
   return inserted === undefined ? undefined : Number(inserted.id);
+}
+
+/** PostgreSQL: the body unless the project has it, answering whether it was inserted. */
+const insertBodyAnswering = preparedQuery((db, body: Pick<LineageBodyTable, keyof LineageBodyTable>) =>
+  db
+    .insertInto('lineageBodies')
+    .values({ projectId: body.projectId, hash: body.hash, body: body.body })
+    .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing())
+    .returning('hash'),
+);
+
+/**
+ * A body not known to be stored (knownBodies): on SQLite in a transaction handed to its group's commit (known
+ * once that commits), else inserted unless the project has it (on PostgreSQL known once met committed).
+ */
+async function addBody(db: Executor, projectId: string, hash: string, body: string): Promise<void> {
+  if (!statementsAreRoundTrips(db)) {
+    if (db.isTransaction && deferInsertOnSqlite(db.getExecutor().adapter, BODY_ROWS, [projectId, hash, body])) return;
+    await insertBody(db, { projectId, hash, body });
+    return;
+  }
+  const inserted = (await insertBodyAnswering(db, { projectId, hash, body })).length > 0;
+  noteBody(db, projectId, hash, inserted);
+}
+
+/**
+ * PostgreSQL: what inserting a body (`on conflict do nothing`) found: known at once outside a transaction;
+ * in one, known when it met the body there and had not inserted it itself (a row it meets is committed, or its own).
+ */
+function noteBody(db: Executor, projectId: string, hash: string, inserted: boolean): void {
+  const key = `${projectId} ${hash}`;
+  let mine = insertedBy.get(db);
+  if (!db.isTransaction) {
+    know(projectId, hash);
+  } else if (inserted) {
+    if (!mine) insertedBy.set(db, (mine = new Set()));
+    mine.add(key);
+  } else if (!mine?.has(key)) {
+    know(projectId, hash);
+  }
 }
 
 /** The partial unique index's target, its predicate written out (a bound value would not be known to match it). */
@@ -224,7 +253,12 @@ export const runStartOf = preparedQuery((db, key: { executionId: string; runId: 
  * `eventType` at `at` (server time); answers the ids of the rows written.
  */
 export async function endOpenChildRuns(db: Executor, executionId: string, eventType: string, at: string): Promise<number[]> {
-  const rows = await db
+  const rows = await endOpenRuns(db, { executionId, eventType, at });
+  return rows.map((row) => Number(row.id));
+}
+
+const endOpenRuns = preparedQuery((db, run: { executionId: string; eventType: string; at: string }) =>
+  db
     .insertInto('lineageSteps')
     .columns([
       'accountId',
@@ -249,22 +283,22 @@ export async function endOpenChildRuns(db: Executor, executionId: string, eventT
           's.accountId',
           's.projectId',
           's.executionId',
-          sql.val(at).as('generatedAt'),
-          sql.val(at).as('eventTime'),
+          sql.val(run.at).as('generatedAt'),
+          sql.val(run.at).as('eventTime'),
           's.jobName',
           's.jobKind',
           's.stepIndex',
           's.stepName',
-          sql.val(eventType).as('stepStatus'),
+          sql.val(run.eventType).as('stepStatus'),
           's.bodyHash',
           's.runId',
           's.parent',
           sql.lit('END').as('runPhase'),
         ])
-        .where('s.executionId', '=', executionId)
+        .where('s.executionId', '=', run.executionId)
         .where('s.jobKind', '=', sql.lit('RUN'))
         .where('s.runPhase', '=', sql.lit('START'))
-        .where('s.runId', '<>', executionId)
+        .where('s.runId', '<>', run.executionId)
         .where(({ not, exists, selectFrom }) =>
           not(
             exists(
@@ -280,10 +314,8 @@ export async function endOpenChildRuns(db: Executor, executionId: string, eventT
         .orderBy('s.id'),
     )
     .onConflict((oc) => oc.columns(RUN_EVENT_KEY).where('jobKind', '=', sql.lit('RUN')).doNothing())
-    .returning('id')
-    .execute();
-  return rows.map((row) => Number(row.id));
-}
+    .returning('id'),
+);
 
 /** A recorded step with its body, by id. */
 export function lineageStepById(db: Executor, id: number) {
