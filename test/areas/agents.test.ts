@@ -517,7 +517,9 @@ describeEachStore('agents and the agent protocol', (kind) => {
           )),
         );
       }
-      const delivered = polls.filter((p) => p.status === 200).map((p) => p.body.workId as string);
+      // First deliveries only: on a loaded machine a lease (1 s here) can lapse between the rounds, and the
+      // work is then rightly delivered again (delivery 2).
+      const delivered = polls.filter((p) => p.status === 200 && p.body.delivery === 1).map((p) => p.body.workId as string);
       assert.equal(delivered.length, 12);
       assert.deepEqual(new Set(delivered), ids);
     } finally {
