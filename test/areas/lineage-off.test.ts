@@ -93,6 +93,21 @@ describeEachStore('lineage turned off (DPC_LINEAGE=false)', (kind) => {
     await report(0, { status: 'RUNNING' });
     await report(0, { ...finished(), lineage: lineage(0) });
     await report(1, { status: 'RUNNING', runsPipeline: 'pipelines/child.orch.yaml' });
+    // The run's steps are checked alike with lineage on and off (attack finding M3): a step naming one that runs
+    // no pipeline as the step running it is refused, as is a second pipeline for step 1.
+    for (const fields of [
+      { childPipeline: 'pipelines/child.orch.yaml', parentStep: 0 },
+      { runsPipeline: 'pipelines/parent.orch.yaml' },
+    ]) {
+      const refused = await server.request('POST', `/dpc/agent/v1/work/${work.workId}/reports`, {
+        token: agentToken,
+        body: {
+          type: 'progress',
+          body: { step: { index: 1, name: 'x', status: 'RUNNING', startedAt: new Date().toISOString(), ...fields } },
+        },
+      });
+      assert.equal(refused.status, 400, refused.text);
+    }
     await report(2, { ...finished(), childPipeline: 'pipelines/child.orch.yaml', parentStep: 1, lineage: lineage(2) });
     await report(1, { ...finished(), runsPipeline: 'pipelines/child.orch.yaml' });
     await agentCall('POST', `/work/${work.workId}/reports`, { type: 'done', body: {} });

@@ -3,7 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, eventually, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, eventually, orchestration, uploadVersion } from '../helpers/executions.ts';
 import { assertRunEvent } from '../helpers/openlineage.ts';
 
 /**
@@ -48,7 +48,18 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
       token: caller.token,
       body: { name: 'prod', defaultAgentId: created.body.agentId },
     });
-    await uploadVersion(server, caller, projectId, 'prod', 'v1', { 'pipelines/check.orch.yaml': CHECKING });
+    await uploadVersion(server, caller, projectId, 'prod', 'v1', {
+      'pipelines/check.orch.yaml': CHECKING,
+      'pipelines/parent.orch.yaml': orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "pipelines/check"
+`),
+    });
   });
   after(async () => {
     await server.close();
@@ -99,5 +110,51 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
     // Taken: no further try.
     await new Promise((resolve) => setTimeout(resolve, 1500));
     assert.equal(received.length, 9);
+  });
+
+  test("the child runs a run's end ends (in one statement) are pushed each on its own: one refused holds back no other (attack finding M2)", async () => {
+    const agentCall = (method: string, apiPath: string, body?: unknown) =>
+      server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
+    const started = await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+      token: caller.token,
+      body: { environmentName: 'prod', pipelineName: 'pipelines/parent.orch.yaml' },
+    });
+    assert.equal(started.status, 201, started.text);
+    const executionId = started.body.pipelineExecutionId as string;
+    const work = await agentCall('GET', '/work?waitSeconds=5');
+    for (const index of [1, 2, 3]) {
+      const step = {
+        index,
+        name: 'Child',
+        status: 'RUNNING',
+        startedAt: new Date().toISOString(),
+        runsPipeline: 'pipelines/check.orch.yaml',
+      };
+      assert.equal(
+        (await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'progress', body: { step } })).status,
+        200,
+      );
+    }
+    const cancelled = await server.api('PATCH', `/projects/${projectId}/pipeline-executions/${executionId}`, {
+      token: caller.token,
+      body: { forceUpdate: true, status: 'CANCELLED' },
+    });
+    assert.equal(cancelled.status, 200, cancelled.text);
+    const ends = () =>
+      received.filter(
+        (r) =>
+          r.body.eventType === 'ABORT' &&
+          (r.body.run.runId === executionId || r.body.run.facets?.parent?.root.run.runId === executionId),
+      );
+    // Each ABORT (three child runs, then the run) refused twice, then taken: tried on its own, never again once taken.
+    await eventually(
+      async () => ends().filter((r) => r.status === 201).length,
+      (count) => count >= 4,
+      20_000,
+    );
+    const tries = new Map<string, number[]>();
+    for (const r of ends()) tries.set(r.body.run.runId, [...(tries.get(r.body.run.runId) ?? []), r.status]);
+    assert.equal(tries.size, 4);
+    for (const statuses of tries.values()) assert.deepEqual(statuses, [503, 503, 201]);
   });
 });

@@ -17,7 +17,7 @@ import {
 } from '../agents/index.ts';
 import { recordStepLineage } from '../lineage/index.ts';
 import { emit } from '../../core/outbox.ts';
-import { executionOfWork, heldRuns, quietRuns, unfinishedRuns } from './repository.ts';
+import { executionOfWork, heldRuns, pipelineRunByStep, quietRuns, unfinishedRuns } from './repository.ts';
 import { eventPrefix, moveExecution, recordStep, rootJobOf, type ExecutionRow, type ReportedStep } from './service.ts';
 import { IllegalTransition, isFinal, type ExecutionEvent, type ExecutionStatus } from './states.ts';
 
@@ -67,22 +67,36 @@ function holds(work: AgentWork, run: { pipelineName: string | null }, pipeline: 
  * a pipeline of the work the agent holds (the files the run was given: its pipeline and the child pipelines
  * it runs from its artifact version; for tests, the test pipelines); 400 naming the field otherwise. It is
  * the step's job in lineage and the child pipeline the steps list shows: an agent names no other. So must the
- * pipeline a step runs (`runsPipeline`) be; a child pipeline's step may name the step that runs it
- * (`parentStep`, an earlier step of the run), and only with `childPipeline`.
+ * pipeline a step runs (`runsPipeline`) be, and a step runs one (the first reported for it); a child
+ * pipeline's step may name the step that runs it (`parentStep`): an earlier step of the run reported running
+ * that pipeline, and only with `childPipeline`. Checked against the run's steps, whether or not lineage is kept.
  */
-function pipelineOfStep(work: AgentWork, run: { pipelineName: string | null; testName: string | null }, step: ReportedStep) {
+async function pipelineOfStep(
+  trx: Executor,
+  work: AgentWork,
+  run: { id: string; pipelineName: string | null; testName: string | null },
+  step: ReportedStep,
+): Promise<string> {
   const violations: string[] = [];
   const child = step.childPipeline;
+  const parentStep =
+    "body.body.step.parentStep: must be the index of an earlier step reported running this step's childPipeline (runsPipeline), with childPipeline";
   if (child !== undefined && !holds(work, run, child)) {
     violations.push('body.body.step.childPipeline: must be a pipeline of the run (its own or a child pipeline it runs)');
   }
   if (step.runsPipeline !== undefined && !holds(work, run, step.runsPipeline)) {
     violations.push('body.body.step.runsPipeline: must be a pipeline of the run (a child pipeline it runs)');
+  } else if (step.runsPipeline !== undefined) {
+    const runs = await pipelineRunByStep(trx, { executionId: run.id, position: step.index });
+    if (runs != null && runs !== step.runsPipeline) {
+      violations.push(`body.body.step.runsPipeline: step ${step.index} runs ${JSON.stringify(runs)} (a step runs one pipeline)`);
+    }
   }
-  if (step.parentStep !== undefined && (child === undefined || step.parentStep >= step.index)) {
-    violations.push(
-      "body.body.step.parentStep: must be the index of an earlier step (the one running this step's childPipeline), with childPipeline",
-    );
+  if (step.parentStep !== undefined) {
+    if (child === undefined || step.parentStep >= step.index) violations.push(parentStep);
+    else if ((await pipelineRunByStep(trx, { executionId: run.id, position: step.parentStep })) !== child) {
+      violations.push(parentStep);
+    }
   }
   if (violations.length > 0) throw badRequest('The step names a pipeline or step that is not part of this run.', violations);
   return child ?? rootJobOf(run);
@@ -98,7 +112,7 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
   const body = (report.body ?? {}) as ReportBody;
   if (report.type === 'progress' && isStep(body.step)) {
     const step = body.step;
-    const pipelineName = pipelineOfStep(work, run, step);
+    const pipelineName = await pipelineOfStep(trx, work, run, step);
     await recordStep(trx, run.id, step);
     // The datasets the step read and wrote, and the child pipelines' runs, as OpenLineage events of this
     // execution (the run's, not the report's, ids).

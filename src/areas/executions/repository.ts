@@ -5,6 +5,7 @@
 import { expectedRowVersion, heldExpectedVersion } from '../../core/conditional.ts';
 import type { Insertable, Selectable } from 'kysely';
 import type { Executor } from '../../core/db/database.ts';
+import { preparedQuery } from '../../core/db/prepared.ts';
 import { countOf, offsetOf, type PageQuery } from '../../core/paging.ts';
 import { PIPELINE_SUFFIXES } from '../../contract/pipeline-file.ts';
 import type { ExecutionStepTable, ExecutionTable } from './tables.ts';
@@ -107,10 +108,29 @@ export async function upsertStep(db: Executor, row: Insertable<ExecutionStepTabl
         message: row.message,
         childPipeline: row.childPipeline,
         rowsWritten: row.rowsWritten,
+        // The first pipeline reported for the step stays (a report naming another is refused before this).
+        runsPipeline: (eb) => eb.fn.coalesce('executionSteps.runsPipeline', eb.ref('excluded.runsPipeline')),
       }),
     )
     .execute();
 }
+
+/**
+ * The child pipeline step `position` of the run runs, as first reported: undefined for no such step, null for
+ * a step that runs none.
+ */
+export async function pipelineRunByStep(db: Executor, step: { executionId: string; position: number }) {
+  const [row] = await stepRunsPipeline(db, step);
+  return row?.runsPipeline;
+}
+
+const stepRunsPipeline = preparedQuery((db, step: { executionId: string; position: number }) =>
+  db
+    .selectFrom('executionSteps')
+    .select('runsPipeline')
+    .where('executionId', '=', step.executionId)
+    .where('position', '=', step.position),
+);
 
 /** A page of the run's steps by position, and how many it has. */
 export async function stepRows(db: Executor, executionId: string, query: PageQuery) {

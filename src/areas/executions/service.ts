@@ -308,6 +308,7 @@ export async function recordStep(db: Executor, executionId: string, step: Report
     finishedAt: step.finishedAt ?? null,
     message: step.message ?? null,
     childPipeline: step.childPipeline ?? null,
+    runsPipeline: step.runsPipeline ?? null,
   });
 }
 

@@ -51,6 +51,8 @@ export interface ExecutionStepTable {
   finishedAt: string | null;
   message: string | null;
   childPipeline: string | null;
+  /** The child pipeline the step runs (run-orchestration, run-transformation): the first the agent reported for it. */
+  runsPipeline: string | null;
   /** Rows the step's SQL wrote, as the agent's warehouse told it; null where not known. */
   rowsWritten: number | null;
 }

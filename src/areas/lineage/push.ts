@@ -40,20 +40,17 @@ export function startLineagePush(
   if (!app.config.runJobs) return;
   const outbound = new OutboundClient(outboundSettings(app.config));
   app.jobs.register(PUSH_JOB, async (payload) => {
-    // One event ({id}), or the events one statement stored ({ids}: the child runs a run's end ended), in order.
-    const { id, ids } = payload as { id?: number; ids?: number[] };
-    for (const eventId of ids ?? [id!]) {
-      const row = await lineageStepById(app.store.db, eventId);
-      if (!row) continue; // deleted with its project
-      const answer = await outbound.send({
-        method: 'POST',
-        url,
-        headers: { 'content-type': 'application/json', 'user-agent': 'platform-api-openlineage/1' },
-        body: JSON.stringify(eventOf(row, JSON.parse(row.body) as StepLineage)),
-      });
-      if (answer.status < 200 || answer.status >= 300) {
-        throw new Error(`The OpenLineage endpoint answered ${answer.status}: ${answer.body.toString('utf8').slice(0, 200)}`);
-      }
+    const { id } = payload as { id: number };
+    const row = await lineageStepById(app.store.db, id);
+    if (!row) return; // deleted with its project
+    const answer = await outbound.send({
+      method: 'POST',
+      url,
+      headers: { 'content-type': 'application/json', 'user-agent': 'platform-api-openlineage/1' },
+      body: JSON.stringify(eventOf(row, JSON.parse(row.body) as StepLineage)),
+    });
+    if (answer.status < 200 || answer.status >= 300) {
+      throw new Error(`The OpenLineage endpoint answered ${answer.status}: ${answer.body.toString('utf8').slice(0, 200)}`);
     }
   });
 }
@@ -69,17 +66,17 @@ export async function queuePush(db: Executor, id: number): Promise<void> {
   if (push) await push.jobs.enqueue(db, PUSH_JOB, { id }, { maxAttempts: push.attempts });
 }
 
-/** Events in one push job at most when a statement stores many (a run's end ending its open child runs). */
-const PUSHES_PER_JOB = 100;
-
 /**
- * Queues the push of stored events `ids`, in the transaction that stored them, PUSHES_PER_JOB to a job (a job
- * tried again sends the events of its batch that were taken again too: at least once, as ever).
+ * Queues the push of stored events `ids` (the child runs a run's end ended, in one statement), each a job of its
+ * own as queuePush queues it (tried, and given up, on its own), their rows written in as few statements as can be.
  */
 export async function queuePushes(db: Executor, ids: number[]): Promise<void> {
   const push = pushes.get(storeKey(db));
-  if (!push) return;
-  for (let i = 0; i < ids.length; i += PUSHES_PER_JOB) {
-    await push.jobs.enqueue(db, PUSH_JOB, { ids: ids.slice(i, i + PUSHES_PER_JOB) }, { maxAttempts: push.attempts });
-  }
+  if (push)
+    await push.jobs.enqueueEach(
+      db,
+      PUSH_JOB,
+      ids.map((id) => ({ id })),
+      { maxAttempts: push.attempts },
+    );
 }

@@ -468,28 +468,15 @@ export async function recordRunEnd(
 }
 
 /**
- * The child run a step names as the one it is part of (parentStep) must be a run of the step's pipeline that
- * the execution started: its step was reported running that pipeline (runsPipeline). 400 naming the field otherwise.
- */
-async function checkParentStep(db: Executor, at: LineageStep, runId: string): Promise<void> {
-  const [start] = await runStartOf(db, { executionId: at.executionId, runId });
-  if (start?.jobName !== at.pipelineName) {
-    throw badRequest('The step names a step that does not run its pipeline.', [
-      `body.body.step.parentStep: must be the index of a step reported running this step's childPipeline (runsPipeline)`,
-    ]);
-  }
-}
-
-/**
  * What a step report means for lineage, in the transaction that records the step:
- * - a step of a child pipeline that names the step running it (parentStep) is part of that step's child run,
- *   which must be a run of the step's pipeline (400 naming parentStep otherwise);
+ * - a step of a child pipeline that names the step running it (parentStep) is part of that step's child run
+ *   (the executions area checks that the step runs this pipeline);
  * - a step of a child pipeline that names no step running it starts that pipeline's run in the execution
  *   (once: its end comes with the execution's, recordRunEnd);
  * - a step that runs a child pipeline (`runsPipeline`) starts that pipeline's run when it is first reported
  *   with it, and ends it (COMPLETE, FAIL, ABORT) the first time it is reported ended: a run of its own, with
- *   the parent run facet naming the step's run and job, and the execution's at the root. The step runs that
- *   pipeline from then on (another is 400 naming runsPipeline); a second end is not recorded;
+ *   the parent run facet naming the step's run and job, and the execution's at the root (the executions area
+ *   checks that a step runs one pipeline); a second end is not recorded;
  * - the datasets the step read and wrote (`reported`, when it carries lineage) are a RUNNING event of its run:
  *   a small row (run, job, step, time) and the datasets as checked, kept once per project and content (a
  *   step reports the same tables run after run); the OpenLineage event is built when it is read (eventOf). A
@@ -503,7 +490,6 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported?
   const rootJob = at.rootJobName ?? at.pipelineName;
   const run = runOfStep(at);
   const ids = { accountId: at.accountId, projectId: at.projectId, executionId: at.executionId };
-  if (at.step.parentStep !== undefined) await checkParentStep(db, at, run.runId);
   if (run.pipelineKeyed) {
     await storeRunEvent(db, {
       ...ids,
@@ -525,14 +511,7 @@ export async function recordStepLineage(db: Executor, at: LineageStep, reported?
       parent: JSON.stringify({ runId: run.runId, job: at.pipelineName, rootJob } satisfies ChildRunParent),
     };
     // Once, whichever report of the step comes first (an agent may report it only when it ends).
-    if (!(await storeRunEvent(db, { ...childRun, eventType: 'START', eventTime: now() }))) {
-      const [start] = await runStartOf(db, { executionId: at.executionId, runId: childRun.runId });
-      if (start?.jobName !== child) {
-        throw badRequest('The step runs another pipeline already.', [
-          `body.body.step.runsPipeline: step ${at.step.index} runs ${JSON.stringify(start?.jobName)}`,
-        ]);
-      }
-    }
+    await storeRunEvent(db, { ...childRun, eventType: 'START', eventTime: now() });
     if (at.step.status !== 'RUNNING') {
       await storeRunEvent(db, { ...childRun, eventType: endEventOf(at.step.status), eventTime: now() });
     }
