@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { orchestration, uploadVersion } from '../helpers/executions.ts';
+import { orchestration, runsChild, uploadVersion } from '../helpers/executions.ts';
 
 /**
  * DPC_LINEAGE: on by default, a run whose steps report datasets records its START, a RUNNING event of each such
@@ -17,15 +17,7 @@ describeEachStore('lineage turned off (DPC_LINEAGE=false)', (kind) => {
   let agentToken: string;
 
   /** start → a child pipeline: the run's steps include one that runs a pipeline (a child run of its own). */
-  const PARENT = orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "pipelines/child"
-`);
+  const PARENT = runsChild('pipelines/child');
   const CHILD = orchestration(`    Start:
       type: "start"
 `);

@@ -3,7 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, eventually, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, eventually, runsChild, uploadVersion } from '../helpers/executions.ts';
 import { assertRunEvent } from '../helpers/openlineage.ts';
 
 /**
@@ -50,15 +50,7 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
     });
     await uploadVersion(server, caller, projectId, 'prod', 'v1', {
       'pipelines/check.orch.yaml': CHECKING,
-      'pipelines/parent.orch.yaml': orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "pipelines/check"
-`),
+      'pipelines/parent.orch.yaml': runsChild('pipelines/check'),
     });
   });
   after(async () => {

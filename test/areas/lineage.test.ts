@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, runsChild, uploadVersion } from '../helpers/executions.ts';
 import { assertRunEvent } from '../helpers/openlineage.ts';
 
 /**
@@ -52,28 +52,8 @@ describeEachStore('lineage events', (kind) => {
   after(() => server.close());
 
   /** start → the child pipeline pipelines/child.orch.yaml. */
-  const PARENT = orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "pipelines/child"
-`);
-
-  /** start → a run-orchestration of `child`. */
-  function runs(child: string) {
-    return orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Run child"]
-    Run child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "${child}"
-`);
-  }
+  const PARENT = runsChild('pipelines/child');
+  const runs = runsChild;
 
   /** Starts a run and takes its work as the agent. */
   async function startRun(pipelineName = 'pipelines/check.orch.yaml') {

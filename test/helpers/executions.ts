@@ -7,6 +7,19 @@ export function orchestration(components: string, variables = ''): string {
   return `type: "orchestration"\nversion: "1.0"\npipeline:\n  components:\n${components}${variables}`;
 }
 
+/** start → a run-orchestration (component "Child") of the child pipeline `child` (a path, with or without its suffix). */
+export function runsChild(child: string): string {
+  return orchestration(`    Start:
+      type: "start"
+      transitions:
+        unconditional: ["Child"]
+    Child:
+      type: "run-orchestration"
+      parameters:
+        orchestrationJob: "${child}"
+`);
+}
+
 /** start → wait `${delay}` seconds → end success. */
 export const WAITING = orchestration(`    Start:
       type: "start"
