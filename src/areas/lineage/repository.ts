@@ -237,17 +237,6 @@ const insertRunRow = preparedQuery((db, row: LineageStepRow) =>
     .returning('id'),
 );
 
-/** The job of run `runId`'s START in the execution, if it has one (one lookup in the index of run events). */
-export const runStartOf = preparedQuery((db, key: { executionId: string; runId: string }) =>
-  db
-    .selectFrom('lineageSteps')
-    .select('jobName')
-    .where('executionId', '=', key.executionId)
-    .where('runId', '=', key.runId)
-    .where('runPhase', '=', sql.lit('START'))
-    .where('jobKind', '=', sql.lit('RUN')),
-);
-
 /**
  * Ends, in one statement, every run of the execution other than its own that has a START and no END, with
  * `eventType` at `at` (server time); answers the ids of the rows written.

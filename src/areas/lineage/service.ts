@@ -10,7 +10,6 @@ import {
   endOpenChildRuns,
   insertRunEvent,
   pageLineageSteps,
-  runStartOf,
   type LineageStepRow,
 } from './repository.ts';
 import { pushesFrom, queuePush, queuePushes } from './push.ts';
@@ -345,7 +344,7 @@ interface ChildRunParent {
  * The OpenLineage run id of a child pipeline's run: the UUID v5 of `key` in the execution id's namespace
  * (RFC 9562), so that it is the same whenever it is worked out, and no other execution's.
  */
-export function childRunId(executionId: string, key: string): string {
+function childRunId(executionId: string, key: string): string {
   const namespace = Buffer.from(executionId.replace(/-/g, ''), 'hex');
   const bytes = createHash('sha1').update(namespace).update(key, 'utf8').digest().subarray(0, 16);
   bytes[6] = (bytes[6] & 0x0f) | 0x50;
@@ -372,7 +371,7 @@ function runOfStep(at: LineageStep): { runId: string; pipelineKeyed: boolean } {
 
 /** The body of a run-level event: no datasets (a run's datasets are its steps' events). */
 const NO_DATASETS = JSON.stringify({ inputs: [], outputs: [] });
-const NO_DATASETS_HASH = createHash('sha256').update(NO_DATASETS).digest('base64url');
+const NO_DATASETS_HASH = hashOf(NO_DATASETS);
 
 /** The end event of a run that ended with `status` (a step's, or an execution's). */
 function endEventOf(status: string): 'COMPLETE' | 'FAIL' | 'ABORT' {
@@ -393,11 +392,8 @@ interface RunEvent {
   parent: string | null;
 }
 
-/**
- * Records a run-level event unless the run has its START (or an end) already (queued for the push when there
- * is one); answers whether it was recorded.
- */
-async function storeRunEvent(db: Executor, event: RunEvent): Promise<boolean> {
+/** Records a run-level event unless the run has its START (or an end) already (queued for the push when there is one). */
+async function storeRunEvent(db: Executor, event: RunEvent): Promise<void> {
   const id = await insertRunEvent(
     db,
     {
@@ -418,9 +414,7 @@ async function storeRunEvent(db: Executor, event: RunEvent): Promise<boolean> {
     },
     NO_DATASETS,
   );
-  if (id === undefined) return false;
-  await queuePush(db, id);
-  return true;
+  if (id !== undefined) await queuePush(db, id);
 }
 
 /** A batch run starts (the execution is created): its START, in the transaction that creates it. */
@@ -460,9 +454,8 @@ export async function recordRunEnd(
   if (!recordsLineage(db)) return;
   const own = { ...run, stepIndex: -1, runId: run.executionId, parent: null };
   const eventType = endEventOf(run.status);
-  if ((await runStartOf(db, { executionId: run.executionId, runId: run.executionId })).length === 0) {
-    await storeRunEvent(db, { ...own, eventType: 'START', eventTime: run.startedAt });
-  }
+  // Its START, unless it has one (the unique index of run events: the insert finds it and does nothing).
+  await storeRunEvent(db, { ...own, eventType: 'START', eventTime: run.startedAt });
   await queuePushes(db, await endOpenChildRuns(db, run.executionId, eventType, run.finishedAt));
   await storeRunEvent(db, { ...own, eventType, eventTime: run.finishedAt });
 }
