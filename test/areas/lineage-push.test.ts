@@ -58,15 +58,21 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
     receiver.close();
   });
 
-  test('an event the endpoint refuses at first is tried again until it is taken', async () => {
-    const agentCall = (method: string, apiPath: string, body?: unknown) =>
-      server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
+  const agentCall = (method: string, apiPath: string, body?: unknown) =>
+    server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
+
+  /** Starts a run of `pipelineName` and takes its work as the agent. */
+  async function startRun(pipelineName: string) {
     const started = await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
       token: caller.token,
-      body: { environmentName: 'prod', pipelineName: 'pipelines/check.orch.yaml' },
+      body: { environmentName: 'prod', pipelineName },
     });
     assert.equal(started.status, 201, started.text);
-    const work = await agentCall('GET', '/work?waitSeconds=5');
+    return { executionId: started.body.pipelineExecutionId as string, work: await agentCall('GET', '/work?waitSeconds=5') };
+  }
+
+  test('an event the endpoint refuses at first is tried again until it is taken', async () => {
+    const { work } = await startRun('pipelines/check.orch.yaml');
     const lineage = {
       inputs: [{ namespace: 'postgres://db:5432', name: 'shop.public.orders' }],
       outputs: [{ namespace: 'postgres://db:5432', name: 'shop.marts.daily' }],
@@ -105,15 +111,7 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
   });
 
   test("the child runs a run's end ends (in one statement) are pushed each on its own: one refused holds back no other (attack finding M2)", async () => {
-    const agentCall = (method: string, apiPath: string, body?: unknown) =>
-      server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
-    const started = await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
-      token: caller.token,
-      body: { environmentName: 'prod', pipelineName: 'pipelines/parent.orch.yaml' },
-    });
-    assert.equal(started.status, 201, started.text);
-    const executionId = started.body.pipelineExecutionId as string;
-    const work = await agentCall('GET', '/work?waitSeconds=5');
+    const { executionId, work } = await startRun('pipelines/parent.orch.yaml');
     for (const index of [1, 2, 3]) {
       const step = {
         index,

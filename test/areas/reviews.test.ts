@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, orchestration, runsChild, uploadVersion } from '../helpers/executions.ts';
 
 /** A pipeline with one of everything a review finds. */
 const FLAWED = orchestration(
@@ -192,15 +192,7 @@ describeEachStore('pipeline quality review', (kind) => {
   });
 
   test("before a run starts: the review's errors refuse it (400 naming file, component, parameter and rule), warnings do not", async () => {
-    const typo = orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "pipelines/child"
-`);
+    const typo = runsChild('pipelines/child');
     const child = orchestration(`    Start:
       type: "start"
       transitions:

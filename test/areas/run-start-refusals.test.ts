@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { describeEachStore, expectProblem, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, orchestration, runsChild, uploadVersion } from '../helpers/executions.ts';
 
 /**
  * What a run start refuses and how it says so, through a real server (attack findings, low severity): a
@@ -46,15 +46,7 @@ describeEachStore('run start refusals', (kind) => {
       'pipelines/many.orch.yaml': withParameter(`[${Array(120_000).fill('1').join(',')}]`),
       // Nested 5,000 deep: once answered with the parser's "Maximum call stack size exceeded".
       'pipelines/deep.orch.yaml': withParameter(`${'['.repeat(5000)}${']'.repeat(5000)}`),
-      'pipelines/runs-deep.orch.yaml': orchestration(`    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "pipelines/deep"
-`),
+      'pipelines/runs-deep.orch.yaml': runsChild('pipelines/deep'),
       'pipelines/load.tran.yaml': TRANSFORMATION,
     });
   });

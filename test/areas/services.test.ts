@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
-import { CHECKING, insertAgent, orchestration, uploadVersion } from '../helpers/executions.ts';
+import { CHECKING, insertAgent, runsChild, uploadVersion } from '../helpers/executions.ts';
 import { preparePipelineRun } from '../../src/areas/executions/run-start.ts';
 import { AgentProtocol } from '../../src/areas/agents/protocol-service.ts';
 import * as agents from '../../src/areas/agents/service.ts';
@@ -107,19 +107,7 @@ describeEachStore('services, called directly', (kind) => {
   });
 
   test('run start: the agent is sent the pipelines the run can reach, all of them when a child is named through a variable', async () => {
-    const runs = (child: string, variables = '') =>
-      orchestration(
-        `    Start:
-      type: "start"
-      transitions:
-        unconditional: ["Child"]
-    Child:
-      type: "run-orchestration"
-      parameters:
-        orchestrationJob: "${child}"
-`,
-        variables,
-      );
+    const runs = runsChild;
     const files = {
       'pipelines/main.orch.yaml': runs('pipelines/child'),
       'pipelines/child.orch.yaml': CHECKING,

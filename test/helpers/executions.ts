@@ -7,9 +7,13 @@ export function orchestration(components: string, variables = ''): string {
   return `type: "orchestration"\nversion: "1.0"\npipeline:\n  components:\n${components}${variables}`;
 }
 
-/** start → a run-orchestration (component "Child") of the child pipeline `child` (a path, with or without its suffix). */
-export function runsChild(child: string): string {
-  return orchestration(`    Start:
+/**
+ * start → a run-orchestration (component "Child") of the child pipeline `child` (a path, with or without its
+ * suffix), with the pipeline's `variables` block when given.
+ */
+export function runsChild(child: string, variables = ''): string {
+  return orchestration(
+    `    Start:
       type: "start"
       transitions:
         unconditional: ["Child"]
@@ -17,7 +21,9 @@ export function runsChild(child: string): string {
       type: "run-orchestration"
       parameters:
         orchestrationJob: "${child}"
-`);
+`,
+    variables,
+  );
 }
 
 /** start → wait `${delay}` seconds → end success. */
