@@ -220,9 +220,16 @@ async function paging(kind: 'sqlite' | 'postgres'): Promise<void> {
     const total = EVENTS;
     const lastPage = Math.ceil(total / 100) - 1;
     const pages = { first: 0, middle: Math.floor(lastPage / 2), last: lastPage };
-    for (const [name, page] of Object.entries(pages)) {
+    // The first read of a window counts its sealed days and keeps their counts (src/areas/lineage/days.ts);
+    // later reads (the pages below) count only what is not sealed. The first is measured by forgetting them.
+    const forget = () => store.db.deleteFrom('lineageDays').execute();
+    for (const [name, page, cold] of [
+      ...Object.entries(pages).map(([name, page]) => [name, page, false] as const),
+      ['middle', pages.middle, true] as const,
+    ]) {
       const times: number[] = [];
       for (let i = 0; i < 7; i += 1) {
+        if (cold) await forget();
         const started = performance.now();
         const answer = await server.api(
           'GET',
@@ -234,8 +241,9 @@ async function paging(kind: 'sqlite' | 'postgres'): Promise<void> {
         }
       }
       const ms = median(times);
-      console.log(`${kind}: page ${page} (${name}) of 100 of ${total} events, 31-day window: ${ms.toFixed(1)} ms (median of 7)`);
-      record({ name: `31-day lineage page of 100 at ${total} events, ${name} page, ${kind} (ms)`, measured: ms, atMost: 100 });
+      const what = cold ? `${name} page, the window's first read` : `${name} page`;
+      console.log(`${kind}: page ${page} (${what}) of 100 of ${total} events, 31-day window: ${ms.toFixed(1)} ms (median of 7)`);
+      record({ name: `31-day lineage page of 100 at ${total} events, ${what}, ${kind} (ms)`, measured: ms, atMost: 100 });
     }
   } finally {
     await store.close();

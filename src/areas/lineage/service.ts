@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Executor } from '../../core/db/database.ts';
+import type { Db, Executor } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
@@ -15,6 +15,7 @@ import {
 import { pushesFrom, queuePush, queuePushes } from './push.ts';
 import { recordsLineage } from './recording.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
+import { DAY_MS } from './days.ts';
 
 const PRODUCER = 'https://platform-api.dev/agent';
 const SCHEMA_URL = 'https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent';
@@ -661,10 +662,8 @@ function instantOf(value: string, field: string): number {
   return ms;
 }
 
-const DAY_MS = 86_400_000;
-
 /** A page of the account's lineage events recorded in the window (at most 31 days). */
-export async function listLineageEvents(db: Executor, accountId: string, query: LineageQuery) {
+export async function listLineageEvents(db: Db, accountId: string, query: LineageQuery) {
   const before = query.generatedBefore === undefined ? Date.now() : instantOf(query.generatedBefore, 'generatedBefore');
   const from =
     query.generatedFrom === undefined ? before - MAX_WINDOW_DAYS * DAY_MS : instantOf(query.generatedFrom, 'generatedFrom');
@@ -674,13 +673,7 @@ export async function listLineageEvents(db: Executor, accountId: string, query: 
       `querystring.generatedFrom: at most ${MAX_WINDOW_DAYS} days before generatedBefore`,
     ]);
   }
-  const { rows, total } = await pageLineageSteps(
-    db,
-    accountId,
-    new Date(from).toISOString(),
-    new Date(before).toISOString(),
-    query,
-  );
+  const { rows, total } = await pageLineageSteps(db, accountId, from, before, query);
   // A page's steps share few bodies (the same steps of many runs): each is parsed once.
   const bodies = new Map<string, StepLineage>();
   const bodyOf = (row: (typeof rows)[number]) => {

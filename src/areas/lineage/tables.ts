@@ -40,9 +40,18 @@ export interface LineageBodyTable {
   body: string;
 }
 
+/** How many steps an account recorded in a sealed UTC day (days.ts). */
+export interface LineageDayTable {
+  accountId: string;
+  /** YYYY-MM-DD, UTC: the steps with `generatedAt` in [day, day + 1). */
+  day: string;
+  events: number;
+}
+
 export interface LineageTables {
   lineageSteps: LineageStepTable;
   lineageBodies: LineageBodyTable;
+  lineageDays: LineageDayTable;
 }
 
 declare module '../../core/db/schema.ts' {

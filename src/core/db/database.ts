@@ -334,7 +334,12 @@ function withNamedStatements(
  * this process (SQLite): where it does, fewer statements with more in each are worth it.
  */
 export function statementsAreRoundTrips(db: Executor): boolean {
-  return db.getExecutor().adapter instanceof PostgresAdapter;
+  return dialectOf(db) === 'postgres';
+}
+
+/** Which store `db` writes to. */
+export function dialectOf(db: Executor): Dialect {
+  return db.getExecutor().adapter instanceof PostgresAdapter ? 'postgres' : 'sqlite';
 }
 
 const readVersions = new WeakMap<Executor, () => string | Promise<string | undefined> | undefined>();

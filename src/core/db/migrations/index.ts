@@ -36,6 +36,7 @@ import { executionBilling } from './0044_execution_billing.ts';
 import { outboxSharedCounter } from './0045_outbox_shared_counter.ts';
 import { lineageRuns } from './0046_lineage_runs.ts';
 import { stepRunsPipeline } from './0047_step_runs_pipeline.ts';
+import { lineageDays } from './0048_lineage_days.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -74,6 +75,7 @@ const steps: Record<string, PortableMigration> = {
   '0045_outbox_shared_counter': outboxSharedCounter,
   '0046_lineage_runs': lineageRuns,
   '0047_step_runs_pipeline': stepRunsPipeline,
+  '0048_lineage_days': lineageDays,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
