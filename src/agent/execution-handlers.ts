@@ -39,6 +39,7 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
   const services = servicesFor(payload, ctx);
   let index = 0;
   const failures: string[] = [];
+  const failed: string[] = [];
   for (const file of files) {
     const text = Object.hasOwn(payload.pipelines, file) ? payload.pipelines[file] : undefined;
     let pipeline;
@@ -53,6 +54,7 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
       });
       index += 1;
       failures.push(`${file}: ${message}`);
+      failed.push(file);
       continue;
     }
     const outcome = await runPipeline(pipeline, {
@@ -66,9 +68,15 @@ async function runFiles(payload: ExecutionPayload, files: string[], ctx: WorkCon
     });
     index += outcome.steps.length;
     if (outcome.status === 'CANCELLED') throw new WorkFailure(outcome.message, FAILURE_CODES.cancelled);
-    if (outcome.status === 'FAILED') failures.push(files.length > 1 ? `${file}: ${outcome.message}` : outcome.message);
+    if (outcome.status === 'FAILED') {
+      failures.push(files.length > 1 ? `${file}: ${outcome.message}` : outcome.message);
+      failed.push(file);
+    }
   }
-  if (failures.length > 0) throw new WorkFailure(failures.join(' | '), FAILURE_CODES.pipelineFailed);
+  // Every file ran to its end: with several, the server is told which failed (the others passed).
+  if (failures.length > 0) {
+    throw new WorkFailure(failures.join(' | '), FAILURE_CODES.pipelineFailed, files.length > 1 ? failed : undefined);
+  }
   return { message: files.length > 1 ? `${files.length} test pipeline(s) passed.` : 'The pipeline succeeded.', steps: index };
 }
 

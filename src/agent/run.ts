@@ -5,9 +5,9 @@
  */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { WORK_KINDS } from '../contract/work.ts';
+import { WORK_KINDS, type WorkFailureBody } from '../contract/work.ts';
 import { workHandler } from './handlers.ts';
-import type { DeliveredWork, WorkContext } from './work-context.ts';
+import { WorkFailure, type DeliveredWork, type WorkContext } from './work-context.ts';
 import { loadOrCreateIdentity } from './identity.ts';
 import { LocalFileVault, type VaultBackend } from './vault.ts';
 
@@ -329,9 +329,11 @@ export async function runAgent(options: AgentOptions): Promise<RunningAgent> {
         throw Object.assign(new Error(`this agent has no handler for work of kind ${work.kind}`), { code: 'unknown-kind' });
       outcome = { type: 'done', body: (await handler(work, context)) ?? null };
     } catch (error) {
-      const failure = {
+      const failedPipelines = error instanceof WorkFailure ? error.failedPipelines : undefined;
+      const failure: WorkFailureBody = {
         message: error instanceof Error ? error.message : String(error),
         code: (error as { code?: string }).code,
+        ...(failedPipelines && { failedPipelines }),
       };
       if (!stopping.signal.aborted && !held.ended)
         log('warn', 'work failed', { workId: work.workId, kind: work.kind, message: failure.message });

@@ -48,6 +48,8 @@ export class WorkFailure extends Error {
   constructor(
     message: string,
     readonly code: FailureCode,
+    /** execute-tests: the test pipelines that failed, each having run to its end (WorkFailureBody). */
+    readonly failedPipelines?: string[],
   ) {
     super(message);
   }

@@ -42,6 +42,17 @@ export const FAILURE_CODES = {
 
 export type FailureCode = (typeof FAILURE_CODES)[keyof typeof FAILURE_CODES];
 
+/**
+ * A failed final report's body: `{message, code?}`. execute-tests with several test pipelines, when the agent ran
+ * each of them to its end and some failed (code `pipeline-failed`), adds `failedPipelines`: those that failed, so
+ * that the others' lineage runs end COMPLETE rather than as the execution did (each must be one of `tests`).
+ */
+export interface WorkFailureBody {
+  message: string;
+  code?: FailureCode | string;
+  failedPipelines?: string[];
+}
+
 /** execute-pipeline and execute-tests. */
 export interface ExecutionPayload {
   executionId: string;

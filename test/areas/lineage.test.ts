@@ -47,6 +47,9 @@ describeEachStore('lineage events', (kind) => {
       'pipelines/inner.orch.yaml': CHECKING,
       // Of the version, but no part of a run of check or parent.
       'pipelines/other.orch.yaml': CHECKING,
+      // The project's tests (a test execution of scope PROJECT runs both).
+      'pipelines/a.test.orch.yaml': CHECKING,
+      'pipelines/b.test.orch.yaml': CHECKING,
     });
   });
   after(() => server.close());
@@ -500,6 +503,65 @@ describeEachStore('lineage events', (kind) => {
       assert.equal(events[2].run.runId, events[1].run.runId);
       assert.deepEqual(events[2].run.facets.parent, events[1].run.facets.parent);
     }
+  });
+
+  test("a failed test run's test pipelines end as each ended: FAIL those the agent names failed, COMPLETE the others (attack finding L7)", async () => {
+    const started = await api('POST', `/projects/${projectId}/test-executions`, { environmentName: 'prod', scope: 'PROJECT' });
+    assert.equal(started.status, 201, started.text);
+    const executionId = started.body.testExecutionId as string;
+    const work = await agentCall('GET', '/work?waitSeconds=5');
+    assert.equal(work.status, 200, work.text);
+    assert.equal(work.body.payload.executionId, executionId);
+    const [first, second] = work.body.payload.tests as string[];
+    assert.deepEqual([first, second].sort(), ['pipelines/a.test.orch.yaml', 'pipelines/b.test.orch.yaml']);
+    const workId = work.body.workId as string;
+    const report = async (index: number, fields: Record<string, unknown>) =>
+      assert.equal((await agentCall('POST', `/work/${workId}/reports`, stepReport(index, fields))).status, 200);
+    await report(0, { childPipeline: first, status: 'FAILED' });
+    await report(1, { childPipeline: second });
+    const end = (body: Record<string, unknown>) => agentCall('POST', `/work/${workId}/reports`, { type: 'failed', body });
+    // failedPipelines names tests of this run, each once, and only with code pipeline-failed.
+    for (const body of [
+      { message: 'x', code: 'pipeline-failed', failedPipelines: ['pipelines/check.orch.yaml'] },
+      { message: 'x', code: 'pipeline-failed', failedPipelines: [first, first] },
+      { message: 'x', code: 'pipeline-failed', failedPipelines: first },
+      { message: 'x', code: 'interrupted', failedPipelines: [first] },
+    ]) {
+      const problem = expectProblem(await end(body), 400);
+      assert.ok(
+        problem.violations?.some((violation) => violation.startsWith('body.body.failedPipelines:')),
+        JSON.stringify(problem),
+      );
+    }
+    const failed = await end({ message: `${first}: an assertion failed`, code: 'pipeline-failed', failedPipelines: [first] });
+    assert.equal(failed.status, 200, failed.text);
+    const events = await eventsOfExecution(executionId);
+    assert.deepEqual(
+      events.map((event) => [event.eventType, event.job.name]),
+      [
+        ['START', '(tests)'],
+        ['START', first],
+        ['START', second],
+        ['COMPLETE', second],
+        ['FAIL', first],
+        ['FAIL', '(tests)'],
+      ],
+    );
+    // Without failedPipelines (an agent that does not say), every test pipeline's run ends as the execution did.
+    const again = await api('POST', `/projects/${projectId}/test-executions`, { environmentName: 'prod', scope: 'PROJECT' });
+    const next = await agentCall('GET', '/work?waitSeconds=5');
+    assert.equal(next.body.payload.executionId, again.body.testExecutionId);
+    for (const [index, test] of (next.body.payload.tests as string[]).entries())
+      await agentCall('POST', `/work/${next.body.workId}/reports`, stepReport(index, { childPipeline: test }));
+    await agentCall('POST', `/work/${next.body.workId}/reports`, {
+      type: 'failed',
+      body: { message: 'lost', code: 'pipeline-failed' },
+    });
+    const ends = (await eventsOfExecution(again.body.testExecutionId)).filter((event) => event.eventType !== 'START');
+    assert.deepEqual(
+      ends.map((event) => event.eventType),
+      ['FAIL', 'FAIL', 'FAIL'],
+    );
   });
 
   test('a step may name only a pipeline of the run as the one it runs, and only an earlier step, with its childPipeline, as the one running it', async () => {

@@ -111,7 +111,13 @@ const ReportRequest = Type.Object(
       // Any JSON value; when it is an object with a `step`, that step is checked (a schema of properties with no type).
       Type.Unsafe<unknown>({
         description: 'what the work produced (done), why it failed (failed), how far it got (progress)',
-        properties: { step: ReportedStep },
+        properties: {
+          step: ReportedStep,
+          failedPipelines: Type.Array(Type.String(), {
+            description:
+              'failed, execute-tests: the test pipelines that failed (code pipeline-failed), each of the payload tests, once; the others passed',
+          }),
+        },
         additionalProperties: true,
       }),
     ),

@@ -25,6 +25,7 @@ interface ReportBody {
   step?: ReportedStep;
   message?: string;
   code?: string;
+  failedPipelines?: unknown;
 }
 
 /** The event a final report stands for, by the contract's failure code. */
@@ -103,6 +104,28 @@ async function pipelineOfStep(
 }
 
 /**
+ * A failed test run's `failedPipelines` (WorkFailureBody): with code `pipeline-failed`, the test pipelines that
+ * failed, each one of the work's `tests` and named once; 400 naming the field otherwise. Undefined without it.
+ */
+function failedPipelinesOf(work: AgentWork, body: ReportBody): string[] | undefined {
+  const failed = body.failedPipelines;
+  if (failed === undefined) return undefined;
+  const tests = (work.payload as Partial<ExecutionPayload> | null | undefined)?.tests;
+  const ok =
+    body.code === FAILURE_CODES.pipelineFailed &&
+    Array.isArray(failed) &&
+    Array.isArray(tests) &&
+    failed.length <= tests.length &&
+    failed.every((name, i) => typeof name === 'string' && tests.includes(name) && failed.indexOf(name) === i);
+  if (!ok) {
+    throw badRequest('The failed test pipelines are not tests of this run.', [
+      'body.body.failedPipelines: with code pipeline-failed, the test pipelines of the run that failed, each once',
+    ]);
+  }
+  return failed as string[];
+}
+
+/**
  * Applies an agent's report to its run, in the transaction that records the report. A report on a run
  * that has finished (a force-cancelled one) changes nothing: it cannot revive the run.
  */
@@ -135,10 +158,13 @@ export async function applyAgentReport(trx: Executor, { work, report }: { work: 
   }
   // A report that resolves UNKNOWN also clears its "out of contact" message.
   const message = typeof body.message === 'string' ? body.message.slice(0, 4000) : run.status === 'UNKNOWN' ? null : undefined;
-  const moved = await moveExecution(trx, run.id, eventOf(report), {
-    lastReportAt: now(),
-    ...(message !== undefined && { message }),
-  });
+  const moved = await moveExecution(
+    trx,
+    run.id,
+    eventOf(report),
+    { lastReportAt: now(), ...(message !== undefined && { message }) },
+    report.type === 'failed' ? failedPipelinesOf(work, body) : undefined,
+  );
   const step = body.step;
   if (report.type === 'progress' && isStep(step)) {
     await emit(trx, {

@@ -216,6 +216,8 @@ export async function moveExecution(
   id: string,
   event: ExecutionEvent,
   changes: { message?: string | null; lastReportAt?: string } = {},
+  /** A failed test run's test pipelines that failed, each having run to its end (the others passed). */
+  failedPipelines?: string[],
 ): Promise<ExecutionRow> {
   for (;;) {
     const row = await executionRow(db, id);
@@ -240,6 +242,7 @@ export async function moveExecution(
         status: to,
         startedAt: row.startedAt,
         finishedAt: set.finishedAt!,
+        ...(to === 'FAILED' && failedPipelines && { failedPipelines }),
       });
     }
     if (to !== from) {

@@ -247,8 +247,24 @@ export async function endOpenChildRuns(db: Executor, executionId: string, eventT
   return rows.map((row) => Number(row.id));
 }
 
-const endOpenRuns = preparedQuery((db, run: { executionId: string; eventType: string; at: string }) =>
-  db
+/**
+ * Ends COMPLETE, in one statement, the open runs of the execution's test pipelines (the runs keyed by their
+ * pipeline: no step ran them) other than `failed`; answers the ids of the rows written.
+ */
+export async function endPassedTestRuns(db: Executor, executionId: string, failed: string[], at: string): Promise<number[]> {
+  const rows = await endingOpenRuns(db, { executionId, eventType: 'COMPLETE', at }, { failed }).execute();
+  return rows.map((row) => Number(row.id));
+}
+
+const endOpenRuns = preparedQuery((db, run: { executionId: string; eventType: string; at: string }) => endingOpenRuns(db, run));
+
+/** The END of each open run of the execution but its own; with `passed`, only its test pipelines' runs not failed. */
+function endingOpenRuns(
+  db: Executor,
+  run: { executionId: string; eventType: string; at: string },
+  passed?: { failed: string[] },
+) {
+  return db
     .insertInto('lineageSteps')
     .columns([
       'accountId',
@@ -301,11 +317,13 @@ const endOpenRuns = preparedQuery((db, run: { executionId: string; eventType: st
             ),
           ),
         )
+        .$if(passed !== undefined, (q) => q.where('s.stepIndex', '=', -1))
+        .$if((passed?.failed.length ?? 0) > 0, (q) => q.where('s.jobName', 'not in', passed!.failed))
         .orderBy('s.id'),
     )
     .onConflict((oc) => oc.columns(RUN_EVENT_KEY).where('jobKind', '=', sql.lit('RUN')).doNothing())
-    .returning('id'),
-);
+    .returning('id');
+}
 
 /** A recorded step with its body, by id. */
 export function lineageStepById(db: Executor, id: number) {

@@ -10,6 +10,7 @@ import {
   endOpenChildRuns,
   insertRunEvent,
   pageLineageSteps,
+  endPassedTestRuns,
   type LineageStepRow,
 } from './repository.ts';
 import { pushesFrom, queuePush, queuePushes } from './push.ts';
@@ -450,13 +451,17 @@ export async function recordRunEnd(
     status: string;
     startedAt: string;
     finishedAt: string;
+    /** A failed test run's test pipelines that failed, each having run to its end: the others' runs COMPLETE. */
+    failedPipelines?: string[];
   },
 ): Promise<void> {
   if (!recordsLineage(db)) return;
-  const own = { ...run, stepIndex: -1, runId: run.executionId, parent: null };
+  const { failedPipelines, ...ended } = run;
+  const own = { ...ended, stepIndex: -1, runId: run.executionId, parent: null };
   const eventType = endEventOf(run.status);
   // Its START, unless it has one (the unique index of run events: the insert finds it and does nothing).
   await storeRunEvent(db, { ...own, eventType: 'START', eventTime: run.startedAt });
+  if (failedPipelines) await queuePushes(db, await endPassedTestRuns(db, run.executionId, failedPipelines, run.finishedAt));
   await queuePushes(db, await endOpenChildRuns(db, run.executionId, eventType, run.finishedAt));
   await storeRunEvent(db, { ...own, eventType, eventTime: run.finishedAt });
 }
