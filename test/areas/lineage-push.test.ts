@@ -17,6 +17,7 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
   let caller: Caller;
   let projectId: string;
   let agentToken: string;
+  let agentId: string;
   const received: { status: number; body: any }[] = [];
   const receiver = http.createServer((request, response) => {
     let text = '';
@@ -42,7 +43,8 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
       token: caller.token,
       body: { name: 'runner', agentType: 'CUSTOMER_HOSTED', cloudProvider: 'aws', deployment: 'fargate' },
     });
-    const credentials = (await server.api('POST', `/agents/${created.body.agentId}/credentials`, { token: caller.token })).body;
+    agentId = created.body.agentId;
+    const credentials = (await server.api('POST', `/agents/${agentId}/credentials`, { token: caller.token })).body;
     agentToken = await server.token(credentials.clientId, credentials.clientSecret);
     await server.api('POST', `/projects/${projectId}/environments`, {
       token: caller.token,
@@ -61,9 +63,9 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
   const agentCall = (method: string, apiPath: string, body?: unknown) =>
     server.request(method, `/dpc/agent/v1${apiPath}`, { token: agentToken, body });
 
-  /** Starts a run of `pipelineName` and takes its work as the agent. */
-  async function startRun(pipelineName: string) {
-    const started = await server.api('POST', `/projects/${projectId}/pipeline-executions`, {
+  /** Starts a run of `pipelineName` (in `project`) and takes its work as the agent. */
+  async function startRun(pipelineName: string, project = projectId) {
+    const started = await server.api('POST', `/projects/${project}/pipeline-executions`, {
       token: caller.token,
       body: { environmentName: 'prod', pipelineName },
     });
@@ -146,5 +148,63 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
     for (const r of ends()) tries.set(r.body.run.runId, [...(tries.get(r.body.run.runId) ?? []), r.status]);
     assert.equal(tries.size, 4);
     for (const statuses of tries.values()) assert.deepEqual(statuses, [503, 503, 201]);
+  });
+
+  test('a project deleted mid-run takes its events, and its runs going end ABORT at the endpoint (attack finding L6)', async () => {
+    const doomed = await server.newProject(caller);
+    await server.api('POST', `/projects/${doomed}/environments`, {
+      token: caller.token,
+      body: { name: 'prod', defaultAgentId: agentId },
+    });
+    await uploadVersion(server, caller, doomed, 'prod', 'v1', {
+      'pipelines/check.orch.yaml': CHECKING,
+      'pipelines/parent.orch.yaml': runsChild('pipelines/check'),
+    });
+    const { executionId, work } = await startRun('pipelines/parent.orch.yaml', doomed);
+    const step = {
+      index: 1,
+      name: 'Child',
+      status: 'RUNNING',
+      startedAt: new Date().toISOString(),
+      runsPipeline: 'pipelines/check.orch.yaml',
+    };
+    assert.equal(
+      (await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'progress', body: { step } })).status,
+      200,
+    );
+    const ofRun = (r: { body: any }) =>
+      r.body.run.runId === executionId || r.body.run.facets?.parent?.root.run.runId === executionId;
+    // Both STARTs are taken before the project goes.
+    await eventually(
+      async () => received.filter((r) => ofRun(r) && r.status === 201 && r.body.eventType === 'START').length,
+      (count) => count >= 2,
+      20_000,
+    );
+    const starts = received.filter((r) => ofRun(r) && r.status === 201).map((r) => r.body);
+    const deleted = await server.api('DELETE', `/projects/${doomed}`, { token: caller.token });
+    assert.equal(deleted.status, 204, deleted.text);
+    await eventually(
+      async () => received.filter((r) => ofRun(r) && r.status === 201 && r.body.eventType === 'ABORT').length,
+      (count) => count >= 2,
+      20_000,
+    );
+    const aborts = received.filter((r) => ofRun(r) && r.status === 201 && r.body.eventType === 'ABORT').map((r) => r.body);
+    for (const event of aborts) assertRunEvent(event);
+    // Each run started ends once, under its own run id and job, the child's with its parent facet as at its START.
+    assert.deepEqual(
+      aborts.map((event) => [event.run.runId, event.job.name, event.run.facets?.parent ?? null]).sort(),
+      starts.map((event) => [event.run.runId, event.job.name, event.run.facets?.parent ?? null]).sort(),
+    );
+    const page = await server.api(
+      'GET',
+      `/lineage/events?generatedFrom=${new Date(Date.now() - 60_000).toISOString()}&size=100`,
+      {
+        token: caller.token,
+      },
+    );
+    assert.deepEqual(
+      page.body.results.filter((result: { event: any }) => ofRun({ body: result.event })),
+      [],
+    );
   });
 });

@@ -40,14 +40,20 @@ export function startLineagePush(
   if (!app.config.runJobs) return;
   const outbound = new OutboundClient(outboundSettings(app.config));
   app.jobs.register(PUSH_JOB, async (payload) => {
-    const { id } = payload as { id: number };
-    const row = await lineageStepById(app.store.db, id);
-    if (!row) return; // deleted with its project
+    // A stored event by id, built when sent; or an event that has no row (a run ended by its project's deletion).
+    const job = payload as { id: number } | { event: unknown };
+    let event: unknown;
+    if ('event' in job) event = job.event;
+    else {
+      const row = await lineageStepById(app.store.db, job.id);
+      if (!row) return; // deleted with its project
+      event = eventOf(row, JSON.parse(row.body) as StepLineage);
+    }
     const answer = await outbound.send({
       method: 'POST',
       url,
       headers: { 'content-type': 'application/json', 'user-agent': 'platform-api-openlineage/1' },
-      body: JSON.stringify(eventOf(row, JSON.parse(row.body) as StepLineage)),
+      body: JSON.stringify(event),
     });
     if (answer.status < 200 || answer.status >= 300) {
       throw new Error(`The OpenLineage endpoint answered ${answer.status}: ${answer.body.toString('utf8').slice(0, 200)}`);
@@ -77,6 +83,22 @@ export async function queuePushes(db: Executor, ids: number[]): Promise<void> {
       db,
       PUSH_JOB,
       ids.map((id) => ({ id })),
+      { maxAttempts: push.attempts },
+    );
+}
+
+/**
+ * Queues the push of `events` that are not stored (the ends of runs whose project is being deleted, which takes
+ * their rows): each a job of its own carrying the event, in the caller's transaction; nothing without
+ * DPC_OPENLINEAGE_URL.
+ */
+export async function queueEventPushes(db: Executor, events: unknown[]): Promise<void> {
+  const push = pushes.get(storeKey(db));
+  if (push && events.length > 0)
+    await push.jobs.enqueueEach(
+      db,
+      PUSH_JOB,
+      events.map((event) => ({ event })),
       { maxAttempts: push.attempts },
     );
 }

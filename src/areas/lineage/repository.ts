@@ -361,6 +361,36 @@ export async function deleteProjectLineage(trx: Trx, accountId: string, projectI
   await trx.deleteFrom('lineageDays').where('accountId', '=', accountId).execute();
 }
 
+/**
+ * The project's runs that have a START and no end, latest started first (a child run before the run that ran
+ * it), each with its body.
+ */
+export function openRunsOfProject(db: Executor, accountId: string, projectId: string) {
+  return db
+    .selectFrom('lineageSteps as s')
+    .innerJoin('lineageBodies as b', (join) => join.onRef('b.projectId', '=', 's.projectId').onRef('b.hash', '=', 's.bodyHash'))
+    .selectAll('s')
+    .select('b.body')
+    .where('s.accountId', '=', accountId)
+    .where('s.projectId', '=', projectId)
+    .where('s.jobKind', '=', 'RUN')
+    .where('s.runPhase', '=', 'START')
+    .where(({ not, exists, selectFrom }) =>
+      not(
+        exists(
+          selectFrom('lineageSteps as e')
+            .select('e.id')
+            .whereRef('e.executionId', '=', 's.executionId')
+            .whereRef('e.runId', '=', 's.runId')
+            .where('e.runPhase', '=', 'END')
+            .where('e.jobKind', '=', 'RUN'),
+        ),
+      ),
+    )
+    .orderBy('s.id', 'desc')
+    .execute();
+}
+
 const isoOf = (ms: number) => new Date(ms).toISOString();
 
 /** The account's steps recorded in [from, before) (ms). */

@@ -1,8 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { LineagePage, LineageQuery } from './schemas.ts';
-import { deleteProjectLineage } from './repository.ts';
-import { eventOf, listLineageEvents } from './service.ts';
+import { deleteLineageOfProject, eventOf, listLineageEvents } from './service.ts';
 import { startLineagePush } from './push.ts';
 import { setLineageRecording } from './recording.ts';
 
@@ -16,7 +15,7 @@ export async function lineageRoutes(fastify: FastifyInstance): Promise<void> {
   // The steps hold their project without a foreign key (migration 0038): they go in its deleting transaction,
   // after its runs, so that a report adding lineage while the project is deleted has ended first, or fails.
   fastify.projectDeletion.afterRows('lineage', (trx, _dialect, accountId, projectId) =>
-    deleteProjectLineage(trx, accountId, projectId),
+    deleteLineageOfProject(trx, accountId, projectId),
   );
   app.get(
     '/lineage/events',

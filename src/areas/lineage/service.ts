@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Db, Executor } from '../../core/db/database.ts';
+import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { now } from '../../core/db/database.ts';
 import { pageOf } from '../../core/paging.ts';
 import { badRequest } from '../../core/problems.ts';
@@ -10,10 +10,12 @@ import {
   endOpenChildRuns,
   insertRunEvent,
   pageLineageSteps,
+  openRunsOfProject,
+  deleteProjectLineage,
   endPassedTestRuns,
   type LineageStepRow,
 } from './repository.ts';
-import { pushesFrom, queuePush, queuePushes } from './push.ts';
+import { pushesFrom, queueEventPushes, queuePush, queuePushes } from './push.ts';
 import { recordsLineage } from './recording.ts';
 import { MAX_WINDOW_DAYS, type LineageQuery } from './schemas.ts';
 import { DAY_MS } from './days.ts';
@@ -665,6 +667,25 @@ function instantOf(value: string, field: string): number {
   if (Number.isNaN(ms))
     throw badRequest('The time is not ISO 8601.', [`querystring.${field}: must be an ISO 8601 date-time or date`]);
   return ms;
+}
+
+/**
+ * A project's lineage goes with it, in its deleting transaction (the rows hold the project without a foreign
+ * key). Where events are pushed to an OpenLineage endpoint, each run the project had going (a START, no end)
+ * is first ended there with an ABORT: its rows go, so the job carries the event itself.
+ */
+export async function deleteLineageOfProject(trx: Trx, accountId: string, projectId: string): Promise<void> {
+  if (pushesFrom(trx)) {
+    const at = now();
+    const open = await openRunsOfProject(trx, accountId, projectId);
+    await queueEventPushes(
+      trx,
+      open.map((row) =>
+        eventOf({ ...row, stepStatus: 'ABORT', generatedAt: at, eventTime: at }, JSON.parse(row.body) as StepLineage),
+      ),
+    );
+  }
+  await deleteProjectLineage(trx, accountId, projectId);
 }
 
 /** A page of the account's lineage events recorded in the window (at most 31 days). */
