@@ -207,4 +207,35 @@ describeEachStore('lineage pages over kept day counts', (kind) => {
     assert.deepEqual(ids, want);
     assert.ok((await keptDays()).every(([, events]) => Number(events) > 0));
   });
+
+  test("windows before the account's first step keep nothing: what is kept grows with the days recorded, not with reads (attack 6, F1)", async () => {
+    const before = (await keptDays()).length;
+    for (let month = 0; month < 6; month += 1) {
+      const from = Date.parse('0001-01-01T00:00:00.000Z') + month * 31 * DAY_MS;
+      const { ids, totals } = await readAll(from, from + 31 * DAY_MS, 100);
+      assert.deepEqual([ids, totals], [[], [0]]);
+    }
+    assert.equal((await keptDays()).length, before);
+  });
+
+  test("a step recorded into a kept day (a writer's clock behind) makes that day counted again: no page skips an event (attack 6, F2)", async () => {
+    const from = today - 5 * DAY_MS - 7 * HOUR_MS;
+    const before = now + 1;
+    await readAll(from, before, 100);
+    const late = today - 3 * DAY_MS + 23 * HOUR_MS;
+    const day = iso(late).slice(0, 10);
+    assert.ok((await keptDays()).some(([kept]) => kept === day));
+    await seed(accountId, projectId, [late]);
+    assert.ok(!(await keptDays()).some(([kept]) => kept === day));
+    const want = await expected(from, before);
+    for (const size of [3, 4, 7]) {
+      const { ids, totals } = await readAll(from, before, size);
+      assert.deepEqual(totals, [want.length]);
+      assert.deepEqual(ids, want);
+    }
+    // A step of today leaves the kept days be.
+    const kept = await keptDays();
+    await seed(accountId, projectId, [Date.now()]);
+    assert.deepEqual(await keptDays(), kept);
+  });
 });

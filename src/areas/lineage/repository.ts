@@ -336,15 +336,30 @@ export function lineageStepById(db: Executor, id: number) {
     .executeTakeFirst();
 }
 
+/** The class of the two-key advisory locks on an account's kept day counts (migration 0049's trigger takes it too). */
+const DAYS_LOCK_CLASS = 34;
+
 /**
  * The account's lock on its kept day counts (PostgreSQL; SQLite has one writer): a read that keeps days it
- * counted holds it shared, a project's deletion alone, so no count taken before a deletion is kept after it.
+ * counted holds it shared; a project's deletion, and a step recorded into a past day (migration 0049), alone.
+ * So no count taken before either is kept after it.
  */
 async function lockDays(trx: Trx, accountId: string, mode: 'shared' | 'alone'): Promise<void> {
   if (dialectOf(trx) !== 'postgres') return;
-  const key = `dpc lineage days:${accountId}`;
-  if (mode === 'shared') await sql`select pg_advisory_xact_lock_shared(hashtext(${key}))`.execute(trx);
-  else await sql`select pg_advisory_xact_lock(hashtext(${key}))`.execute(trx);
+  if (mode === 'shared') await sql`select pg_advisory_xact_lock_shared(${DAYS_LOCK_CLASS}, hashtext(${accountId}))`.execute(trx);
+  else await sql`select pg_advisory_xact_lock(${DAYS_LOCK_CLASS}, hashtext(${accountId}))`.execute(trx);
+}
+
+/**
+ * Now, by the store's clock (PostgreSQL's, which every server process shares and migration 0049's trigger reads;
+ * SQLite's store is on this machine, whose clock is the process's).
+ */
+async function storeNow(db: Db): Promise<number> {
+  if (dialectOf(db) !== 'postgres') return Date.now();
+  const { rows } = await sql<{ ms: string | number }>`select floor(extract(epoch from clock_timestamp()) * 1000) as ms`.execute(
+    db,
+  );
+  return Number(rows[0].ms);
 }
 
 /**
@@ -402,7 +417,11 @@ function stepsIn(db: Executor, accountId: string, from: number, before: number) 
     .where('generatedAt', '<', isoOf(before));
 }
 
-/** How many of the account's steps each piece holds: sealed days as kept (counted and kept when missing), the rest counted. */
+/**
+ * How many of the account's steps each piece holds: sealed days as kept (counted and kept when missing), the
+ * rest counted. Days before the account's first step hold none and are not kept: what is kept grows with the
+ * days the account has recorded, not with the windows asked for.
+ */
 async function countPieces(db: Db, accountId: string, pieces: WindowPiece[]): Promise<number[]> {
   const days = pieces.flatMap((piece) => (piece.day === undefined ? [] : [piece.day]));
   const kept = new Map<string, number>();
@@ -414,8 +433,29 @@ async function countPieces(db: Db, accountId: string, pieces: WindowPiece[]): Pr
       .where('day', 'in', days)
       .execute();
     for (const row of rows) kept.set(row.day, Number(row.events));
-    const missing = pieces.filter((piece) => piece.day !== undefined && !kept.has(piece.day));
-    if (missing.length > 0) for (const [day, events] of await keepDays(db, accountId, missing)) kept.set(day, events);
+    let missing = pieces.filter((piece) => piece.day !== undefined && !kept.has(piece.day));
+    if (missing.length > 0) {
+      const first = await db
+        .selectFrom('lineageSteps')
+        .select('generatedAt')
+        .where('accountId', '=', accountId)
+        .orderBy('generatedAt')
+        .limit(1)
+        .executeTakeFirst();
+      missing = first ? missing.filter((piece) => isoOf(piece.before) > first.generatedAt) : [];
+    }
+    if (missing.length > 0) {
+      // A store that takes no writes (read-only, its disk full) still answers: the days are counted, not kept.
+      const counted = await keepDays(db, accountId, missing).catch(() =>
+        Promise.all(
+          missing.map(async (piece): Promise<[string, number]> => [
+            piece.day!,
+            await countOf(stepsIn(db, accountId, piece.from, piece.before)),
+          ]),
+        ),
+      );
+      for (const [day, events] of counted) kept.set(day, events);
+    }
   }
   return Promise.all(
     pieces.map((piece) =>
@@ -461,7 +501,7 @@ async function keepDays(db: Db, accountId: string, days: WindowPiece[]): Promise
  * (an OFFSET over the rows themselves would read every skipped one).
  */
 export async function pageLineageSteps(db: Db, accountId: string, from: number, before: number, page: PageQuery) {
-  const pieces = windowPieces(from, before, Date.now());
+  const pieces = windowPieces(from, before, await storeNow(db));
   const counts = await countPieces(db, accountId, pieces);
   const total = counts.reduce((sum, count) => sum + count, 0);
   const window = pageWindow(page, total);

@@ -37,6 +37,7 @@ import { outboxSharedCounter } from './0045_outbox_shared_counter.ts';
 import { lineageRuns } from './0046_lineage_runs.ts';
 import { stepRunsPipeline } from './0047_step_runs_pipeline.ts';
 import { lineageDays } from './0048_lineage_days.ts';
+import { lineageDaysLateSteps } from './0049_lineage_days_late_steps.ts';
 
 /** Every schema step in order. Add a file per step and list it here; never edit a landed step. */
 const steps: Record<string, PortableMigration> = {
@@ -76,6 +77,7 @@ const steps: Record<string, PortableMigration> = {
   '0046_lineage_runs': lineageRuns,
   '0047_step_runs_pipeline': stepRunsPipeline,
   '0048_lineage_days': lineageDays,
+  '0049_lineage_days_late_steps': lineageDaysLateSteps,
 };
 
 export function migrationsFor(dialect: Dialect): Record<string, Migration> {
