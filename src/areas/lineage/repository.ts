@@ -497,8 +497,8 @@ async function keepDays(db: Db, accountId: string, days: WindowPiece[]): Promise
  * its body. The total is summed from the window's pieces (days.ts): sealed days' kept counts and the rest
  * counted. The page's ids are found in the index (account, time, id) alone, from whichever end of the
  * window is nearer (pageWindow), starting at the edge of the piece that holds the page's first row: the
- * OFFSET walks that piece's rows (a day's, or the day or two not yet sealed), not the window's. Only the page's rows are then read
- * (an OFFSET over the rows themselves would read every skipped one).
+ * OFFSET walks that piece's rows (a day's, or the day or two not yet sealed), not the window's. Only the
+ * page's rows are then read (an OFFSET over the rows themselves would read every skipped one).
  */
 export async function pageLineageSteps(db: Db, accountId: string, from: number, before: number, page: PageQuery) {
   const pieces = windowPieces(from, before, await storeNow(db));
