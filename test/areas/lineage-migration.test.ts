@@ -18,8 +18,14 @@ test('events stored whole before migration 0038 read back the same once stored a
     await store.close();
     rmSync(dataDir, { recursive: true, force: true });
   });
-  // 0046 (run events) builds on 0038's table: it runs after it, and the moved events read the same after both.
-  const { '0038_lineage_compact': _compact, '0046_lineage_runs': _runs, ...before } = migrationsFor('sqlite');
+  // 0046 (run events) and 0049 (a trigger on the steps) build on 0038's table: they run after it, and the moved
+  // events read the same after all.
+  const {
+    '0038_lineage_compact': _compact,
+    '0046_lineage_runs': _runs,
+    '0049_lineage_days_late_steps': _late,
+    ...before
+  } = migrationsFor('sqlite');
   const first = await new Migrator({ db: store.db, provider: { getMigrations: async () => before } }).migrateToLatest();
   assert.equal(first.error, undefined);
   const { accountId } = await createAccount(store.db, 'migrated');
@@ -90,7 +96,7 @@ test('events stored whole before migration 0038 read back the same once stored a
       })
       .execute();
   }
-  assert.deepEqual(await migrate(store), ['0038_lineage_compact', '0046_lineage_runs']);
+  assert.deepEqual(await migrate(store), ['0038_lineage_compact', '0046_lineage_runs', '0049_lineage_days_late_steps']);
   const page = await listLineageEvents(store.db, accountId, {
     generatedFrom: '2026-11-25',
     generatedBefore: '2026-11-26',
