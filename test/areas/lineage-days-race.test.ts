@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { describeOnPostgres, TestServer, type Caller } from '../helpers/harness.ts';
 import { DAY_MS } from '../../src/areas/lineage/days.ts';
+import { EMPTY_HASH, lineageStepRow, seedLineageSteps } from '../helpers/lineage-rows.ts';
 
 const HOUR_MS = 3_600_000;
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -20,40 +20,15 @@ describeOnPostgres('lineage kept days racing deletions and late steps', () => {
   let projectId: string;
   let doomed: string;
   let accountId: string;
-  const body = JSON.stringify({ inputs: [], outputs: [] });
-  const hash = createHash('sha256').update(body).digest('base64url');
   const today = Math.floor(Date.now() / DAY_MS) * DAY_MS;
   const from = today - 5 * DAY_MS;
   const until = today - 2 * DAY_MS;
   let n = 0;
 
-  const row = (project: string, at: number) => ({
-    accountId,
-    projectId: project,
-    executionId: `00000000-0000-4000-8000-${String((n += 1)).padStart(12, '0')}`,
-    generatedAt: iso(at),
-    eventTime: iso(at),
-    jobName: 'marts/orders.orch.yaml',
-    jobKind: 'STEP' as const,
-    stepIndex: n,
-    stepName: `step ${n}`,
-    stepStatus: 'SUCCESS',
-    bodyHash: hash,
-    runId: null,
-    parent: null,
-    runPhase: null,
-  });
-
+  const row = (project: string, at: number) => lineageStepRow(accountId, project, at, (n += 1));
   async function seed(project: string, times: number[]) {
-    await server.db
-      .insertInto('lineageBodies')
-      .values({ projectId: project, hash, body })
-      .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing())
-      .execute();
-    await server.db
-      .insertInto('lineageSteps')
-      .values(times.map((at) => row(project, at)))
-      .execute();
+    await seedLineageSteps(server.db, accountId, project, times, n + 1);
+    n += times.length;
   }
 
   const read = () =>
@@ -147,7 +122,16 @@ describeOnPostgres('lineage kept days racing deletions and late steps', () => {
     await writer.query(
       `insert into lineage_steps (account_id, project_id, execution_id, generated_at, event_time, job_name, job_kind, step_index,
          step_name, step_status, body_hash) values ($1, $2, $3, $4, $4, $5, 'STEP', $6, $7, 'SUCCESS', $8)`,
-      [late.accountId, late.projectId, late.executionId, late.generatedAt, late.jobName, late.stepIndex, late.stepName, hash],
+      [
+        late.accountId,
+        late.projectId,
+        late.executionId,
+        late.generatedAt,
+        late.jobName,
+        late.stepIndex,
+        late.stepName,
+        EMPTY_HASH,
+      ],
     );
     return writer;
   }

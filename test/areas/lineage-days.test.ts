@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createHash } from 'node:crypto';
 import { describeEachStore, TestServer, type Caller } from '../helpers/harness.ts';
 import { DAY_MS, SEALED_AFTER_MS, windowPieces } from '../../src/areas/lineage/days.ts';
+import { seedLineageSteps } from '../helpers/lineage-rows.ts';
 
 const HOUR_MS = 3_600_000;
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -66,40 +66,11 @@ describeEachStore('lineage pages over kept day counts', (kind) => {
   let projectId: string;
   let doomed: string;
   let accountId: string;
-  const body = JSON.stringify({ inputs: [], outputs: [] });
-  const hash = createHash('sha256').update(body).digest('base64url');
   const now = Date.now();
   const today = Math.floor(now / DAY_MS) * DAY_MS;
 
-  /** Steps recorded at `times` (ms) in the project, as recording writes them; their ids in order. */
-  async function seed(account: string, project: string, times: number[]): Promise<void> {
-    await server.db
-      .insertInto('lineageBodies')
-      .values({ projectId: project, hash, body })
-      .onConflict((oc) => oc.columns(['projectId', 'hash']).doNothing())
-      .execute();
-    await server.db
-      .insertInto('lineageSteps')
-      .values(
-        times.map((at, i) => ({
-          accountId: account,
-          projectId: project,
-          executionId: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-          generatedAt: iso(at),
-          eventTime: iso(at),
-          jobName: 'marts/orders.orch.yaml',
-          jobKind: 'STEP' as const,
-          stepIndex: i,
-          stepName: `step ${i}`,
-          stepStatus: 'SUCCESS',
-          bodyHash: hash,
-          runId: null,
-          parent: null,
-          runPhase: null,
-        })),
-      )
-      .execute();
-  }
+  /** Steps recorded at `times` (ms) in the project, as recording writes them. */
+  const seed = (account: string, project: string, times: number[]) => seedLineageSteps(server.db, account, project, times);
 
   /** The account's step ids in [from, before), in the order a page lists them, counted from the rows. */
   async function expected(from: number, before: number): Promise<string[]> {

@@ -1,9 +1,10 @@
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { Db, Executor, Trx } from '../../core/db/database.ts';
 import { dialectOf, statementsAreRoundTrips } from '../../core/db/database.ts';
 import { preparedQuery } from '../../core/db/prepared.ts';
 import { deferInsertOnSqlite, type DeferredInsert } from '../../core/db/group-commit.ts';
 import { countOf, pageWindow, type PageQuery } from '../../core/paging.ts';
+import type { Database } from '../../core/db/schema.ts';
 import type { LineageBodyTable, LineageStepTable } from './tables.ts';
 import { windowPieces, type WindowPiece } from './days.ts';
 
@@ -238,6 +239,20 @@ const insertRunRow = preparedQuery((db, row: LineageStepRow) =>
     .returning('id'),
 );
 
+/** Of a run's START row `s`: its run has no END yet. */
+function notEnded({ not, exists, selectFrom }: ExpressionBuilder<Database & { s: LineageStepTable }, 's'>) {
+  return not(
+    exists(
+      selectFrom('lineageSteps as e')
+        .select('e.id')
+        .whereRef('e.executionId', '=', 's.executionId')
+        .whereRef('e.runId', '=', 's.runId')
+        .where('e.runPhase', '=', sql.lit('END'))
+        .where('e.jobKind', '=', sql.lit('RUN')),
+    ),
+  );
+}
+
 /**
  * Ends, in one statement, every run of the execution other than its own that has a START and no END, with
  * `eventType` at `at` (server time); answers the ids of the rows written.
@@ -305,18 +320,7 @@ function endingOpenRuns(
         .where('s.jobKind', '=', sql.lit('RUN'))
         .where('s.runPhase', '=', sql.lit('START'))
         .where('s.runId', '<>', run.executionId)
-        .where(({ not, exists, selectFrom }) =>
-          not(
-            exists(
-              selectFrom('lineageSteps as e')
-                .select('e.id')
-                .whereRef('e.executionId', '=', 's.executionId')
-                .whereRef('e.runId', '=', 's.runId')
-                .where('e.runPhase', '=', sql.lit('END'))
-                .where('e.jobKind', '=', sql.lit('RUN')),
-            ),
-          ),
-        )
+        .where(notEnded)
         .$if(passed !== undefined, (q) => q.where('s.stepIndex', '=', -1))
         .$if((passed?.failed.length ?? 0) > 0, (q) => q.where('s.jobName', 'not in', passed!.failed))
         .orderBy('s.id'),
@@ -390,18 +394,7 @@ export function openRunsOfProject(db: Executor, accountId: string, projectId: st
     .where('s.projectId', '=', projectId)
     .where('s.jobKind', '=', 'RUN')
     .where('s.runPhase', '=', 'START')
-    .where(({ not, exists, selectFrom }) =>
-      not(
-        exists(
-          selectFrom('lineageSteps as e')
-            .select('e.id')
-            .whereRef('e.executionId', '=', 's.executionId')
-            .whereRef('e.runId', '=', 's.runId')
-            .where('e.runPhase', '=', 'END')
-            .where('e.jobKind', '=', 'RUN'),
-        ),
-      ),
-    )
+    .where(notEnded)
     .orderBy('s.id', 'desc')
     .execute();
 }
