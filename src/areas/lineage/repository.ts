@@ -435,24 +435,18 @@ async function countPieces(db: Db, accountId: string, pieces: WindowPiece[]): Pr
         .orderBy('generatedAt')
         .limit(1)
         .executeTakeFirst();
-      missing = first ? missing.filter((piece) => isoOf(piece.before) > first.generatedAt) : [];
+      for (const piece of missing) if (!first || isoOf(piece.before) <= first.generatedAt) kept.set(piece.day!, 0);
+      missing = missing.filter((piece) => !kept.has(piece.day!));
     }
-    if (missing.length > 0) {
-      // A store that takes no writes (read-only, its disk full) still answers: the days are counted, not kept.
-      const counted = await keepDays(db, accountId, missing).catch(() =>
-        Promise.all(
-          missing.map(async (piece): Promise<[string, number]> => [
-            piece.day!,
-            await countOf(stepsIn(db, accountId, piece.from, piece.before)),
-          ]),
-        ),
-      );
-      for (const [day, events] of counted) kept.set(day, events);
-    }
+    // A store that takes no writes (read-only, its disk full) still answers: a day not kept is counted below.
+    if (missing.length > 0)
+      for (const [day, events] of await keepDays(db, accountId, missing).catch(() => [])) kept.set(day, events);
   }
   return Promise.all(
     pieces.map((piece) =>
-      piece.day === undefined ? countOf(stepsIn(db, accountId, piece.from, piece.before)) : (kept.get(piece.day) ?? 0),
+      piece.day !== undefined && kept.has(piece.day)
+        ? kept.get(piece.day)!
+        : countOf(stepsIn(db, accountId, piece.from, piece.before)),
     ),
   );
 }
