@@ -66,11 +66,7 @@ describeOnPostgres('lineage kept days racing deletions and late steps', () => {
     server = await TestServer.start('postgres');
     ({ caller, projectId } = await server.prologue());
     doomed = await server.newProject(caller);
-    ({ accountId } = await server.db
-      .selectFrom('projects')
-      .select('accountId')
-      .where('id', '=', projectId)
-      .executeTakeFirstOrThrow());
+    accountId = caller.accountId;
     await seed(projectId, [from + HOUR_MS, from + DAY_MS + HOUR_MS, from + 2 * DAY_MS + HOUR_MS]);
   });
   after(() => server.close());

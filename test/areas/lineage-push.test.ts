@@ -73,6 +73,18 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
     return { executionId: started.body.pipelineExecutionId as string, work: await agentCall('GET', '/work?waitSeconds=5') };
   }
 
+  /** Step `index` of work `workId` reported running the child pipeline pipelines/check (its run's START). */
+  async function runsCheck(workId: string, index: number) {
+    const step = {
+      index,
+      name: 'Child',
+      status: 'RUNNING',
+      startedAt: new Date().toISOString(),
+      runsPipeline: 'pipelines/check.orch.yaml',
+    };
+    assert.equal((await agentCall('POST', `/work/${workId}/reports`, { type: 'progress', body: { step } })).status, 200);
+  }
+
   test('an event the endpoint refuses at first is tried again until it is taken', async () => {
     const { work } = await startRun('pipelines/check.orch.yaml');
     const lineage = {
@@ -114,19 +126,7 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
 
   test("the child runs a run's end ends (in one statement) are pushed each on its own: one refused holds back no other (attack finding M2)", async () => {
     const { executionId, work } = await startRun('pipelines/parent.orch.yaml');
-    for (const index of [1, 2, 3]) {
-      const step = {
-        index,
-        name: 'Child',
-        status: 'RUNNING',
-        startedAt: new Date().toISOString(),
-        runsPipeline: 'pipelines/check.orch.yaml',
-      };
-      assert.equal(
-        (await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'progress', body: { step } })).status,
-        200,
-      );
-    }
+    for (const index of [1, 2, 3]) await runsCheck(work.body.workId, index);
     const cancelled = await server.api('PATCH', `/projects/${projectId}/pipeline-executions/${executionId}`, {
       token: caller.token,
       body: { forceUpdate: true, status: 'CANCELLED' },
@@ -161,17 +161,7 @@ describeEachStore('lineage pushed to an OpenLineage endpoint', (kind) => {
       'pipelines/parent.orch.yaml': runsChild('pipelines/check'),
     });
     const { executionId, work } = await startRun('pipelines/parent.orch.yaml', doomed);
-    const step = {
-      index: 1,
-      name: 'Child',
-      status: 'RUNNING',
-      startedAt: new Date().toISOString(),
-      runsPipeline: 'pipelines/check.orch.yaml',
-    };
-    assert.equal(
-      (await agentCall('POST', `/work/${work.body.workId}/reports`, { type: 'progress', body: { step } })).status,
-      200,
-    );
+    await runsCheck(work.body.workId, 1);
     const ofRun = (r: { body: any }) =>
       r.body.run.runId === executionId || r.body.run.facets?.parent?.root.run.runId === executionId;
     // Both STARTs are taken before the project goes.
